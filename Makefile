@@ -1,0 +1,124 @@
+# SPDX-License-Identifier: MIT
+# One non-recursive Makefile for the whole tree. `make` builds everything,
+# `make demo` runs the main job, `make check` every test, `make bench` the
+# benchmarks. CFLAGS stays the user's; project flags go in with override.
+
+PREFIX ?= /usr/local
+B ?= build
+CC ?= cc
+CFLAGS ?= -O2 -g
+SANITIZE ?=
+
+override CFLAGS += -std=gnu11 -pthread -fPIC -Wall -Wextra -Wshadow -Wstrict-prototypes \
+	-Wmissing-prototypes -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -Ishmring -Ilibclient -Imover
+override LDLIBS += -pthread
+ifneq ($(SANITIZE),)
+override CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -O1
+override LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+# CUDA is optional: found at CUDA_HOME or through nvcc on PATH.
+CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda) $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)))
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda_runtime.h),)
+HAVE_CUDA := 1
+override CFLAGS += -DMV_HAVE_CUDA -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+endif
+
+# Evaluated when a recipe runs, after the deps stamp installed the packages.
+FABRIC_LIBS = $(shell pkg-config --libs libfabric 2>/dev/null || echo -lfabric)
+HWLOC_LIBS = $(shell pkg-config --libs hwloc 2>/dev/null || echo -lhwloc)
+URING_LIBS = $(shell pkg-config --libs liburing 2>/dev/null || echo -luring)
+CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
+
+DEPS_STAMP := $(B)/.deps-ok
+
+SHMRING_SRC := shmring/shmring.c
+CLIENT_SRC := libclient/client.c
+MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/shard.c mover/fabric.c \
+	mover/topo.c mover/validate.c
+TOOLS :=
+TESTS := test_shmring
+TEST_HELPERS := shmring_peer
+BENCHES := shmring_bench
+
+SHMRING_LIB := $(B)/libshmring.a
+CLIENT_LIB := $(B)/libmvc.a
+CLIENT_SO := $(B)/libmvc.so
+BINS := $(B)/bin/mover $(addprefix $(B)/bin/,$(TOOLS) $(BENCHES))
+TEST_BINS := $(addprefix $(B)/tests/,$(TESTS) $(TEST_HELPERS))
+
+.PHONY: all demo check check-unit check-tsan check-scripts bench install clean format deps
+all: $(SHMRING_LIB) $(CLIENT_LIB) $(CLIENT_SO) $(BINS) $(TEST_BINS)
+
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): tools/install-deps
+	@mkdir -p $(@D)
+	@sh tools/install-deps
+	@touch $@
+
+$(B)/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(SHMRING_LIB): $(SHMRING_SRC:%.c=$(B)/%.o)
+	$(AR) rcs $@ $^
+
+# libmvc carries the ring code inside it: applications link one library.
+$(CLIENT_LIB): $(CLIENT_SRC:%.c=$(B)/%.o) $(SHMRING_SRC:%.c=$(B)/%.o)
+	$(AR) rcs $@ $^
+
+$(CLIENT_SO): $(CLIENT_SRC:%.c=$(B)/%.o) $(SHMRING_SRC:%.c=$(B)/%.o)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libmvc.so.1 -o $@ $^ $(LDLIBS)
+
+$(B)/bin/mover: $(MOVER_SRC:%.c=$(B)/%.o) $(SHMRING_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(HWLOC_LIBS) $(LDLIBS)
+
+$(B)/bin/shmring_bench: $(B)/shmring/shmring_bench.o $(SHMRING_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(wildcard /usr/include/dpdk/rte_ring.h),$(shell pkg-config --libs libdpdk 2>/dev/null))
+
+$(B)/tests/test_shmring: $(B)/tests/test_shmring.o $(SHMRING_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+$(B)/tests/shmring_peer: $(B)/tests/shmring_peer.o $(SHMRING_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The DPDK comparison compiles in only where Debian's dpdk-dev is installed.
+$(B)/shmring/shmring_bench.o: override CFLAGS += $(if $(wildcard /usr/include/dpdk/rte_ring.h),-DHAVE_DPDK $(shell pkg-config --cflags libdpdk 2>/dev/null) -Wno-missing-prototypes -Wno-shadow)
+
+demo: all
+	@echo "demo: the mover demo arrives with the mover; running the ring benchmark instead"
+	$(B)/bin/shmring_bench --quick
+
+check: check-unit check-tsan
+
+check-unit: all
+	@set -e; for t in $(TESTS); do echo "== $$t"; MV_BUILD=$(B) $(B)/tests/$$t; done
+
+# The threaded ring test under ThreadSanitizer, in its own build tree.
+check-tsan:
+	@if [ "$(SANITIZE)" = thread ]; then echo "check-tsan: already a TSan build"; exit 0; fi; \
+	$(MAKE) --no-print-directory B=$(B)/tsan SANITIZE=thread $(B)/tsan/tests/test_shmring && \
+	MV_BUILD=$(B)/tsan CK_RUN_SUITE=threads TSAN_OPTIONS=halt_on_error=1 $(B)/tsan/tests/test_shmring
+
+bench: all
+	$(B)/bin/shmring_bench
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 shmring/shmring.h shmring/shmring_layout.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(SHMRING_LIB) $(DESTDIR)$(PREFIX)/lib/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' libclient/mover.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mover.pc
+	$(if $(BINS),install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/)
+
+format:
+	clang-format -i $(wildcard */*.c */*.h)
+
+clean:
+	rm -rf $(B)
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)
