@@ -37,7 +37,7 @@ SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c
 MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/shard.c mover/fabric.c \
 	mover/topo.c mover/validate.c
-TOOLS :=
+TOOLS := mvkv
 TESTS := test_shmring
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
@@ -74,6 +74,10 @@ $(CLIENT_SO): $(CLIENT_SRC:%.c=$(B)/%.o) $(SHMRING_SRC:%.c=$(B)/%.o)
 $(B)/bin/mover: $(MOVER_SRC:%.c=$(B)/%.o) $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(HWLOC_LIBS) $(LDLIBS)
+
+$(B)/bin/mvkv: $(B)/tools/mvkv.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/bin/shmring_bench: $(B)/shmring/shmring_bench.o $(SHMRING_LIB)
 	@mkdir -p $(@D)

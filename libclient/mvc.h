@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mvc.h: the one header applications include to move bytes through a local
+ * mover daemon. No libfabric here: the client talks to the mover over a Unix
+ * socket and shared-memory rings, and the mover drives the NICs.
+ *
+ *   struct mvc *c;  mvc_connect(&c, NULL);
+ *   struct mvc_mem m;  mvc_alloc(c, 1 << 30, &m);         // memory the mover reaches
+ *   mvc_address(c, addr, &alen);   ...send addr to the peer out of band...
+ *   mvc_peer_add(c, peer_addr, plen, &peer);
+ *   mvc_import(c, peer, peer_region_blob, blen, &dst);    // the peer's mvc_mem blob
+ *   mvc_write_paged(c, &(struct mvc_pages){ ... });       // 4096 scattered pages
+ *   mvc_write_imm(c, dst, 42);                            // tell the peer when they land
+ *   mvc_submit(c, cookie);                                // non-blocking
+ *   mvc_wait(c, ev, 16, 1000);                            // or mvc_poll
+ *
+ * Errors: every int function returns >= 0 on success and -errno on failure;
+ * mvc_error(c) then says why in words. Concurrency: one thread at a time per
+ * struct mvc; open one connection per thread for parallel submitters.
+ */
+#ifndef MVC_H
+#define MVC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mvc;
+
+struct mvc_mem {
+	uint32_t region; /* id for writes and for mvc_region_blob */
+	void *addr;	 /* this process's mapping */
+	uint64_t len;
+	int fd;		 /* the memfd behind it (owned by the library) */
+	uint32_t flags;
+};
+
+enum mvc_event_type {
+	MVC_EV_BATCH = 1,     /* a submitted batch finished; status says how */
+	MVC_EV_IMM = 2,	      /* an immediate arrived in one of our regions */
+	MVC_EV_IMM_COUNT = 3, /* the count asked for with mvc_imm_expect arrived */
+};
+
+struct mvc_event {
+	int type;
+	int status;	 /* 0 or -errno */
+	uint64_t cookie; /* BATCH: mvc_submit's; IMM_COUNT: mvc_imm_expect's */
+	uint64_t bytes;	 /* BATCH: bytes written */
+	uint32_t imm;	 /* IMM, IMM_COUNT: the value */
+	uint32_t region; /* IMM: the region written; errors: the region at fault */
+	uint32_t count;	 /* IMM_COUNT: how many arrived */
+	int cause;	 /* why it failed: see MVC_CAUSE_* */
+	char msg[88];	 /* the failure in words */
+};
+
+enum mvc_cause {
+	MVC_CAUSE_NONE = 0,
+	MVC_CAUSE_BAD_DESC,
+	MVC_CAUSE_NO_REGION,
+	MVC_CAUSE_NO_IMPORT,
+	MVC_CAUSE_BOUNDS,
+	MVC_CAUSE_PEER_GONE,
+	MVC_CAUSE_PROVIDER,
+	MVC_CAUSE_CANCELLED,
+	MVC_CAUSE_MOVER_GONE,
+};
+
+/* One (source offset, destination offset, length) triple of a writev. */
+struct mvc_seg {
+	uint64_t src_off;
+	uint64_t dst_off;
+	uint64_t len;
+};
+
+/* A paged write: page src_pages[i] of the source goes to page dst_pages[i]
+ * of the destination; page k starts at base + k * stride, page_size long. */
+struct mvc_pages {
+	uint32_t src;	     /* local region */
+	uint32_t dst;	     /* import handle */
+	uint64_t src_base;
+	uint64_t dst_base;
+	uint64_t src_stride;
+	uint64_t dst_stride;
+	uint64_t page_size;
+	const uint32_t *src_pages;
+	const uint32_t *dst_pages;
+	uint32_t npages;
+};
+
+struct mvc_info {
+	uint32_t client_id;
+	uint32_t nshards;
+	uint32_t max_batches;
+	uint64_t mover_id;
+	char provider[32];
+};
+
+/* Connection. path NULL: $MOVER_SOCKET, else the mover's default path. */
+int mvc_connect(struct mvc **out, const char *path);
+void mvc_disconnect(struct mvc *c);
+const char *mvc_error(const struct mvc *c);
+int mvc_info(const struct mvc *c, struct mvc_info *info);
+
+/* Memory the mover can reach: a new sealed memfd mapping (mvc_alloc), or a
+ * range of an existing memfd or hugetlbfs file (mvc_register_fd; fd is
+ * duplicated, the caller keeps its own). */
+int mvc_alloc(struct mvc *c, uint64_t len, struct mvc_mem *out);
+int mvc_register_fd(struct mvc *c, int fd, uint64_t offset, uint64_t len, struct mvc_mem *out);
+int mvc_free(struct mvc *c, struct mvc_mem *m);
+
+/* Blobs to pass between hosts out of band. *len: in, buffer size; out, used. */
+int mvc_address(struct mvc *c, void *buf, size_t *len);
+int mvc_region_blob(struct mvc *c, uint32_t region, void *buf, size_t *len);
+#define MVC_BLOB_MAX 4200
+
+/* Peers and their regions; any time, also while transfers run. */
+int mvc_peer_add(struct mvc *c, const void *addr, size_t len, uint32_t *peer);
+int mvc_peer_remove(struct mvc *c, uint32_t peer);
+int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint32_t *handle);
+int mvc_unimport(struct mvc *c, uint32_t handle);
+
+/*
+ * Building a batch: each call adds to the open batch (opened by the first);
+ * mvc_submit closes it and hands it over; one MVC_EV_BATCH reports it.
+ * -EAGAIN: the rings are full right now; the batch is kept as it was before
+ * the call, so poll completions and call again, or mvc_abort() it.
+ * -E2BIG: it can never fit; split it.
+ */
+int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint64_t dst_off,
+	      uint64_t len);
+int mvc_writev(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc_seg *segs, uint32_t n);
+int mvc_write_paged(struct mvc *c, const struct mvc_pages *p);
+/* After every write of the batch has landed, the target's client receives imm. */
+int mvc_write_imm(struct mvc *c, uint32_t dst, uint32_t imm);
+int mvc_submit(struct mvc *c, uint64_t cookie);
+void mvc_abort(struct mvc *c);
+
+/* Completions: non-blocking poll, and a wait that sleeps (timeout ms, -1
+ * forever). Both return the number of events written to ev, or -errno
+ * (-EPIPE: the mover is gone; in-flight batches then complete with
+ * MVC_CAUSE_MOVER_GONE). */
+int mvc_poll(struct mvc *c, struct mvc_event *ev, int max);
+int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms);
+
+/* Ask for one MVC_EV_IMM_COUNT event once count immediates of value imm
+ * have arrived (counting those already here). Immediates of a value being
+ * counted are not reported one by one. */
+int mvc_imm_expect(struct mvc *c, uint32_t imm, uint32_t count, uint64_t cookie);
+
+/* Bytes and WRITE descriptors this client sent through one mover shard. */
+uint64_t mvc_shard_bytes(const struct mvc *c, uint32_t shard);
+uint64_t mvc_shard_descs(const struct mvc *c, uint32_t shard);
+
+/* Batches submitted and not yet reported. */
+uint32_t mvc_inflight(const struct mvc *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,626 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The control socket: a SOCK_SEQPACKET Unix socket (mode 0600) where clients
+ * say hello, pass their rings and memory as file descriptors, and manage
+ * peers and imports. Every message is a versioned header and a payload whose
+ * length must match what arrived; a malformed one gets an error reply and
+ * closes that client alone. A client that hangs up or dies (its pidfd turns
+ * readable) is detached: shards cancel its queued work, wait for what was
+ * posted, and then its regions are deregistered. Runs on the main thread.
+ */
+#include "mover.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define MAX_FDS (2 * MV_MAX_SHARDS + 1)
+#define TAG_LISTEN 0xffffff01u
+#define TAG_SIGNAL 0xffffff02u
+#define TAG_SHARDS 0xffffff03u
+#define TAG_PIDFD 0x01000000u
+
+struct rx {
+	struct mv_msg_hdr h;
+	uint8_t payload[MV_MAX_MSG];
+	size_t len; /* payload bytes */
+	int fds[MAX_FDS];
+	int nfds;
+};
+
+static uint16_t client_gen[MV_MAX_CLIENTS];
+
+static void close_fds(struct rx *m)
+{
+	for (int i = 0; i < m->nfds; i++)
+		if (m->fds[i] >= 0)
+			close(m->fds[i]);
+	m->nfds = 0;
+}
+
+static int send_reply(int sock, const struct mv_msg_hdr *req, const void *payload, size_t len,
+		      const int *fds, int nfds)
+{
+	struct mv_msg_hdr h = { .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION };
+	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)payload, len } };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
+
+	h.type = (uint16_t)(req->type | MV_MSG_REPLY);
+	h.len = (uint32_t)len;
+	h.seq = req->seq;
+	if (nfds > 0) {
+		mh.msg_control = u.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+	}
+	return sendmsg(sock, &mh, MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+static int send_error(int sock, const struct mv_msg_hdr *req, int status, const char *msg)
+{
+	struct mv_reply_hdr r = { .status = status };
+
+	snprintf(r.msg, sizeof(r.msg), "%s", msg);
+	return send_reply(sock, req, &r, sizeof(r), NULL, 0);
+}
+
+/* Reads one message; 1 on a message, 0 on hang-up, -errno on errors. */
+static int recv_msg(int sock, struct rx *m, char *why, size_t whylen)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov[2] = { { &m->h, sizeof(m->h) }, { m->payload, sizeof(m->payload) } };
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+
+	m->nfds = 0;
+	if (n < 0)
+		return errno == EAGAIN ? -EAGAIN : -errno;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			for (int i = 0; i < k && m->nfds < (int)MAX_FDS; i++)
+				memcpy(&m->fds[m->nfds++], CMSG_DATA(c) + i * sizeof(int),
+				       sizeof(int));
+		}
+	if (n == 0)
+		return 0;
+	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+		snprintf(why, whylen, "message larger than %zu bytes or with too many fds",
+			 sizeof(m->h) + sizeof(m->payload));
+		return -EMSGSIZE;
+	}
+	if ((size_t)n < sizeof(m->h)) {
+		snprintf(why, whylen, "message of %zd bytes is shorter than the %zu-byte header", n,
+			 sizeof(m->h));
+		return -EBADMSG;
+	}
+	if (m->h.magic != MV_WIRE_MAGIC) {
+		snprintf(why, whylen, "bad magic %#x: not a mover client", m->h.magic);
+		return -EBADMSG;
+	}
+	if (m->h.version != MV_WIRE_VERSION) {
+		snprintf(why, whylen, "protocol version %u; this mover speaks %u", m->h.version,
+			 MV_WIRE_VERSION);
+		return -EPROTONOSUPPORT;
+	}
+	m->len = (size_t)n - sizeof(m->h);
+	if (m->h.len != m->len) {
+		snprintf(why, whylen, "header says %u payload bytes, %zu arrived", m->h.len, m->len);
+		return -EBADMSG;
+	}
+	return 1;
+}
+
+static int need(const struct rx *m, size_t len, int nfds, char *why, size_t whylen)
+{
+	if (m->len < len) {
+		snprintf(why, whylen, "message type %u needs %zu payload bytes, got %zu", m->h.type,
+			 len, m->len);
+		return -EBADMSG;
+	}
+	if (m->nfds != nfds) {
+		snprintf(why, whylen, "message type %u needs %d fds, got %d", m->h.type, nfds,
+			 m->nfds);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+static int do_hello(struct mover *mv, struct mv_client *cl, struct rx *m, char *why,
+		    size_t whylen)
+{
+	struct mv_hello_rep rep = { 0 };
+	int fds[MV_MAX_SHARDS];
+	int ret = need(m, 0, 0, why, whylen);
+
+	if (ret)
+		return ret;
+	if (cl->state != MV_CL_NEW) {
+		snprintf(why, whylen, "HELLO after the client attached");
+		return -EBADMSG;
+	}
+	rep.client_id = cl->id;
+	rep.nshards = mv->nshards;
+	rep.sub_capacity = MV_SUB_CAPACITY;
+	rep.comp_capacity = MV_COMP_CAPACITY;
+	rep.max_batches = MV_MAX_BATCHES;
+	rep.max_iov = (uint32_t)mv->shards[0].fab.iov_limit;
+	rep.flags = mv->shards[0].fab.dc_flag ? 0 : MV_HELLO_IMM_ONE_SHARD;
+	rep.mover_id = mv->mover_id;
+	rep.max_write = 1ull << 30;
+	snprintf(rep.provider, sizeof(rep.provider), "%s", mv->prov);
+	for (uint32_t s = 0; s < mv->nshards; s++)
+		fds[s] = mv->shards[s].efd;
+	return send_reply(cl->sock, &m->h, &rep, sizeof(rep), fds, (int)mv->nshards) ?: 1;
+}
+
+static int do_attach(struct mover *mv, struct mv_client *cl, struct rx *m, char *why,
+		     size_t whylen)
+{
+	const struct mv_attach_req *req = (const void *)m->payload;
+	int ret = need(m, sizeof(*req), (int)(2 * mv->nshards + 1), why, whylen);
+	uint32_t s;
+
+	if (ret)
+		return ret;
+	if (cl->state != MV_CL_NEW || req->nshards != mv->nshards) {
+		snprintf(why, whylen, "ATTACH for %u shards; this mover has %u", req->nshards,
+			 mv->nshards);
+		return -EBADMSG;
+	}
+	cl->batches = calloc(MV_MAX_BATCHES, sizeof(*cl->batches));
+	if (!cl->batches)
+		return -ENOMEM;
+	for (s = 0; s < mv->nshards; s++) {
+		struct mv_attach *at = calloc(1, sizeof(*at));
+		if (!at) {
+			ret = -ENOMEM;
+			goto err_rings;
+		}
+		at->cl = cl;
+		cl->att[s] = at;
+		at->parts = calloc(MV_MAX_BATCHES, sizeof(*at->parts));
+		if (!at->parts) {
+			ret = -ENOMEM;
+			goto err_rings;
+		}
+		ret = shmring_attach(&at->sub, m->fds[s], SHMRING_CONSUMER);
+		if (ret) {
+			snprintf(why, whylen, "submission ring %u: %s", s, shmring_error(&at->sub));
+			goto err_rings;
+		}
+		m->fds[s] = -1;
+		ret = shmring_attach(&at->comp, m->fds[mv->nshards + s], SHMRING_PRODUCER);
+		if (ret) {
+			snprintf(why, whylen, "completion ring %u: %s", s, shmring_error(&at->comp));
+			goto err_rings;
+		}
+		m->fds[mv->nshards + s] = -1;
+		if (at->sub.slot_size != sizeof(struct mv_desc) ||
+		    at->comp.slot_size != sizeof(struct mv_cqe) ||
+		    at->sub.capacity > MV_SUB_CAPACITY || at->comp.capacity < 64) {
+			snprintf(why, whylen,
+				 "rings of shard %u: slots %u/%u bytes (want %zu/%zu), capacity %u/%u",
+				 s, at->sub.slot_size, at->comp.slot_size, sizeof(struct mv_desc),
+				 sizeof(struct mv_cqe), at->sub.capacity, at->comp.capacity);
+			ret = -EINVAL;
+			goto err_rings;
+		}
+		shmring_watch_peer(&at->sub, cl->pid);
+	}
+	cl->efd = m->fds[2 * mv->nshards];
+	m->fds[2 * mv->nshards] = -1;
+	ret = mv_call_all(mv, MV_CMD_ATTACH, cl, why, whylen);
+	if (ret)
+		goto err_rings;
+	cl->state = MV_CL_READY;
+	return 0;
+
+err_rings:
+	for (s = 0; s < mv->nshards; s++) {
+		struct mv_attach *at = cl->att[s];
+		if (!at)
+			continue;
+		shmring_close(&at->sub);
+		shmring_close(&at->comp);
+		free(at->parts);
+		free(at);
+		cl->att[s] = NULL;
+	}
+	free(cl->batches);
+	cl->batches = NULL;
+	return ret;
+}
+
+/* Runs one request; 1 when it replied itself, 0 for a plain OK reply, <0 error. */
+static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *why, size_t whylen)
+{
+	int ret;
+
+	if (m->h.type != MV_MSG_HELLO && m->h.type != MV_MSG_ATTACH && cl->state != MV_CL_READY) {
+		snprintf(why, whylen, "message type %u before HELLO and ATTACH", m->h.type);
+		return -EBADMSG;
+	}
+	switch (m->h.type) {
+	case MV_MSG_HELLO:
+		return do_hello(mv, cl, m, why, whylen);
+	case MV_MSG_ATTACH:
+		return do_attach(mv, cl, m, why, whylen);
+	case MV_MSG_REG: {
+		const struct mv_reg_req *req = (const void *)m->payload;
+		struct mv_reg_rep rep = { 0 };
+		struct mv_region *r;
+
+		if ((ret = need(m, sizeof(*req), 1, why, whylen)))
+			return ret;
+		ret = mv_region_add(mv, cl, m->fds[0], req->offset, req->len, &r, why, whylen);
+		if (ret)
+			return ret;
+		rep.region = r->id;
+		mv_region_blob(mv, r, &rep.blob);
+		rep.blob_len = (uint32_t)MV_REGION_BLOB_SIZE(mv->nshards);
+		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+	}
+	case MV_MSG_BLOB: {
+		const struct mv_id_req *req = (const void *)m->payload;
+		struct mv_reg_rep rep = { 0 };
+		struct mv_region *r;
+
+		if ((ret = need(m, sizeof(*req), 0, why, whylen)))
+			return ret;
+		r = mv_region_get(mv, req->id);
+		if (!r || r->owner != cl->id) {
+			snprintf(why, whylen, "region %u is not one of this client's regions", req->id);
+			return -ENOENT;
+		}
+		rep.region = r->id;
+		mv_region_blob(mv, r, &rep.blob);
+		rep.blob_len = (uint32_t)MV_REGION_BLOB_SIZE(mv->nshards);
+		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+	}
+	case MV_MSG_DEREG: {
+		const struct mv_id_req *req = (const void *)m->payload;
+		if ((ret = need(m, sizeof(*req), 0, why, whylen)))
+			return ret;
+		return mv_region_del(mv, cl, req->id, why, whylen);
+	}
+	case MV_MSG_ADDR: {
+		struct mv_addr_rep rep = { 0 };
+		if ((ret = need(m, 0, 0, why, whylen)))
+			return ret;
+		mv_addr_blob(mv, &rep.blob);
+		rep.blob_len = sizeof(rep.blob);
+		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+	}
+	case MV_MSG_PEER_ADD: {
+		struct mv_id_rep rep = { 0 };
+		struct mv_addr_blob b = { 0 };
+		if ((ret = need(m, offsetof(struct mv_addr_blob, addr), 0, why, whylen)))
+			return ret;
+		memcpy(&b, m->payload, m->len < sizeof(b) ? m->len : sizeof(b));
+		ret = mv_peer_add(mv, cl, &b, m->len, &rep.id, why, whylen);
+		if (ret)
+			return ret;
+		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+	}
+	case MV_MSG_PEER_DEL:
+	case MV_MSG_UNIMPORT: {
+		const struct mv_id_req *req = (const void *)m->payload;
+		if ((ret = need(m, sizeof(*req), 0, why, whylen)))
+			return ret;
+		if (m->h.type == MV_MSG_PEER_DEL)
+			return mv_peer_del(mv, cl, req->id, why, whylen);
+		return mv_import_del(mv, cl, req->id, why, whylen);
+	}
+	case MV_MSG_IMPORT: {
+		struct mv_import_req req = { 0 };
+		struct mv_id_rep rep = { 0 };
+		if ((ret = need(m, offsetof(struct mv_import_req, blob), 0, why, whylen)))
+			return ret;
+		memcpy(&req, m->payload, m->len < sizeof(req) ? m->len : sizeof(req));
+		size_t blen = m->len - offsetof(struct mv_import_req, blob);
+		ret = mv_import_add(mv, cl, req.peer, &req.blob, blen, &rep.id, why, whylen);
+		if (ret)
+			return ret;
+		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+	}
+	default:
+		snprintf(why, whylen, "unknown message type %u", m->h.type);
+		return -EBADMSG;
+	}
+}
+
+static struct mv_client *client_new(struct mover *mv, int sock, int ep)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	uint32_t slot;
+
+	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return NULL;
+	if (!mv->cfg.allow_any_uid && cred.uid != getuid()) {
+		struct mv_msg_hdr h = { .type = MV_MSG_HELLO };
+		mv_log("refusing client pid %d: uid %u is not the mover's uid %u", cred.pid,
+		       cred.uid, getuid());
+		send_error(sock, &h, -EACCES, "the mover serves its own uid only");
+		return NULL;
+	}
+	for (slot = 0; slot < MV_MAX_CLIENTS; slot++)
+		if (!mv->clients[slot])
+			break;
+	if (slot == MV_MAX_CLIENTS) {
+		struct mv_msg_hdr h = { .type = MV_MSG_HELLO };
+		send_error(sock, &h, -ENOSPC, "the mover serves its maximum of clients");
+		return NULL;
+	}
+	struct mv_client *cl = calloc(1, sizeof(*cl));
+	if (!cl)
+		return NULL;
+	cl->id = (uint32_t)(++client_gen[slot]) << 8 | slot;
+	cl->sock = sock;
+	cl->pid = cred.pid;
+	cl->uid = cred.uid;
+	cl->efd = -1;
+	cl->pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.u32 = slot };
+	epoll_ctl(ep, EPOLL_CTL_ADD, sock, &ev);
+	if (cl->pidfd >= 0) {
+		ev.events = EPOLLIN;
+		ev.data.u32 = TAG_PIDFD | slot;
+		epoll_ctl(ep, EPOLL_CTL_ADD, cl->pidfd, &ev);
+	}
+	mv->clients[slot] = cl;
+	mv_dbg("client %u: pid %d connected", cl->id, cl->pid);
+	return cl;
+}
+
+static void client_leave(struct mover *mv, struct mv_client *cl, int ep, const char *why)
+{
+	if (cl->state == MV_CL_DETACHING)
+		return;
+	mv_log("client %u (pid %d): %s", cl->id, cl->pid, why);
+	epoll_ctl(ep, EPOLL_CTL_DEL, cl->sock, NULL);
+	if (cl->pidfd >= 0)
+		epoll_ctl(ep, EPOLL_CTL_DEL, cl->pidfd, NULL);
+	if (cl->state == MV_CL_READY) {
+		cl->state = MV_CL_DETACHING;
+		struct mv_cmd *cmds = calloc(mv->nshards, sizeof(*cmds));
+		for (uint32_t s = 0; cmds && s < mv->nshards; s++) {
+			cmds[s].type = MV_CMD_DETACH;
+			cmds[s].arg = cl;
+			mv_shard_post(&mv->shards[s], &cmds[s]);
+		}
+		/* The shards count themselves out in shards_detached; the
+		 * commands need no answer, so they can be freed once all did. */
+		cl->detach_cmds = cmds;
+		return;
+	}
+	cl->state = MV_CL_DETACHING;
+	atomic_store(&cl->shards_detached, mv->nshards);
+}
+
+static void client_free(struct mover *mv, struct mv_client *cl)
+{
+	char why[MV_ERRLEN];
+
+	mv_client_release_all(mv, cl);
+	mv->clients[cl->id % MV_MAX_CLIENTS] = NULL;
+	/* After this grace period no shard can be delivering to cl. */
+	mv_call_all(mv, MV_CMD_SYNC, NULL, why, sizeof(why));
+	close(cl->sock);
+	if (cl->pidfd >= 0)
+		close(cl->pidfd);
+	if (cl->efd >= 0)
+		close(cl->efd);
+	free(cl->detach_cmds);
+	free(cl->batches);
+	free(cl);
+}
+
+static void reap_clients(struct mover *mv)
+{
+	for (uint32_t i = 0; i < MV_MAX_CLIENTS; i++) {
+		struct mv_client *cl = mv->clients[i];
+		if (cl && cl->state == MV_CL_DETACHING &&
+		    atomic_load_explicit(&cl->shards_detached, memory_order_acquire) ==
+			    mv->nshards) {
+			mv_dbg("client %u: released", cl->id);
+			client_free(mv, cl);
+		}
+	}
+}
+
+static int listen_on(const char *path, char *why, size_t whylen)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(path) >= sizeof(a.sun_path)) {
+		snprintf(why, whylen, "socket path '%s' is longer than %zu bytes", path,
+			 sizeof(a.sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	strcpy(a.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* A socket file nobody answers on is left from a dead mover: replace it. */
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+		close(fd);
+		snprintf(why, whylen, "a mover already listens on %s", path);
+		return -EADDRINUSE;
+	}
+	close(fd);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+		unlink(path);
+	mode_t old = umask(0077);
+	int ret = bind(fd, (struct sockaddr *)&a, sizeof(a));
+	umask(old);
+	if (ret < 0 || chmod(path, 0600) < 0 || listen(fd, 64) < 0) {
+		ret = -errno;
+		snprintf(why, whylen, "listening on %s: %s", path, strerror(errno));
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+static void serve(struct mover *mv, struct mv_client *cl, int ep, struct rx *m)
+{
+	char why[MV_ERRLEN] = "";
+	int ret;
+
+	for (;;) {
+		ret = recv_msg(cl->sock, m, why, sizeof(why));
+		if (ret == -EAGAIN)
+			return;
+		if (ret == 0) {
+			close_fds(m);
+			client_leave(mv, cl, ep, "disconnected");
+			return;
+		}
+		if (ret < 0) {
+			close_fds(m);
+			if (ret == -ECONNRESET || ret == -EPIPE) {
+				client_leave(mv, cl, ep, "connection reset");
+				return;
+			}
+			send_error(cl->sock, &m->h, ret, why);
+			client_leave(mv, cl, ep, why);
+			return;
+		}
+		why[0] = 0;
+		ret = handle(mv, cl, m, why, sizeof(why));
+		close_fds(m);
+		if (ret == 0) {
+			struct mv_reply_hdr ok = { 0 };
+			send_reply(cl->sock, &m->h, &ok, sizeof(ok), NULL, 0);
+		} else if (ret < 0) {
+			send_error(cl->sock, &m->h, ret, why[0] ? why : strerror(-ret));
+			if (ret == -EBADMSG || ret == -EPROTONOSUPPORT) {
+				client_leave(mv, cl, ep, why);
+				return;
+			}
+		}
+	}
+}
+
+int mv_control_run(struct mover *mv)
+{
+	char why[MV_ERRLEN] = "";
+	sigset_t sigs;
+	int lfd, sfd, ep;
+	struct rx *m = malloc(sizeof(*m));
+
+	if (!m)
+		return -ENOMEM;
+	lfd = listen_on(mv->cfg.socket_path, why, sizeof(why));
+	if (lfd < 0) {
+		mv_log("%s", why[0] ? why : strerror(-lfd));
+		free(m);
+		return lfd;
+	}
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+	ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = TAG_LISTEN };
+	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+	ev.data.u32 = TAG_SIGNAL;
+	epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
+	ev.data.u32 = TAG_SHARDS;
+	epoll_ctl(ep, EPOLL_CTL_ADD, mv->efd, &ev);
+	mv_log("listening on %s", mv->cfg.socket_path);
+
+	while (!atomic_load(&mv->stopping)) {
+		struct epoll_event evs[32];
+		int n = epoll_wait(ep, evs, 32, 1000);
+
+		for (int i = 0; i < n; i++) {
+			uint32_t tag = evs[i].data.u32;
+			if (tag == TAG_LISTEN) {
+				int c;
+				while ((c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0)
+					if (!client_new(mv, c, ep))
+						close(c);
+			} else if (tag == TAG_SIGNAL) {
+				struct signalfd_siginfo si;
+				if (read(sfd, &si, sizeof(si)) == sizeof(si))
+					mv_log("signal %u: draining and stopping", si.ssi_signo);
+				atomic_store(&mv->stopping, 1);
+			} else if (tag == TAG_SHARDS) {
+				uint64_t v;
+				if (read(mv->efd, &v, sizeof(v)) < 0) {
+					/* drained by an earlier wake-up */
+				}
+			} else if (tag & TAG_PIDFD) {
+				struct mv_client *cl = mv->clients[tag & 0xff];
+				if (cl)
+					client_leave(mv, cl, ep, "process exited");
+			} else {
+				struct mv_client *cl = mv->clients[tag % MV_MAX_CLIENTS];
+				if (!cl || cl->state == MV_CL_DETACHING)
+					continue;
+				if (evs[i].events & EPOLLIN)
+					serve(mv, cl, ep, m);
+				else if (evs[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR))
+					client_leave(mv, cl, ep, "disconnected");
+			}
+		}
+		reap_clients(mv);
+	}
+
+	/* Stop: shards finish what clients already committed, then leave. */
+	close(lfd);
+	unlink(mv->cfg.socket_path);
+	mv_call_all(mv, MV_CMD_STOP, NULL, why, sizeof(why));
+	for (uint32_t i = 0; i < MV_MAX_CLIENTS; i++) {
+		struct mv_client *cl = mv->clients[i];
+		if (!cl)
+			continue;
+		/* The shards freed every attachment on their way out. */
+		for (uint32_t s = 0; s < mv->nshards; s++)
+			cl->att[s] = NULL;
+		for (uint32_t h = 0; h < MV_CLIENT_MAX_IMPORTS; h++)
+			free(atomic_exchange(&cl->imports[h], NULL));
+		close(cl->sock);
+		if (cl->pidfd >= 0)
+			close(cl->pidfd);
+		if (cl->efd >= 0)
+			close(cl->efd);
+		free(cl->detach_cmds);
+		free(cl->batches);
+		free(cl);
+		mv->clients[i] = NULL;
+	}
+	close(sfd);
+	close(ep);
+	free(m);
+	return 0;
+}

@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The libfabric wrapper: choosing a provider and interface, opening one
+ * shard's fabric, domain, endpoint, CQ and AV, registering memory, and
+ * inserting peer addresses. Offers every mr_mode real NICs want and records
+ * what the provider kept, so callers do address arithmetic by its rules.
+ */
+#include "mover.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+
+#define MV_FI_VERSION FI_VERSION(1, 17)
+
+static const char *prov_filter(const char *prov)
+{
+	if (!prov || !strcmp(prov, "auto"))
+		return NULL;
+	if (!strcmp(prov, "tcp"))
+		return "tcp;ofi_rxm";
+	if (!strcmp(prov, "verbs"))
+		return "verbs;ofi_rxm";
+	return prov;
+}
+
+static struct fi_info *make_hints(const char *prov, const char *iface)
+{
+	struct fi_info *h = fi_allocinfo();
+
+	if (!h)
+		return NULL;
+	h->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+	h->ep_attr->type = FI_EP_RDM;
+	h->mode = FI_CONTEXT | FI_CONTEXT2;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+				  FI_MR_PROV_KEY;
+	h->domain_attr->threading = FI_THREAD_DOMAIN;
+	h->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+	if (prov_filter(prov))
+		h->fabric_attr->prov_name = strdup(prov_filter(prov));
+	if (iface)
+		h->domain_attr->name = strdup(iface);
+	return h;
+}
+
+static int prov_rank(const char *name)
+{
+	if (!strncmp(name, "efa", 3))
+		return 0;
+	if (!strncmp(name, "verbs", 5))
+		return 1;
+	if (!strncmp(name, "tcp", 3))
+		return 2;
+	if (!strncmp(name, "shm", 3))
+		return 4;
+	return 3;
+}
+
+/* Layered providers ignore the domain-name hint, so match it here too. */
+static int named(const struct fi_info *i, const char *iface)
+{
+	return !iface || !strcmp(i->domain_attr->name, iface);
+}
+
+static int usable(const struct fi_info *i)
+{
+	/* Remote CQ data carries immediates; IPv6 tcp doubles every entry. */
+	return i->domain_attr->cq_data_size >= 8 &&
+	       (i->addr_format != FI_SOCKADDR_IN6 || strncmp(i->fabric_attr->prov_name, "tcp", 3));
+}
+
+/* Every usable (provider, interface) of the best provider, deduplicated. */
+int mv_fabric_list(const char *prov, const char *iface, char names[][64], char pci[][32],
+		   int max, char *chosen, size_t chosen_len)
+{
+	struct fi_info *h = make_hints(prov, iface), *info = NULL, *i;
+	int n = 0, best = 99, ret;
+
+	if (!h)
+		return -ENOMEM;
+	ret = fi_getinfo(MV_FI_VERSION, NULL, NULL, 0, h, &info);
+	fi_freeinfo(h);
+	if (ret)
+		return ret;
+	for (i = info; i; i = i->next)
+		if (usable(i) && named(i, iface) && prov_rank(i->fabric_attr->prov_name) < best)
+			best = prov_rank(i->fabric_attr->prov_name);
+	for (i = info; i && n < max; i = i->next) {
+		if (!usable(i) || !named(i, iface) || prov_rank(i->fabric_attr->prov_name) != best)
+			continue;
+		/* Loopback is a NIC only when asked for by name. */
+		if (!iface && !strcmp(i->domain_attr->name, "lo"))
+			continue;
+		int dup = 0;
+		for (int k = 0; k < n; k++)
+			dup |= !strcmp(names[k], i->domain_attr->name);
+		if (dup)
+			continue;
+		snprintf(names[n], 64, "%s", i->domain_attr->name);
+		pci[n][0] = 0;
+		if (i->nic && i->nic->bus_attr && i->nic->bus_attr->bus_type == FI_BUS_PCI) {
+			struct fi_pci_attr *p = &i->nic->bus_attr->attr.pci;
+			snprintf(pci[n], 32, "%04x:%02x:%02x.%x", p->domain_id, p->bus_id,
+				 p->device_id, p->function_id);
+		}
+		snprintf(chosen, chosen_len, "%s", i->fabric_attr->prov_name);
+		n++;
+	}
+	fi_freeinfo(info);
+	return n ? n : -FI_ENODATA;
+}
+
+int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface)
+{
+	struct fi_info *h = make_hints(prov, iface), *info = NULL;
+	struct fi_cq_attr cqa = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD };
+	struct fi_av_attr ava = { .type = FI_AV_TABLE };
+	int ret;
+
+	memset(f, 0, sizeof(*f));
+	f->cq_fd = -1;
+	if (!h)
+		return -ENOMEM;
+	ret = fi_getinfo(MV_FI_VERSION, NULL, NULL, 0, h, &info);
+	fi_freeinfo(h);
+	if (ret)
+		return ret;
+	struct fi_info *pick = info;
+	while (pick && !(usable(pick) && named(pick, iface)))
+		pick = pick->next;
+	if (!pick) {
+		fi_freeinfo(info);
+		return -FI_ENODATA;
+	}
+	f->info = fi_dupinfo(pick);
+	fi_freeinfo(info);
+	if (!f->info)
+		return -ENOMEM;
+	info = f->info;
+
+	ret = fi_fabric(info->fabric_attr, &f->fabric, NULL);
+	if (ret)
+		goto err_info;
+	ret = fi_domain(f->fabric, info, &f->domain, NULL);
+	if (ret)
+		goto err_fabric;
+	cqa.size = info->tx_attr->size * 2;
+	ret = fi_cq_open(f->domain, &cqa, &f->cq, NULL);
+	if (ret == -FI_ENOSYS || ret == -FI_EINVAL) {
+		/* shm has no wait object: the shard polls with a backoff instead. */
+		cqa.wait_obj = FI_WAIT_NONE;
+		ret = fi_cq_open(f->domain, &cqa, &f->cq, NULL);
+	}
+	if (ret)
+		goto err_domain;
+	if (cqa.wait_obj == FI_WAIT_FD && fi_control(&f->cq->fid, FI_GETWAIT, &f->cq_fd))
+		f->cq_fd = -1;
+	ret = fi_av_open(f->domain, &ava, &f->av, NULL);
+	if (ret)
+		goto err_cq;
+	ret = fi_endpoint(f->domain, info, &f->ep, NULL);
+	if (ret)
+		goto err_av;
+	ret = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV);
+	if (!ret)
+		ret = fi_ep_bind(f->ep, &f->av->fid, 0);
+	if (!ret)
+		ret = fi_enable(f->ep);
+	if (ret)
+		goto err_ep;
+	f->addrlen = sizeof(f->addr);
+	ret = fi_getname(&f->ep->fid, f->addr, &f->addrlen);
+	if (ret)
+		goto err_ep;
+
+	snprintf(f->prov, sizeof(f->prov), "%s", info->fabric_attr->prov_name);
+	int mm = info->domain_attr->mr_mode;
+	f->virt_addr = !!(mm & FI_MR_VIRT_ADDR);
+	f->mr_local = !!(mm & FI_MR_LOCAL);
+	f->prov_key = !!(mm & FI_MR_PROV_KEY);
+	f->iov_limit = info->tx_attr->iov_limit;
+	if (info->tx_attr->rma_iov_limit < f->iov_limit)
+		f->iov_limit = info->tx_attr->rma_iov_limit;
+	if (f->iov_limit > MV_IOV_MAX)
+		f->iov_limit = MV_IOV_MAX;
+	if (f->iov_limit == 0)
+		f->iov_limit = 1;
+	/* shm 1.17 never completes writes sent FI_DELIVERY_COMPLETE (its
+	 * receiver-side CMA path stalls), so there a write completes on
+	 * transmit, and batches with an immediate stay on one endpoint pair
+	 * whose FIFO command queue orders the doorbell after the data. */
+	f->dc_flag = strncmp(f->prov, "shm", 3) ? FI_DELIVERY_COMPLETE : 0;
+	f->tx_size = info->tx_attr->size;
+	f->max_msg = info->ep_attr->max_msg_size;
+	f->key_size = info->domain_attr->mr_key_size;
+	snprintf(f->prov, sizeof(f->prov), "%s", info->fabric_attr->prov_name);
+	snprintf(f->iface, sizeof(f->iface), "%s", info->domain_attr->name);
+	if (info->nic && info->nic->bus_attr && info->nic->bus_attr->bus_type == FI_BUS_PCI) {
+		struct fi_pci_attr *p = &info->nic->bus_attr->attr.pci;
+		snprintf(f->pci, sizeof(f->pci), "%04x:%02x:%02x.%x", p->domain_id, p->bus_id,
+			 p->device_id, p->function_id);
+	}
+	return 0;
+
+err_ep:
+	fi_close(&f->ep->fid);
+err_av:
+	fi_close(&f->av->fid);
+err_cq:
+	fi_close(&f->cq->fid);
+err_domain:
+	fi_close(&f->domain->fid);
+err_fabric:
+	fi_close(&f->fabric->fid);
+err_info:
+	fi_freeinfo(f->info);
+	memset(f, 0, sizeof(*f));
+	f->cq_fd = -1;
+	return ret;
+}
+
+void mv_fabric_close(struct mv_fabric *f)
+{
+	if (f->ep)
+		fi_close(&f->ep->fid);
+	if (f->av)
+		fi_close(&f->av->fid);
+	if (f->cq)
+		fi_close(&f->cq->fid);
+	if (f->domain)
+		fi_close(&f->domain->fid);
+	if (f->fabric)
+		fi_close(&f->fabric->fid);
+	if (f->info)
+		fi_freeinfo(f->info);
+	memset(f, 0, sizeof(*f));
+	f->cq_fd = -1;
+}
+
+int mv_fabric_reg(struct mv_fabric *f, void *buf, size_t len, uint64_t key, struct fid_mr **mr,
+		  void **desc, uint64_t *out_key, char *why, size_t whylen)
+{
+	int ret = fi_mr_reg(f->domain, buf, len, FI_REMOTE_WRITE | FI_WRITE, 0, key, 0, mr, NULL);
+
+	if (ret) {
+		snprintf(why, whylen, "fi_mr_reg of %zu bytes on %s: %s", len, f->prov,
+			 fi_strerror(-ret));
+		return ret;
+	}
+	*desc = fi_mr_desc(*mr);
+	*out_key = fi_mr_key(*mr);
+	return 0;
+}
+
+int mv_fabric_av_insert(struct mv_fabric *f, const void *addr, fi_addr_t *out)
+{
+	int n = fi_av_insert(f->av, addr, 1, out, 0, NULL);
+
+	return n == 1 ? 0 : (n < 0 ? n : -FI_EADDRNOTAVAIL);
+}

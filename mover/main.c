@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mover: the daemon. Parses the command line, finds the NICs of the best
+ * provider, places one shard per NIC (or --shards N) on a core near it,
+ * starts the shard threads, logs one line per shard, and serves the control
+ * socket until SIGTERM, when it drains what clients committed and exits.
+ */
+#include "mover.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rdma/fi_errno.h>
+
+int mv_verbose;
+
+static void vlog(const char *fmt, va_list ap)
+{
+	struct timespec ts;
+	char buf[512];
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	fprintf(stderr, "mover[%d] %ld.%03ld %s\n", getpid(), (long)ts.tv_sec,
+		ts.tv_nsec / 1000000, buf);
+}
+
+void mv_log(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vlog(fmt, ap);
+	va_end(ap);
+}
+
+void mv_dbg(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!mv_verbose)
+		return;
+	va_start(ap, fmt);
+	vlog(fmt, ap);
+	va_end(ap);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: mover [options]\n"
+		"  --socket PATH     control socket (default $XDG_RUNTIME_DIR/mover.sock,\n"
+		"                    else /tmp/mover-UID.sock), mode 0600\n"
+		"  --provider P      auto|efa|verbs|tcp|shm (default auto: efa, verbs, tcp)\n"
+		"  --iface NAME      use this interface/domain only (e.g. lo, veth0)\n"
+		"  --shards N        N shards; NICs are reused round-robin when fewer\n"
+		"                    (default: one shard per NIC)\n"
+		"  --cpus LIST       pin shard i to the i-th CPU of LIST (default: hwloc)\n"
+		"  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
+		"  -v, --verbose     log client events\n");
+}
+
+static const char *default_socket(char *buf, size_t len)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+
+	if (xdg && *xdg)
+		snprintf(buf, len, "%s/mover.sock", xdg);
+	else
+		snprintf(buf, len, "/tmp/mover-%u.sock", getuid());
+	return buf;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, 0, 's' },   { "provider", required_argument, 0, 'p' },
+		{ "iface", required_argument, 0, 'i' },	   { "shards", required_argument, 0, 'n' },
+		{ "cpus", required_argument, 0, 'c' },	   { "allow-any-uid", no_argument, 0, 'u' },
+		{ "verbose", no_argument, 0, 'v' },	   { "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	struct mover *mv = calloc(1, sizeof(*mv));
+	char sockbuf[256], why[MV_ERRLEN] = "";
+	char names[MV_MAX_SHARDS][64], pci[MV_MAX_SHARDS][32];
+	int c, ret, nnic;
+
+	if (!mv)
+		return 1;
+	mv->cfg.provider = "auto";
+	while ((c = getopt_long(argc, argv, "s:p:i:n:c:uvh", opts, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			mv->cfg.socket_path = optarg;
+			break;
+		case 'p':
+			mv->cfg.provider = optarg;
+			break;
+		case 'i':
+			mv->cfg.iface = optarg;
+			break;
+		case 'n':
+			mv->cfg.nshards = atoi(optarg);
+			if (mv->cfg.nshards < 1 || mv->cfg.nshards > (int)MV_MAX_SHARDS) {
+				fprintf(stderr, "mover: --shards %s: give 1 to %u\n", optarg,
+					MV_MAX_SHARDS);
+				return 2;
+			}
+			break;
+		case 'c':
+			mv->cfg.cpus = optarg;
+			break;
+		case 'u':
+			mv->cfg.allow_any_uid = 1;
+			break;
+		case 'v':
+			mv_verbose = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!mv->cfg.socket_path)
+		mv->cfg.socket_path = default_socket(sockbuf, sizeof(sockbuf));
+
+	/* Signals go to the control thread's signalfd, never to a shard. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+	if (getrandom(&mv->mover_id, sizeof(mv->mover_id), 0) != sizeof(mv->mover_id))
+		mv->mover_id = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
+	srandom((unsigned)(mv->mover_id ^ (mv->mover_id >> 32)));
+
+	nnic = mv_fabric_list(mv->cfg.provider, mv->cfg.iface, names, pci, MV_MAX_SHARDS,
+			      mv->prov, sizeof(mv->prov));
+	if (nnic <= 0) {
+		fprintf(stderr,
+			"mover: no usable provider for --provider %s%s%s: %s\n"
+			"mover: it needs RDM endpoints with RMA writes and remote CQ data; "
+			"'fi_info -l' lists what this host has\n",
+			mv->cfg.provider, mv->cfg.iface ? " --iface " : "",
+			mv->cfg.iface ? mv->cfg.iface : "", fi_strerror(-nnic));
+		return 1;
+	}
+	mv->nshards = mv->cfg.nshards ? (uint32_t)mv->cfg.nshards : (uint32_t)nnic;
+	mv->shards = calloc(mv->nshards, sizeof(*mv->shards));
+	mv->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (!mv->shards || mv->efd < 0)
+		return 1;
+	for (uint32_t s = 0; s < mv->nshards; s++) {
+		struct mv_shard *sh = &mv->shards[s];
+		sh->id = (int)s;
+		sh->mv = mv;
+		snprintf(sh->iface, sizeof(sh->iface), "%s", names[s % (uint32_t)nnic]);
+		snprintf(sh->pci, sizeof(sh->pci), "%s", pci[s % (uint32_t)nnic]);
+		sh->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (sh->efd < 0)
+			return 1;
+	}
+	ret = mv_topo_place(mv, why, sizeof(why));
+	if (ret) {
+		fprintf(stderr, "mover: topology: %s\n", why);
+		return 1;
+	}
+
+	uint32_t started = 0;
+	for (; started < mv->nshards; started++) {
+		struct mv_shard *sh = &mv->shards[started];
+		ret = mv_shard_start(sh);
+		if (ret) {
+			mv_log("shard %u: %s", started, sh->start_msg);
+			pthread_join(sh->thread, NULL);
+			break;
+		}
+		mv_log("shard %u: provider %s, interface %s, NUMA node %d, CPU %d, "
+		       "%s progress, iov %zu, tx queue %zu",
+		       started, sh->fab.prov, sh->fab.iface, sh->numa, sh->cpu,
+		       sh->fab.cq_fd >= 0 ? "fd-wait" : "polled", sh->fab.iov_limit,
+		       sh->fab.tx_size);
+	}
+	if (started == mv->nshards) {
+		mv_log("mover %016llx: %u shards on %s", (unsigned long long)mv->mover_id,
+		       mv->nshards, mv->prov);
+		ret = mv_control_run(mv);
+	} else {
+		/* Stop the shards that did start. */
+		uint32_t n = mv->nshards;
+		mv->nshards = started;
+		mv_call_all(mv, MV_CMD_STOP, NULL, why, sizeof(why));
+		mv->nshards = n;
+		ret = -1;
+	}
+	for (uint32_t s = 0; s < started; s++)
+		pthread_join(mv->shards[s].thread, NULL);
+	for (uint32_t i = 0; i < MV_MAX_REGIONS; i++) {
+		struct mv_region *r = atomic_load(&mv->regions[i]);
+		if (r) {
+			munmap(r->map, r->map_len);
+			free(r);
+		}
+	}
+	for (uint32_t i = 0; i < MV_MAX_PEERS; i++)
+		free(mv->peers[i]);
+	for (uint32_t s = 0; s < mv->nshards; s++)
+		close(mv->shards[s].efd);
+	close(mv->efd);
+	free(mv->shards);
+	free(mv);
+	mv_log("stopped");
+	return ret ? 1 : 0;
+}

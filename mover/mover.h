@@ -1,0 +1,299 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internal types of the mover daemon. Ownership is the whole design:
+ *  - the main thread owns the control socket, clients, regions, imports and
+ *    peers; it publishes table entries with release stores and frees them
+ *    only after every shard has acknowledged a mailbox command issued after
+ *    the entry was unpublished (a grace period);
+ *  - each shard thread owns its fabric objects, its attachments (the rings of
+ *    each client on that shard), its op pool and pending queue; nothing on the
+ *    data path takes a lock;
+ *  - the per-client batch table is the one place shards meet: a batch striped
+ *    over k shards completes when k atomic increments have arrived.
+ */
+#ifndef MV_MOVER_H
+#define MV_MOVER_H
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include "mv_wire.h"
+#include "shmring.h"
+
+#define MV_MAX_CLIENTS 256u
+#define MV_MAX_REGIONS 65536u /* mover-wide region table, index part of an id */
+#define MV_CLIENT_MAX_IMPORTS 4096u
+#define MV_CLIENT_MAX_PEERS 1024u
+#define MV_MAX_PEERS 4096u
+#define MV_IOV_MAX 4u
+#define MV_SUB_CAPACITY 8192u
+#define MV_COMP_CAPACITY 4096u
+#define MV_MAX_BATCHES 1024u
+#define MV_OPS_PER_SHARD 4096u
+#define MV_CHUNK (4u << 20) /* bytes one fabric write carries at most */
+
+extern int mv_verbose;
+void mv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void mv_dbg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* One shard's fabric objects: fabric.c. */
+struct mv_fabric {
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fid_av *av;
+	int cq_fd;	   /* wait fd of the CQ, or -1 when the provider has none */
+	int virt_addr;	   /* FI_MR_VIRT_ADDR: remote addresses are virtual */
+	int mr_local;	   /* FI_MR_LOCAL: local buffers need a descriptor */
+	int prov_key;	   /* FI_MR_PROV_KEY: the provider picks keys */
+	uint64_t dc_flag;  /* FI_DELIVERY_COMPLETE where the provider honours it, else 0 */
+	size_t iov_limit;  /* min(iov_limit, rma_iov_limit, MV_IOV_MAX) */
+	size_t tx_size;
+	size_t max_msg;
+	size_t key_size;
+	uint8_t addr[MV_MAX_ADDRLEN];
+	size_t addrlen;
+	char prov[32];
+	char iface[64];
+	char pci[32]; /* NIC bus id when the provider names one */
+};
+
+/* A client's memory, mapped into the mover and registered on every shard. */
+struct mv_region {
+	uint32_t id; /* generation << 16 | table index */
+	uint32_t owner;
+	uint8_t *base; /* the mover's mapping */
+	uint64_t len;
+	size_t map_len;
+	uint8_t *map;
+	struct fid_mr *mr[MV_MAX_SHARDS]; /* written by shard s only */
+	void *desc[MV_MAX_SHARDS];
+	uint64_t key[MV_MAX_SHARDS];
+};
+
+/* Another mover, known by its address blob. */
+struct mv_peer {
+	uint64_t mover_id;
+	uint32_t nshards;
+	uint32_t index;
+	int refs;		/* clients using it (main thread) */
+	_Atomic int gone;	/* removed: refuse new work */
+	struct mv_addr_blob blob;
+	fi_addr_t fiaddr[MV_MAX_SHARDS]; /* per local shard, written by that shard */
+	uint32_t inflight[MV_MAX_SHARDS]; /* ops posted to it, per local shard */
+};
+
+/* A peer's region as imported by one client. */
+struct mv_import {
+	uint32_t handle;
+	struct mv_peer *peer;
+	uint32_t region;
+	uint32_t nshards;
+	uint64_t len;
+	uint64_t addr[MV_MAX_SHARDS];
+	uint64_t key[MV_MAX_SHARDS];
+};
+
+/* Cross-shard batch state; the only data-path memory shards share. */
+struct mv_batch {
+	_Atomic uint32_t parts_done;
+	_Atomic int32_t status;
+	_Atomic uint64_t bytes;
+	uint8_t cause; /* written by whoever won the status CAS */
+	uint32_t region;
+	char msg[MV_ERRLEN];
+};
+
+/* One shard's part of one batch: shard-local. */
+struct mv_part {
+	uint32_t outstanding; /* ops not yet completed */
+	uint32_t ndesc;	      /* WRITE descriptors seen */
+	uint8_t ended;
+	uint8_t failed;
+	uint8_t cause;
+	int32_t status;
+	uint32_t region;
+	uint64_t bytes;
+	struct mv_desc end;
+	char msg[MV_ERRLEN];
+};
+
+struct mv_client;
+
+/* A client's rings on one shard: owned by that shard's thread. */
+struct mv_attach {
+	struct mv_client *cl;
+	struct shmring sub;  /* we consume descriptors */
+	struct shmring comp; /* we produce completions */
+	struct mv_part *parts;
+	struct mv_cqe *ovf; /* completions waiting for room in comp */
+	uint32_t ovf_head, ovf_tail, ovf_cap;
+	uint32_t outstanding; /* ops pending or posted */
+	int detaching;
+	int dead;	      /* ring corrupt or client gone: consume nothing more */
+	uint64_t descs, batches;
+};
+
+enum mv_client_state { MV_CL_NEW, MV_CL_READY, MV_CL_DETACHING };
+
+struct mv_client {
+	uint32_t id;
+	int sock;
+	pid_t pid;
+	uid_t uid;
+	int pidfd;
+	int efd; /* the client's completion doorbell */
+	enum mv_client_state state;
+	struct mv_attach *att[MV_MAX_SHARDS];
+	struct mv_batch *batches;
+	_Atomic(struct mv_import *) imports[MV_CLIENT_MAX_IMPORTS];
+	struct mv_peer *peers[MV_CLIENT_MAX_PEERS];
+	_Atomic uint32_t shards_detached;
+	struct mv_cmd *detach_cmds;
+	uint32_t nregions;
+};
+
+enum mv_cmd_type {
+	MV_CMD_ATTACH,	   /* start polling a client's rings */
+	MV_CMD_DETACH,	   /* drain a client, then drop it */
+	MV_CMD_REG,	   /* register a region on this shard's domain */
+	MV_CMD_DEREG,	   /* close this shard's MR of a region */
+	MV_CMD_PEER_ADD,   /* insert the peer's address into the AV */
+	MV_CMD_PEER_DEL,   /* remove it once nothing is in flight to it */
+	MV_CMD_SYNC,	   /* a grace period: acknowledged at a loop boundary */
+	MV_CMD_STOP,	   /* drain everything and leave the loop */
+};
+
+/* A mailbox command; the main thread waits on done. */
+struct mv_cmd {
+	enum mv_cmd_type type;
+	struct mv_cmd *next;
+	void *arg;
+	int status;
+	char msg[MV_ERRLEN];
+	sem_t *done;
+};
+
+struct mv_wr;
+
+struct mv_stats_shard {
+	uint64_t posted, completed, bytes, eagain, cq_errors, imm_rx, descs;
+};
+
+struct mover;
+
+struct mv_shard {
+	int id;
+	struct mover *mv;
+	pthread_t thread;
+	int cpu;
+	int numa;
+	char iface[64]; /* the NIC this shard drives, from the provider's list */
+	char pci[32];
+	struct mv_fabric fab; /* opened by the shard thread after pinning */
+	int start_status;
+	char start_msg[MV_ERRLEN];
+	sem_t started;
+	int efd; /* doorbell: clients and the main thread wake the shard here */
+
+	pthread_mutex_t mbox_mu;
+	struct mv_cmd *mbox_head, *mbox_tail;
+	_Atomic int mbox_pending;
+	struct mv_cmd *stop_cmd;
+	struct mv_cmd *peer_del; /* waiting for in-flight ops to drain */
+
+	struct mv_attach *att[MV_MAX_CLIENTS];
+	uint32_t natt;
+	uint32_t rr;
+
+	struct mv_wr *ops;
+	struct mv_wr *free_ops;
+	uint32_t nfree;
+	struct mv_wr *pend_head, *pend_tail;
+	uint32_t npend;
+	uint32_t posted; /* ops handed to the provider, not yet completed */
+	uint32_t idle_spins;
+
+	struct mv_stats_shard st;
+};
+
+struct mv_config {
+	const char *socket_path;
+	const char *provider; /* auto, efa, verbs, tcp, shm */
+	const char *iface;    /* domain/interface name, e.g. lo or veth0 */
+	const char *cpus;     /* comma list overriding topology */
+	int nshards;	      /* 0: one per NIC */
+	int allow_any_uid;
+};
+
+struct mover {
+	struct mv_config cfg;
+	uint64_t mover_id;
+	uint32_t nshards;
+	struct mv_shard *shards;
+	int efd; /* shards wake the main thread here */
+	_Atomic int stopping;
+	_Atomic(struct mv_region *) regions[MV_MAX_REGIONS];
+	uint16_t region_gen[MV_MAX_REGIONS];
+	struct mv_peer *peers[MV_MAX_PEERS];
+	struct mv_client *clients[MV_MAX_CLIENTS];
+	char prov[32];
+};
+
+/* fabric.c */
+int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface);
+void mv_fabric_close(struct mv_fabric *f);
+int mv_fabric_list(const char *prov, const char *iface, char names[][64], char pci[][32],
+		   int max, char *chosen, size_t chosen_len);
+int mv_fabric_reg(struct mv_fabric *f, void *buf, size_t len, uint64_t key, struct fid_mr **mr,
+		  void **desc, uint64_t *out_key, char *why, size_t whylen);
+int mv_fabric_av_insert(struct mv_fabric *f, const void *addr, fi_addr_t *out);
+
+/* topo.c */
+int mv_topo_place(struct mover *mv, char *why, size_t whylen);
+int mv_topo_pin(int cpu);
+
+/* shard.c */
+int mv_shard_start(struct mv_shard *s);
+void mv_shard_post(struct mv_shard *s, struct mv_cmd *c);
+void *mv_shard_main(void *arg);
+
+/* registry.c */
+int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, uint64_t len,
+		  struct mv_region **out, char *why, size_t whylen);
+int mv_region_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, size_t whylen);
+struct mv_region *mv_region_get(struct mover *mv, uint32_t id);
+void mv_region_blob(struct mover *mv, const struct mv_region *r, struct mv_region_blob *b);
+int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blob *b,
+		size_t len, uint32_t *out, char *why, size_t whylen);
+int mv_peer_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, size_t whylen);
+int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
+		  const struct mv_region_blob *b, size_t len, uint32_t *out, char *why,
+		  size_t whylen);
+int mv_import_del(struct mover *mv, struct mv_client *cl, uint32_t handle, char *why,
+		  size_t whylen);
+void mv_addr_blob(struct mover *mv, struct mv_addr_blob *b);
+int mv_call_all(struct mover *mv, enum mv_cmd_type type, void *arg, char *why, size_t whylen);
+void mv_client_release_all(struct mover *mv, struct mv_client *cl);
+
+/* validate.c: descriptor checks, pure functions so tests can drive them */
+int mv_check_write(const struct mv_desc *d, const struct mv_region *src,
+		   const struct mv_import *dst, uint32_t owner, char *why, size_t whylen,
+		   uint8_t *cause);
+int mv_check_addr_blob(const struct mv_addr_blob *b, size_t len, const char *prov,
+		       char *why, size_t whylen);
+int mv_check_region_blob(const struct mv_region_blob *b, size_t len, char *why, size_t whylen);
+
+/* control.c */
+int mv_control_run(struct mover *mv);
+
+#endif

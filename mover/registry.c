@@ -1,0 +1,358 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The memory registry: client regions mapped into the mover and registered
+ * on every shard's domain, peers known by their address blobs, and each
+ * client's imports of peers' regions. Runs on the main thread only; shards
+ * read the tables lock-free, so entries are published complete with release
+ * stores and freed only after a mailbox round trip through every shard.
+ */
+#include "mover.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int mv_call_all(struct mover *mv, enum mv_cmd_type type, void *arg, char *why, size_t whylen)
+{
+	struct mv_cmd *cmds = calloc(mv->nshards, sizeof(*cmds));
+	sem_t done;
+	int ret = 0;
+
+	if (!cmds)
+		return -ENOMEM;
+	sem_init(&done, 0, 0);
+	for (uint32_t s = 0; s < mv->nshards; s++) {
+		cmds[s].type = type;
+		cmds[s].arg = arg;
+		cmds[s].done = &done;
+		mv_shard_post(&mv->shards[s], &cmds[s]);
+	}
+	/* Shards answer at their next loop turn; they never block on us. */
+	for (uint32_t s = 0; s < mv->nshards; s++)
+		while (sem_wait(&done) < 0)
+			;
+	for (uint32_t s = 0; s < mv->nshards; s++)
+		if (cmds[s].status && !ret) {
+			ret = cmds[s].status;
+			snprintf(why, whylen, "shard %u: %s", s, cmds[s].msg);
+		}
+	sem_destroy(&done);
+	free(cmds);
+	return ret;
+}
+
+struct mv_region *mv_region_get(struct mover *mv, uint32_t id)
+{
+	/* A6 pairs with R6 in mv_region_add(): the region is complete */
+	struct mv_region *r =
+		atomic_load_explicit(&mv->regions[id % MV_MAX_REGIONS], memory_order_acquire);
+
+	return r && r->id == id ? r : NULL;
+}
+
+static void region_free(struct mover *mv, struct mv_region *r)
+{
+	char why[MV_ERRLEN];
+
+	mv_call_all(mv, MV_CMD_DEREG, r, why, sizeof(why));
+	munmap(r->map, r->map_len);
+	free(r);
+}
+
+int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, uint64_t len,
+		  struct mv_region **out, char *why, size_t whylen)
+{
+	struct stat st;
+	long page = sysconf(_SC_PAGESIZE);
+	uint32_t idx;
+	int ret;
+
+	if (fstat(fd, &st) < 0) {
+		snprintf(why, whylen, "fstat of the region fd: %s", strerror(errno));
+		return -errno;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(why, whylen, "region fd is not a memfd or hugetlbfs file");
+		return -EBADF;
+	}
+	if (len == 0 || off > (uint64_t)st.st_size || (uint64_t)st.st_size - off < len) {
+		snprintf(why, whylen, "region of %llu bytes at offset %llu does not fit a %lld-byte file",
+			 (unsigned long long)len, (unsigned long long)off, (long long)st.st_size);
+		return -ERANGE;
+	}
+	/* A client that shrinks its memfd later would fault us: demand sealing,
+	 * or, for hugetlbfs files, accept them (they cannot be truncated below
+	 * mapped pages without the mapping's consent). */
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals >= 0 && !(seals & F_SEAL_SHRINK)) {
+		snprintf(why, whylen, "region memfd must be sealed against shrinking (F_SEAL_SHRINK)");
+		return -EPERM;
+	}
+	for (idx = 1; idx < MV_MAX_REGIONS; idx++)
+		if (!atomic_load_explicit(&mv->regions[idx], memory_order_relaxed))
+			break;
+	if (idx == MV_MAX_REGIONS) {
+		snprintf(why, whylen, "all %u region slots are in use", MV_MAX_REGIONS);
+		return -ENOSPC;
+	}
+
+	struct mv_region *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	uint64_t moff = off & ~(uint64_t)(page - 1);
+	r->map_len = (size_t)(len + (off - moff));
+	r->map = mmap(NULL, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+		      (off_t)moff);
+	if (r->map == MAP_FAILED) {
+		ret = -errno;
+		snprintf(why, whylen, "mapping the region: %s", strerror(errno));
+		goto err_free;
+	}
+	r->base = r->map + (off - moff);
+	r->len = len;
+	r->owner = cl->id;
+	mv->region_gen[idx]++;
+	r->id = (uint32_t)mv->region_gen[idx] << 16 | idx;
+	ret = mv_call_all(mv, MV_CMD_REG, r, why, whylen);
+	if (ret)
+		goto err_dereg;
+	/* R6 pairs with A6 in mv_region_get() */
+	atomic_store_explicit(&mv->regions[idx], r, memory_order_release);
+	cl->nregions++;
+	*out = r;
+	return 0;
+
+err_dereg:
+	region_free(mv, r);
+	return ret;
+err_free:
+	free(r);
+	return ret;
+}
+
+int mv_region_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, size_t whylen)
+{
+	struct mv_region *r = mv_region_get(mv, id);
+	char tmp[MV_ERRLEN];
+
+	if (!r || r->owner != cl->id) {
+		snprintf(why, whylen, "region %u is not one of this client's regions", id);
+		return -ENOENT;
+	}
+	atomic_store_explicit(&mv->regions[id % MV_MAX_REGIONS], NULL, memory_order_release);
+	/* Grace period: after it no shard holds r from a lookup. Ops already
+	 * queued keep using the mapping, which stays until they finish: the
+	 * client must not free a region it has writes in flight from. */
+	mv_call_all(mv, MV_CMD_SYNC, NULL, tmp, sizeof(tmp));
+	region_free(mv, r);
+	cl->nregions--;
+	return 0;
+}
+
+void mv_region_blob(struct mover *mv, const struct mv_region *r, struct mv_region_blob *b)
+{
+	memset(b, 0, sizeof(*b));
+	b->magic = MV_BLOB_MAGIC_REGION;
+	b->version = MV_WIRE_VERSION;
+	b->nshards = (uint16_t)mv->nshards;
+	b->mover_id = mv->mover_id;
+	b->region = r->id;
+	b->len = r->len;
+	for (uint32_t s = 0; s < mv->nshards; s++) {
+		/* With FI_MR_VIRT_ADDR the target address is our virtual one;
+		 * otherwise it is an offset into the registration. */
+		b->shard[s].addr = mv->shards[s].fab.virt_addr ? (uint64_t)(uintptr_t)r->base : 0;
+		b->shard[s].key = r->key[s];
+	}
+}
+
+void mv_addr_blob(struct mover *mv, struct mv_addr_blob *b)
+{
+	memset(b, 0, sizeof(*b));
+	b->magic = MV_BLOB_MAGIC_ADDR;
+	b->version = MV_WIRE_VERSION;
+	b->nshards = (uint16_t)mv->nshards;
+	b->mover_id = mv->mover_id;
+	snprintf(b->provider, sizeof(b->provider), "%s", mv->prov);
+	b->addrlen = (uint32_t)mv->shards[0].fab.addrlen;
+	for (uint32_t s = 0; s < mv->nshards; s++)
+		memcpy(b->addr[s], mv->shards[s].fab.addr, mv->shards[s].fab.addrlen);
+}
+
+int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blob *b, size_t len,
+		uint32_t *out, char *why, size_t whylen)
+{
+	struct mv_peer *p = NULL;
+	uint32_t slot, free_slot = MV_MAX_PEERS;
+	int ret;
+
+	ret = mv_check_addr_blob(b, len, mv->prov, why, whylen);
+	if (ret)
+		return ret;
+	for (slot = 0; slot < MV_CLIENT_MAX_PEERS; slot++)
+		if (!cl->peers[slot])
+			break;
+	if (slot == MV_CLIENT_MAX_PEERS) {
+		snprintf(why, whylen, "this client already has %u peers", MV_CLIENT_MAX_PEERS);
+		return -ENOSPC;
+	}
+	for (uint32_t i = 0; i < MV_MAX_PEERS; i++) {
+		struct mv_peer *q = mv->peers[i];
+		if (q && q->mover_id == b->mover_id && !memcmp(&q->blob, b, sizeof(*b))) {
+			p = q;
+			break;
+		}
+		if (!q && free_slot == MV_MAX_PEERS)
+			free_slot = i;
+	}
+	if (!p) {
+		if (free_slot == MV_MAX_PEERS) {
+			snprintf(why, whylen, "the mover knows %u peers already", MV_MAX_PEERS);
+			return -ENOSPC;
+		}
+		p = calloc(1, sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		memcpy(&p->blob, b, sizeof(*b));
+		p->mover_id = b->mover_id;
+		p->nshards = b->nshards;
+		p->index = free_slot;
+		ret = mv_call_all(mv, MV_CMD_PEER_ADD, p, why, whylen);
+		if (ret) {
+			free(p);
+			return ret;
+		}
+		mv->peers[free_slot] = p;
+	}
+	/* A peer removed earlier and added again comes back to life: the AV
+	 * entries were kept, since in-flight ops may still name them. */
+	atomic_store(&p->gone, 0);
+	p->refs++;
+	cl->peers[slot] = p;
+	*out = slot;
+	return 0;
+}
+
+static void import_drop(struct mover *mv, struct mv_client *cl, uint32_t h)
+{
+	struct mv_import *imp = atomic_exchange(&cl->imports[h], NULL);
+	char tmp[MV_ERRLEN];
+
+	if (!imp)
+		return;
+	mv_call_all(mv, MV_CMD_SYNC, NULL, tmp, sizeof(tmp));
+	free(imp);
+}
+
+int mv_peer_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, size_t whylen)
+{
+	struct mv_peer *p = id < MV_CLIENT_MAX_PEERS ? cl->peers[id] : NULL;
+
+	if (!p) {
+		snprintf(why, whylen, "peer %u is not one of this client's peers", id);
+		return -ENOENT;
+	}
+	/* This client's imports from the peer go first. */
+	for (uint32_t h = 0; h < MV_CLIENT_MAX_IMPORTS; h++) {
+		struct mv_import *imp = atomic_load(&cl->imports[h]);
+		if (imp && imp->peer == p)
+			import_drop(mv, cl, h);
+	}
+	cl->peers[id] = NULL;
+	if (--p->refs == 0)
+		atomic_store(&p->gone, 1); /* ops still queued to it fail as "peer gone" */
+	return 0;
+}
+
+int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
+		  const struct mv_region_blob *b, size_t len, uint32_t *out, char *why,
+		  size_t whylen)
+{
+	struct mv_peer *p = peer < MV_CLIENT_MAX_PEERS ? cl->peers[peer] : NULL;
+	uint32_t h;
+	int ret;
+
+	if (!p) {
+		snprintf(why, whylen, "peer %u is not one of this client's peers", peer);
+		return -ENOENT;
+	}
+	ret = mv_check_region_blob(b, len, why, whylen);
+	if (ret)
+		return ret;
+	if (b->mover_id != p->mover_id || b->nshards != p->nshards) {
+		snprintf(why, whylen,
+			 "region blob is from mover %016llx (%u shards); peer %u is mover %016llx (%u shards)",
+			 (unsigned long long)b->mover_id, b->nshards, peer,
+			 (unsigned long long)p->mover_id, p->nshards);
+		return -EXDEV;
+	}
+	for (h = 0; h < MV_CLIENT_MAX_IMPORTS; h++)
+		if (!atomic_load_explicit(&cl->imports[h], memory_order_relaxed))
+			break;
+	if (h == MV_CLIENT_MAX_IMPORTS) {
+		snprintf(why, whylen, "this client already has %u imports", MV_CLIENT_MAX_IMPORTS);
+		return -ENOSPC;
+	}
+	struct mv_import *imp = calloc(1, sizeof(*imp));
+	if (!imp)
+		return -ENOMEM;
+	imp->handle = h;
+	imp->peer = p;
+	imp->region = b->region;
+	imp->nshards = b->nshards;
+	imp->len = b->len;
+	for (uint32_t s = 0; s < b->nshards; s++) {
+		imp->addr[s] = b->shard[s].addr;
+		imp->key[s] = b->shard[s].key;
+	}
+	/* R4 pairs with A4 in import_get() */
+	atomic_store_explicit(&cl->imports[h], imp, memory_order_release);
+	*out = h;
+	return 0;
+}
+
+int mv_import_del(struct mover *mv, struct mv_client *cl, uint32_t handle, char *why,
+		  size_t whylen)
+{
+	if (handle >= MV_CLIENT_MAX_IMPORTS || !atomic_load(&cl->imports[handle])) {
+		snprintf(why, whylen, "import %u is not one of this client's imports", handle);
+		return -ENOENT;
+	}
+	import_drop(mv, cl, handle);
+	return 0;
+}
+
+/* Everything a departed client held; its rings are already detached. */
+void mv_client_release_all(struct mover *mv, struct mv_client *cl)
+{
+	char why[MV_ERRLEN];
+
+	for (uint32_t h = 0; h < MV_CLIENT_MAX_IMPORTS; h++) {
+		struct mv_import *imp = atomic_exchange(&cl->imports[h], NULL);
+		free(imp); /* the detach was the grace period */
+	}
+	for (uint32_t i = 0; i < MV_CLIENT_MAX_PEERS; i++)
+		if (cl->peers[i])
+			mv_peer_del(mv, cl, i, why, sizeof(why));
+	/* Unpublish every region, one grace period for all, then free them: a
+	 * shard delivering an immediate may hold one from a lookup until then. */
+	struct mv_region **gone = calloc(cl->nregions ? cl->nregions : 1, sizeof(*gone));
+	uint32_t n = 0;
+	for (uint32_t idx = 1; gone && idx < MV_MAX_REGIONS && n < cl->nregions; idx++) {
+		struct mv_region *r = atomic_load(&mv->regions[idx]);
+		if (r && r->owner == cl->id) {
+			atomic_store(&mv->regions[idx], NULL);
+			gone[n++] = r;
+		}
+	}
+	mv_call_all(mv, MV_CMD_SYNC, NULL, why, sizeof(why));
+	for (uint32_t i = 0; i < n; i++)
+		region_free(mv, gone[i]);
+	cl->nregions -= n;
+	free(gone);
+}

@@ -1,0 +1,895 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The shard loop: one thread per NIC shard, pinned near its NIC, owning its
+ * fabric objects. Each turn it runs mailbox commands, consumes descriptors
+ * from the submission rings of its clients (fairly, a budget per ring),
+ * validates them and turns them into fabric writes on a pending FIFO, posts
+ * that FIFO as the provider has room (FI_MORE on all but the last of a
+ * burst, -FI_EAGAIN just ends the burst), reads the CQ in batches, and
+ * publishes completions. Idle, it spins briefly, then sleeps on its doorbell
+ * eventfd and, where the provider has one, the CQ's wait fd.
+ */
+#include "mover.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#define RING_BUDGET 256u     /* descriptors from one ring per turn */
+#define CQ_BATCH 64
+#define SPIN_NS 200000	     /* busy-poll this long after the last work */
+#define STOP_DRAIN_NS 10000000000ll
+#define OVF_MAX 65536u	     /* completions held for a client whose ring is full */
+
+enum mv_op_kind { MV_OPK_WRITE = 1, MV_OPK_IMM = 2 };
+
+struct mv_wr {
+	struct fi_context2 ctx; /* first: the provider's scratch, and our cookie */
+	struct mv_wr *next;
+	struct mv_attach *at;
+	struct mv_peer *peer;
+	uint32_t batch;
+	uint8_t kind;
+	uint8_t niov;
+	uint64_t bytes;
+	uint64_t data;
+	uint64_t cookie;
+	struct iovec iov[MV_IOV_MAX];
+	void *desc[MV_IOV_MAX];
+	struct fi_rma_iov riov[MV_IOV_MAX];
+};
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+void mv_shard_post(struct mv_shard *s, struct mv_cmd *c)
+{
+	uint64_t one = 1;
+
+	c->next = NULL;
+	pthread_mutex_lock(&s->mbox_mu);
+	if (s->mbox_tail)
+		s->mbox_tail->next = c;
+	else
+		s->mbox_head = c;
+	s->mbox_tail = c;
+	/* R3 pairs with A3 in shard_loop(): the command is queued before the flag */
+	atomic_store_explicit(&s->mbox_pending, 1, memory_order_release);
+	pthread_mutex_unlock(&s->mbox_mu);
+	if (write(s->efd, &one, sizeof(one)) < 0) {
+		/* The counter saturated: the shard is already due to wake. */
+	}
+}
+
+static void cmd_done(struct mv_shard *s, struct mv_cmd *c, int status)
+{
+	c->status = status;
+	if (c->done)
+		sem_post(c->done);
+}
+
+static struct mv_wr *op_get(struct mv_shard *s)
+{
+	struct mv_wr *op = s->free_ops;
+
+	if (!op)
+		return NULL;
+	s->free_ops = op->next;
+	s->nfree--;
+	memset(op, 0, offsetof(struct mv_wr, iov));
+	return op;
+}
+
+static void op_put(struct mv_shard *s, struct mv_wr *op)
+{
+	op->next = s->free_ops;
+	s->free_ops = op;
+	s->nfree++;
+}
+
+static void pend_push(struct mv_shard *s, struct mv_wr *op)
+{
+	op->next = NULL;
+	if (s->pend_tail)
+		s->pend_tail->next = op;
+	else
+		s->pend_head = op;
+	s->pend_tail = op;
+	s->npend++;
+}
+
+/* Completions: into the client's ring, or held in order when it is full. */
+static void push_cqe(struct mv_attach *at, const struct mv_cqe *c)
+{
+	uint32_t pos;
+
+	if (at->dead || at->detaching)
+		return;
+	if (at->ovf_head == at->ovf_tail) {
+		int n = shmring_reserve(&at->comp, 1, &pos);
+		if (n == 1) {
+			memcpy(shmring_slot(&at->comp, pos), c, sizeof(*c));
+			return;
+		}
+		if (n < 0) {
+			mv_log("client %u: completion ring: %s; dropping the client's rings",
+			       at->cl->id, shmring_error(&at->comp));
+			at->dead = 1;
+			return;
+		}
+	}
+	if (at->ovf_tail - at->ovf_head == at->ovf_cap) {
+		uint32_t cap = at->ovf_cap ? at->ovf_cap * 2 : 64;
+		if (cap > OVF_MAX) {
+			mv_log("client %u: %u completions waiting and none read; dropping one",
+			       at->cl->id, OVF_MAX);
+			return;
+		}
+		struct mv_cqe *n = malloc(sizeof(*n) * cap);
+		if (!n)
+			return;
+		for (uint32_t i = 0; i < at->ovf_tail - at->ovf_head; i++)
+			n[i] = at->ovf[(at->ovf_head + i) % (at->ovf_cap ? at->ovf_cap : 1)];
+		at->ovf_tail -= at->ovf_head;
+		at->ovf_head = 0;
+		free(at->ovf);
+		at->ovf = n;
+		at->ovf_cap = cap;
+	}
+	at->ovf[at->ovf_tail++ % at->ovf_cap] = *c;
+}
+
+static int flush_ovf(struct mv_attach *at)
+{
+	uint32_t pos, moved = 0;
+
+	while (at->ovf_head != at->ovf_tail && !at->dead) {
+		int n = shmring_reserve(&at->comp, 1, &pos);
+		if (n != 1)
+			break;
+		memcpy(shmring_slot(&at->comp, pos), &at->ovf[at->ovf_head++ % at->ovf_cap],
+		       sizeof(struct mv_cqe));
+		moved++;
+	}
+	return (int)moved;
+}
+
+static void fail_part(struct mv_part *p, int status, uint8_t cause, uint32_t region,
+		      const char *msg)
+{
+	if (p->failed)
+		return;
+	p->failed = 1;
+	p->status = status;
+	p->cause = cause;
+	p->region = region;
+	snprintf(p->msg, sizeof(p->msg), "%s", msg);
+}
+
+static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, uint64_t cookie,
+			  int status, uint8_t cause, const char *msg)
+{
+	struct mv_batch *B = &at->cl->batches[b];
+	struct mv_cqe c = { .type = MV_CQE_BATCH, .batch = b, .cookie = cookie };
+
+	c.status = status;
+	c.cause = cause;
+	c.bytes = atomic_load_explicit(&B->bytes, memory_order_relaxed);
+	c.region = B->region;
+	c.shard = (uint32_t)s->id;
+	if (msg)
+		snprintf(c.msg, sizeof(c.msg), "%s", msg);
+	/* Reset before the client can see the id again. */
+	atomic_store_explicit(&B->bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&B->status, 0, memory_order_relaxed);
+	atomic_store_explicit(&B->parts_done, 0, memory_order_release);
+	at->batches++;
+	push_cqe(at, &c);
+}
+
+static struct mv_import *import_get(struct mv_client *cl, uint32_t h)
+{
+	if (h >= MV_CLIENT_MAX_IMPORTS)
+		return NULL;
+	/* A4 pairs with R4 in mv_import_add(): the entry is complete */
+	return atomic_load_explicit(&cl->imports[h], memory_order_acquire);
+}
+
+static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
+{
+	struct mv_part *p = &at->parts[b];
+	struct mv_batch *B = &at->cl->batches[b];
+	struct mv_desc end = p->end;
+
+	if (p->failed) {
+		int32_t zero = 0;
+		if (atomic_compare_exchange_strong(&B->status, &zero, p->status)) {
+			B->cause = p->cause;
+			B->region = p->region;
+			memcpy(B->msg, p->msg, sizeof(B->msg));
+		}
+	}
+	atomic_fetch_add_explicit(&B->bytes, p->bytes, memory_order_relaxed);
+	memset(p, 0, sizeof(*p));
+	/* AR5: each part's results are released here and the last part's
+	 * increment acquires all of them (the CAS winner wrote msg before). */
+	uint32_t done = atomic_fetch_add_explicit(&B->parts_done, 1, memory_order_acq_rel) + 1;
+	if (done < end.nparts)
+		return;
+
+	int32_t status = atomic_load_explicit(&B->status, memory_order_relaxed);
+	if (status == 0 && (end.flags & MV_END_IMM)) {
+		struct mv_import *imp = import_get(at->cl, end.dst);
+		struct mv_wr *op = op_get(s);
+		if (!imp || !op || atomic_load(&imp->peer->gone)) {
+			if (op)
+				op_put(s, op);
+			publish_batch(s, at, b, end.cookie, -ENOENT,
+				      imp ? MV_CAUSE_PEER_GONE : MV_CAUSE_NO_IMPORT,
+				      imp ? "peer was removed before the immediate"
+					  : "immediate names an unknown import handle");
+			return;
+		}
+		uint32_t t = (uint32_t)s->id % imp->nshards;
+		op->kind = MV_OPK_IMM;
+		op->at = at;
+		op->batch = b;
+		op->cookie = end.cookie;
+		op->peer = imp->peer;
+		op->data = (uint64_t)imp->region << 32 | end.imm;
+		op->riov[0].addr = imp->addr[t];
+		op->riov[0].key = imp->key[t];
+		at->outstanding++;
+		pend_push(s, op);
+		return;
+	}
+	publish_batch(s, at, b, end.cookie, status, status ? B->cause : MV_CAUSE_NONE,
+		      status ? B->msg : NULL);
+}
+
+static void check_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
+{
+	struct mv_part *p = &at->parts[b];
+
+	if (p->ended && p->outstanding == 0)
+		finish_part(s, at, b);
+}
+
+static void op_done(struct mv_shard *s, struct mv_wr *op, int err, const char *text)
+{
+	struct mv_attach *at = op->at;
+
+	if (op->peer && op->peer->inflight[s->id])
+		op->peer->inflight[s->id]--;
+	at->outstanding--;
+	if (op->kind == MV_OPK_IMM) {
+		char msg[MV_ERRLEN];
+		if (err)
+			snprintf(msg, sizeof(msg), "immediate: %s", text);
+		publish_batch(s, at, op->batch, op->cookie, err,
+			      err ? MV_CAUSE_PROVIDER : MV_CAUSE_NONE, err ? msg : NULL);
+	} else {
+		struct mv_part *p = &at->parts[op->batch];
+		p->outstanding--;
+		if (err) {
+			uint8_t cause = err == -ECANCELED ? MV_CAUSE_CANCELLED
+				      : err == -EHOSTUNREACH ? MV_CAUSE_PEER_GONE
+							     : MV_CAUSE_PROVIDER;
+			fail_part(p, err, cause, 0, text);
+		} else {
+			p->bytes += op->bytes;
+		}
+		check_part(s, at, op->batch);
+	}
+	op_put(s, op);
+}
+
+/* A descriptor that cannot be tied to a batch: report it on its own. */
+static void bad_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
+		     const char *why)
+{
+	struct mv_cqe c = { .type = MV_CQE_BATCH, .status = -EINVAL, .cause = MV_CAUSE_BAD_DESC };
+
+	c.batch = d->batch;
+	c.shard = (uint32_t)s->id;
+	snprintf(c.msg, sizeof(c.msg), "%s", why);
+	push_cqe(at, &c);
+}
+
+static int ops_needed(const struct mv_desc *d)
+{
+	if (d->op != MV_OP_WRITE)
+		return 1;
+	return (int)((d->len + MV_CHUNK - 1) / MV_CHUNK) + 1;
+}
+
+/* Turns one WRITE into ops; the caller checked there are enough free. */
+static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
+{
+	struct mv_part *p = &at->parts[d->batch];
+	struct mv_region *src = mv_region_get(s->mv, d->src);
+	struct mv_import *dst = import_get(at->cl, d->dst);
+	char why[MV_ERRLEN];
+	uint8_t cause;
+
+	p->ndesc++;
+	if (p->failed)
+		return;
+	if (mv_check_write(d, src, dst, at->cl->id, why, sizeof(why), &cause)) {
+		fail_part(p, cause == MV_CAUSE_BOUNDS ? -ERANGE : -ENOENT, cause,
+			  cause == MV_CAUSE_NO_IMPORT ? d->dst : d->src, why);
+		return;
+	}
+	if (atomic_load_explicit(&dst->peer->gone, memory_order_relaxed)) {
+		snprintf(why, sizeof(why), "peer of import %u was removed", d->dst);
+		fail_part(p, -EHOSTUNREACH, MV_CAUSE_PEER_GONE, d->dst, why);
+		return;
+	}
+	uint32_t t = (uint32_t)s->id % dst->nshards;
+	uint64_t off = 0;
+	while (off < d->len) {
+		uint64_t n = d->len - off < MV_CHUNK ? d->len - off : MV_CHUNK;
+		uint8_t *la = src->base + d->src_off + off;
+		uint64_t ra = dst->addr[t] + d->dst_off + off;
+		struct mv_wr *tail = s->pend_tail;
+
+		/* Merge into the previous op of the same batch and peer: extend
+		 * its last iov when both sides are contiguous, else add an iov. */
+		if (tail && tail->kind == MV_OPK_WRITE && tail->at == at &&
+		    tail->batch == d->batch && tail->peer == dst->peer &&
+		    tail->bytes + n <= MV_CHUNK && tail->riov[0].key == dst->key[t]) {
+			struct iovec *li = &tail->iov[tail->niov - 1];
+			struct fi_rma_iov *ri = &tail->riov[tail->niov - 1];
+			if ((uint8_t *)li->iov_base + li->iov_len == la &&
+			    ri->addr + ri->len == ra && tail->desc[tail->niov - 1] == src->desc[s->id]) {
+				li->iov_len += n;
+				ri->len += n;
+				tail->bytes += n;
+				off += n;
+				continue;
+			}
+			if (tail->niov < s->fab.iov_limit) {
+				tail->iov[tail->niov] = (struct iovec){ la, n };
+				tail->desc[tail->niov] = src->desc[s->id];
+				tail->riov[tail->niov] =
+					(struct fi_rma_iov){ .addr = ra, .len = n, .key = dst->key[t] };
+				tail->niov++;
+				tail->bytes += n;
+				off += n;
+				continue;
+			}
+		}
+		struct mv_wr *op = op_get(s);
+		op->kind = MV_OPK_WRITE;
+		op->at = at;
+		op->batch = d->batch;
+		op->peer = dst->peer;
+		op->niov = 1;
+		op->bytes = n;
+		op->iov[0] = (struct iovec){ la, n };
+		op->desc[0] = src->desc[s->id];
+		op->riov[0] = (struct fi_rma_iov){ .addr = ra, .len = n, .key = dst->key[t] };
+		p->outstanding++;
+		at->outstanding++;
+		pend_push(s, op);
+		off += n;
+	}
+}
+
+static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
+{
+	struct mv_part *p = &at->parts[d->batch];
+	char why[MV_ERRLEN];
+
+	if (d->nparts == 0 || d->nparts > s->mv->nshards) {
+		snprintf(why, sizeof(why), "batch %u END says %u parts; this mover has %u shards",
+			 d->batch, d->nparts, s->mv->nshards);
+		fail_part(p, -EINVAL, MV_CAUSE_BAD_DESC, 0, why);
+	} else if (d->ndesc != p->ndesc) {
+		snprintf(why, sizeof(why), "batch %u END counts %u writes; shard %d received %u",
+			 d->batch, d->ndesc, s->id, p->ndesc);
+		fail_part(p, -EINVAL, MV_CAUSE_BAD_DESC, 0, why);
+	} else if ((d->flags & MV_END_IMM) && !import_get(at->cl, d->dst)) {
+		snprintf(why, sizeof(why), "immediate names import %u, which does not exist",
+			 d->dst);
+		fail_part(p, -ENOENT, MV_CAUSE_NO_IMPORT, d->dst, why);
+	}
+	p->end = *d;
+	if (p->end.nparts == 0 || p->end.nparts > s->mv->nshards)
+		p->end.nparts = 1; /* complete it alone, with its error */
+	p->ended = 1;
+	check_part(s, at, d->batch);
+}
+
+/* One descriptor; returns 0 if the shard lacks ops for it now (retry later). */
+static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
+{
+	char why[MV_ERRLEN];
+
+	if (d->batch >= MV_MAX_BATCHES) {
+		snprintf(why, sizeof(why), "descriptor names batch %u; ids run below %u",
+			 d->batch, MV_MAX_BATCHES);
+		bad_desc(s, at, d, why);
+		return 1;
+	}
+	if (at->parts[d->batch].ended) {
+		snprintf(why, sizeof(why), "batch %u is already ended and still in flight",
+			 d->batch);
+		bad_desc(s, at, d, why);
+		return 1;
+	}
+	switch (d->op) {
+	case MV_OP_WRITE:
+		if ((uint32_t)ops_needed(d) > s->nfree)
+			return 0;
+		take_write(s, at, d);
+		return 1;
+	case MV_OP_END:
+		take_end(s, at, d);
+		return 1;
+	default:
+		snprintf(why, sizeof(why), "descriptor op %u is not WRITE (1) or END (2)", d->op);
+		fail_part(&at->parts[d->batch], -EINVAL, MV_CAUSE_BAD_DESC, 0, why);
+		return 1;
+	}
+}
+
+static int consume(struct mv_shard *s)
+{
+	uint32_t total = 0, n = s->natt;
+
+	for (uint32_t k = 0; k < n; k++) {
+		struct mv_attach *at = s->att[(s->rr + k) % n];
+		uint32_t pos, used = 0;
+
+		if (at->dead || at->detaching)
+			continue;
+		if (s->npend > s->fab.tx_size * 2 || s->nfree <= MV_IOV_MAX)
+			break;
+		int got = shmring_peek(&at->sub, RING_BUDGET, &pos);
+		if (got < 0) {
+			mv_log("client %u shard %d: %s; no more descriptors taken from it",
+			       at->cl->id, s->id, shmring_error(&at->sub));
+			at->dead = 1;
+			continue;
+		}
+		for (int i = 0; i < got; i++) {
+			struct mv_desc d;
+			/* Copy first: the client can rewrite the slot while we look. */
+			memcpy(&d, shmring_slot(&at->sub, pos + (uint32_t)i), sizeof(d));
+			if (!take_desc(s, at, &d))
+				break;
+			used++;
+		}
+		if (used)
+			shmring_release(&at->sub, used);
+		at->descs += used;
+		s->st.descs += used;
+		total += used;
+	}
+	s->rr++;
+	return (int)total;
+}
+
+static int post(struct mv_shard *s)
+{
+	int n = 0;
+
+	while (s->pend_head) {
+		struct mv_wr *op = s->pend_head;
+		uint64_t flags = FI_COMPLETION | s->fab.dc_flag;
+		struct fi_msg_rma msg = {
+			.msg_iov = op->iov,
+			.desc = op->desc,
+			.iov_count = op->niov,
+			.rma_iov = op->riov,
+			.rma_iov_count = op->niov,
+			.context = &op->ctx,
+		};
+		ssize_t ret;
+
+		if (atomic_load_explicit(&op->peer->gone, memory_order_relaxed)) {
+			ret = -FI_EHOSTUNREACH;
+		} else {
+			msg.addr = op->peer->fiaddr[s->id];
+			if (op->kind == MV_OPK_IMM) {
+				flags |= FI_REMOTE_CQ_DATA;
+				msg.iov_count = 0;
+				msg.rma_iov_count = 1;
+				msg.data = op->data;
+			}
+			/* FI_MORE only while the queue surely takes the next one too:
+			 * a burst cut short by EAGAIN must not leave the doorbell unrung. */
+			if (op->next && s->posted + 1 < s->fab.tx_size)
+				flags |= FI_MORE;
+			ret = fi_writemsg(s->fab.ep, &msg, flags);
+			if (ret == -FI_EAGAIN) {
+				s->st.eagain++;
+				break;
+			}
+		}
+		s->pend_head = op->next;
+		if (!s->pend_head)
+			s->pend_tail = NULL;
+		s->npend--;
+		if (ret) {
+			char text[MV_ERRLEN];
+			snprintf(text, sizeof(text), "posting a write: %s", fi_strerror((int)-ret));
+			op_done(s, op, ret == -FI_EHOSTUNREACH ? -EHOSTUNREACH : (int)ret, text);
+			continue;
+		}
+		op->peer->inflight[s->id]++;
+		s->posted++;
+		s->st.posted++;
+		n++;
+	}
+	return n;
+}
+
+static void deliver_imm(struct mv_shard *s, uint64_t data)
+{
+	struct mv_region *r = mv_region_get(s->mv, (uint32_t)(data >> 32));
+	struct mv_cqe c = { .type = MV_CQE_IMM, .imm = (uint32_t)data };
+
+	s->st.imm_rx++;
+	if (!r)
+		return; /* the region went away: nobody to tell */
+	struct mv_client *cl = s->mv->clients[r->owner % MV_MAX_CLIENTS];
+	if (!cl || cl->id != r->owner || !cl->att[s->id])
+		return;
+	c.region = r->id;
+	c.shard = (uint32_t)s->id;
+	push_cqe(cl->att[s->id], &c);
+}
+
+static int reap(struct mv_shard *s)
+{
+	struct fi_cq_data_entry ent[CQ_BATCH];
+	int total = 0;
+
+	for (;;) {
+		ssize_t n = fi_cq_read(s->fab.cq, ent, CQ_BATCH);
+		if (n == -FI_EAGAIN || n == 0)
+			break;
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry e = { 0 };
+			char buf[128], text[MV_ERRLEN];
+
+			if (fi_cq_readerr(s->fab.cq, &e, 0) != 1)
+				break;
+			s->st.cq_errors++;
+			const char *pe = fi_cq_strerror(s->fab.cq, e.prov_errno, e.err_data, buf,
+							sizeof(buf));
+			if (!e.op_context || (e.flags & FI_REMOTE_WRITE)) {
+				mv_log("shard %d: remote write error: %s", s->id, pe ? pe : "?");
+				continue;
+			}
+			struct mv_wr *op = (struct mv_wr *)e.op_context;
+			snprintf(text, sizeof(text), "%s: %s", fi_strerror(e.err), pe ? pe : "");
+			s->posted--;
+			op_done(s, op, e.err == FI_EHOSTUNREACH ? -EHOSTUNREACH : -(int)e.err,
+				text);
+			total++;
+			continue;
+		}
+		if (n < 0) {
+			mv_log("shard %d: fi_cq_read: %s", s->id, fi_strerror((int)-n));
+			break;
+		}
+		for (ssize_t i = 0; i < n; i++) {
+			if (ent[i].flags & FI_REMOTE_CQ_DATA) {
+				deliver_imm(s, ent[i].data);
+				continue;
+			}
+			struct mv_wr *op = (struct mv_wr *)ent[i].op_context;
+			s->posted--;
+			s->st.completed++;
+			s->st.bytes += op->bytes;
+			op_done(s, op, 0, NULL);
+		}
+		total += (int)n;
+		if (n < CQ_BATCH)
+			break;
+	}
+	return total;
+}
+
+static void attach_free(struct mv_attach *at)
+{
+	shmring_close(&at->sub);
+	shmring_close(&at->comp);
+	free(at->parts);
+	free(at->ovf);
+	free(at);
+}
+
+/* Pending (never posted) ops of a leaving client end as cancelled. */
+static void cancel_pending(struct mv_shard *s, struct mv_attach *at)
+{
+	struct mv_wr **pp = &s->pend_head, *keep_tail = NULL;
+
+	while (*pp) {
+		struct mv_wr *op = *pp;
+		if (op->at == at) {
+			*pp = op->next;
+			s->npend--;
+			at->outstanding--;
+			op_put(s, op);
+			continue;
+		}
+		keep_tail = op;
+		pp = &op->next;
+	}
+	s->pend_tail = keep_tail;
+}
+
+static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
+{
+	struct mv_region *r;
+	struct mv_peer *p;
+	struct mv_attach *at;
+	struct mv_client *cl;
+	int ret = 0;
+
+	switch (c->type) {
+	case MV_CMD_ATTACH:
+		at = ((struct mv_client *)c->arg)->att[s->id];
+		if (s->natt >= MV_MAX_CLIENTS) {
+			ret = -ENOSPC;
+			break;
+		}
+		shmring_set_doorbell(&at->comp, at->cl->efd);
+		s->att[s->natt++] = at;
+		break;
+	case MV_CMD_DETACH:
+		cl = c->arg;
+		at = cl->att[s->id];
+		if (at) {
+			at->detaching = 1;
+			cancel_pending(s, at);
+		}
+		break;
+	case MV_CMD_REG: {
+		uint64_t want = 0, key = 0;
+		r = c->arg;
+		if (s->fab.key_size >= 8)
+			want = (uint64_t)(uint32_t)random() << 32;
+		want |= r->id;
+		ret = mv_fabric_reg(&s->fab, r->base, r->len, want, &r->mr[s->id],
+				    &r->desc[s->id], &key, c->msg, sizeof(c->msg));
+		r->key[s->id] = key;
+		break;
+	}
+	case MV_CMD_DEREG:
+		r = c->arg;
+		if (r->mr[s->id])
+			fi_close(&r->mr[s->id]->fid);
+		r->mr[s->id] = NULL;
+		break;
+	case MV_CMD_PEER_ADD: {
+		p = c->arg;
+		uint32_t t = (uint32_t)s->id % p->nshards;
+		ret = mv_fabric_av_insert(&s->fab, p->blob.addr[t], &p->fiaddr[s->id]);
+		if (ret)
+			snprintf(c->msg, sizeof(c->msg), "fi_av_insert of peer shard %u: %s", t,
+				 fi_strerror(-ret));
+		break;
+	}
+	case MV_CMD_PEER_DEL:
+	case MV_CMD_SYNC:
+		break;
+	case MV_CMD_STOP:
+		s->stop_cmd = c;
+		return; /* acknowledged once drained */
+	}
+	if (c->type == MV_CMD_DETACH)
+		return; /* acknowledged by the detach path below */
+	cmd_done(s, c, ret);
+}
+
+static void mailbox(struct mv_shard *s)
+{
+	struct mv_cmd *c;
+
+	/* A3 pairs with R3 in mv_shard_post() */
+	if (!atomic_load_explicit(&s->mbox_pending, memory_order_acquire))
+		return;
+	pthread_mutex_lock(&s->mbox_mu);
+	c = s->mbox_head;
+	s->mbox_head = s->mbox_tail = NULL;
+	atomic_store_explicit(&s->mbox_pending, 0, memory_order_relaxed);
+	pthread_mutex_unlock(&s->mbox_mu);
+	while (c) {
+		struct mv_cmd *next = c->next;
+		run_cmd(s, c);
+		c = next;
+	}
+}
+
+/* Attachments whose client left and whose last op finished go away. */
+static void reap_detached(struct mv_shard *s)
+{
+	for (uint32_t i = 0; i < s->natt; i++) {
+		struct mv_attach *at = s->att[i];
+		if (!at->detaching || at->outstanding)
+			continue;
+		struct mv_client *cl = at->cl;
+		s->att[i] = s->att[--s->natt];
+		i--;
+		cl->att[s->id] = NULL;
+		attach_free(at);
+		uint64_t one = 1;
+		atomic_fetch_add_explicit(&cl->shards_detached, 1, memory_order_release);
+		if (write(s->mv->efd, &one, sizeof(one)) < 0) {
+			/* saturated counter: the main thread wakes anyway */
+		}
+	}
+}
+
+static int flush_all(struct mv_shard *s)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < s->natt; i++) {
+		struct mv_attach *at = s->att[i];
+		if (at->ovf_head != at->ovf_tail)
+			n += flush_ovf(at);
+		if (!at->dead && shmring_reserved(&at->comp))
+			shmring_commit(&at->comp);
+	}
+	return n;
+}
+
+static int rings_empty(struct mv_shard *s)
+{
+	for (uint32_t i = 0; i < s->natt; i++) {
+		struct mv_attach *at = s->att[i];
+		uint32_t pos;
+		if (!at->dead && !at->detaching && shmring_peek(&at->sub, 1, &pos) > 0)
+			return 0;
+	}
+	return 1;
+}
+
+static void sleep_once(struct mv_shard *s)
+{
+	struct pollfd pf[2] = { { .fd = s->efd, .events = POLLIN }, { .fd = s->fab.cq_fd, .events = POLLIN } };
+	uint32_t armed = 0;
+	int timeout, nfds = 1;
+
+	for (; armed < s->natt; armed++) {
+		struct mv_attach *at = s->att[armed];
+		if (!at->dead && !at->detaching && shmring_arm(&at->sub))
+			goto disarm;
+	}
+	if (s->posted || s->npend) {
+		/* Work is in flight: yield the core briefly, never block long. */
+		timeout = s->fab.cq_fd >= 0 ? 1 : 0;
+	} else {
+		timeout = s->fab.cq_fd >= 0 ? 100 : 1;
+	}
+	if (s->fab.cq_fd >= 0) {
+		struct fid *f = &s->fab.cq->fid;
+		if (fi_trywait(s->fab.fabric, &f, 1) != FI_SUCCESS)
+			goto disarm;
+		nfds = 2;
+	}
+	if (timeout == 0)
+		sched_yield();
+	else if (poll(pf, (nfds_t)nfds, timeout) > 0 && (pf[0].revents & POLLIN)) {
+		uint64_t v;
+		if (read(s->efd, &v, sizeof(v)) < 0) {
+			/* EAGAIN: another reader drained it */
+		}
+	}
+disarm:
+	for (uint32_t i = 0; i < armed && i < s->natt; i++)
+		shmring_disarm(&s->att[i]->sub);
+}
+
+static void shard_loop(struct mv_shard *s)
+{
+	int64_t last_work = now_ns(), stop_at = 0;
+
+	for (;;) {
+		int work = 0;
+
+		mailbox(s);
+		work += consume(s);
+		work += post(s);
+		work += reap(s);
+		work += flush_all(s);
+		reap_detached(s);
+		if (s->stop_cmd) {
+			if (!stop_at)
+				stop_at = now_ns() + STOP_DRAIN_NS;
+			if ((rings_empty(s) && !s->npend && !s->posted) || now_ns() > stop_at) {
+				if (s->npend || s->posted)
+					mv_log("shard %d: stopping with %u queued and %u posted ops",
+					       s->id, s->npend, s->posted);
+				break;
+			}
+		}
+		if (work) {
+			last_work = now_ns();
+			continue;
+		}
+		if (now_ns() - last_work < SPIN_NS || s->stop_cmd)
+			continue;
+		sleep_once(s);
+	}
+}
+
+void *mv_shard_main(void *arg)
+{
+	struct mv_shard *s = arg;
+	int ret;
+
+	ret = mv_topo_pin(s->cpu);
+	if (ret)
+		mv_log("shard %d: pinning to CPU %d failed: %s", s->id, s->cpu, strerror(-ret));
+	/* Everything the shard owns is allocated after pinning, on its node. */
+	ret = mv_fabric_open(&s->fab, s->mv->prov, s->iface);
+	if (ret) {
+		s->start_status = ret;
+		snprintf(s->start_msg, sizeof(s->start_msg), "opening %s on %s: %s", s->mv->prov,
+			 s->iface, fi_strerror(-ret));
+		sem_post(&s->started);
+		return NULL;
+	}
+	s->ops = calloc(MV_OPS_PER_SHARD, sizeof(*s->ops));
+	if (!s->ops) {
+		s->start_status = -ENOMEM;
+		snprintf(s->start_msg, sizeof(s->start_msg), "no memory for the op pool");
+		mv_fabric_close(&s->fab);
+		sem_post(&s->started);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < MV_OPS_PER_SHARD; i++)
+		op_put(s, &s->ops[i]);
+	sem_post(&s->started);
+
+	shard_loop(s);
+
+	struct mv_cmd *stop = s->stop_cmd;
+	for (uint32_t i = 0; i < s->natt; i++)
+		attach_free(s->att[i]);
+	s->natt = 0;
+	/* Registrations before the domain they belong to. */
+	for (uint32_t i = 0; i < MV_MAX_REGIONS; i++) {
+		struct mv_region *r = atomic_load_explicit(&s->mv->regions[i], memory_order_acquire);
+		if (r && r->mr[s->id]) {
+			fi_close(&r->mr[s->id]->fid);
+			r->mr[s->id] = NULL;
+		}
+	}
+	mv_fabric_close(&s->fab);
+	free(s->ops);
+	cmd_done(s, stop, 0);
+	return NULL;
+}
+
+int mv_shard_start(struct mv_shard *s)
+{
+	int ret;
+
+	pthread_mutex_init(&s->mbox_mu, NULL);
+	sem_init(&s->started, 0, 0);
+	ret = pthread_create(&s->thread, NULL, mv_shard_main, s);
+	if (ret)
+		return -ret;
+	sem_wait(&s->started);
+	return s->start_status;
+}

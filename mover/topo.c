@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Topology: which cores sit near each shard's NIC. hwloc finds the NIC's
+ * PCI device (or the OS network device of its interface) and the NUMA node
+ * above it; each shard is pinned to its own core on that node, never core 0
+ * when another is free (the control thread and the kernel live there).
+ * --cpus overrides the choice.
+ */
+#include "mover.h"
+
+#include <hwloc.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static hwloc_obj_t nic_object(hwloc_topology_t t, const struct mv_shard *f)
+{
+	hwloc_obj_t o = NULL;
+
+	if (f->pci[0])
+		o = hwloc_get_pcidev_by_busidstring(t, f->pci);
+	if (!o) {
+		/* An OS network device named like the interface (eth0, veth0). */
+		while ((o = hwloc_get_next_osdev(t, o)))
+			if (o->name && !strcmp(o->name, f->iface))
+				break;
+	}
+	return o;
+}
+
+static int parse_cpus(const char *list, int *cpus, int max)
+{
+	int n = 0;
+	char *dup = strdup(list), *save = NULL;
+
+	for (char *tok = strtok_r(dup, ",", &save); tok && n < max;
+	     tok = strtok_r(NULL, ",", &save))
+		cpus[n++] = atoi(tok);
+	free(dup);
+	return n;
+}
+
+int mv_topo_place(struct mover *mv, char *why, size_t whylen)
+{
+	hwloc_topology_t t;
+	int ncpu, used[1024] = { 0 };
+
+	if (hwloc_topology_init(&t) < 0)
+		return -ENOMEM;
+	hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+	if (hwloc_topology_load(t) < 0) {
+		hwloc_topology_destroy(t);
+		snprintf(why, whylen, "hwloc could not load the topology");
+		return -EIO;
+	}
+	ncpu = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
+	if (ncpu > 1024)
+		ncpu = 1024;
+
+	if (mv->cfg.cpus) {
+		int cpus[MV_MAX_SHARDS];
+		int n = parse_cpus(mv->cfg.cpus, cpus, MV_MAX_SHARDS);
+
+		if (n == 0) {
+			hwloc_topology_destroy(t);
+			snprintf(why, whylen, "--cpus '%s' names no CPU", mv->cfg.cpus);
+			return -EINVAL;
+		}
+		for (uint32_t s = 0; s < mv->nshards; s++) {
+			mv->shards[s].cpu = cpus[s % n];
+			mv->shards[s].numa = -1;
+		}
+		hwloc_topology_destroy(t);
+		return 0;
+	}
+
+	for (uint32_t s = 0; s < mv->nshards; s++) {
+		struct mv_shard *sh = &mv->shards[s];
+		hwloc_obj_t nic = nic_object(t, sh);
+		hwloc_const_cpuset_t near = hwloc_topology_get_topology_cpuset(t);
+		hwloc_obj_t anc = nic ? hwloc_get_non_io_ancestor_obj(t, nic) : NULL;
+
+		if (anc && anc->cpuset && !hwloc_bitmap_iszero(anc->cpuset))
+			near = anc->cpuset;
+		sh->numa = -1;
+		hwloc_obj_t numa = NULL;
+		while ((numa = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, numa)))
+			if (hwloc_bitmap_intersects(numa->cpuset, near)) {
+				sh->numa = (int)numa->os_index;
+				break;
+			}
+
+		/* The least used core near the NIC, skipping core 0 while others exist. */
+		int best = -1;
+		hwloc_obj_t pu = NULL;
+		while ((pu = hwloc_get_next_obj_inside_cpuset_by_type(t, near, HWLOC_OBJ_PU, pu))) {
+			int c = (int)pu->os_index;
+			if (c >= 1024)
+				continue;
+			int cost = used[c] * 2 + (c == 0 && ncpu > 1);
+			int bcost = best < 0 ? 1 << 30 : used[best] * 2 + (best == 0 && ncpu > 1);
+			if (cost < bcost)
+				best = c;
+		}
+		sh->cpu = best < 0 ? (int)(s % (uint32_t)ncpu) : best;
+		used[sh->cpu]++;
+	}
+	hwloc_topology_destroy(t);
+	return 0;
+}
+
+int mv_topo_pin(int cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return 0;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set) ? -errno : 0;
+}
