@@ -37,8 +37,9 @@ SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c
 MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/shard.c mover/fabric.c \
 	mover/topo.c mover/validate.c
-TOOLS := mvkv
-TESTS := test_shmring
+TOOLS := mvkv mvbench
+TESTS := test_shmring test_validate test_mover
+SCRIPTS := tests/two_hosts.sh
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
 
@@ -79,11 +80,24 @@ $(B)/bin/mvkv: $(B)/tools/mvkv.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The bench's direct baseline opens endpoints with the mover's own fabric code.
+$(B)/bin/mvbench: $(B)/tools/mvbench.o $(B)/mover/fabric.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(LDLIBS)
+
 $(B)/bin/shmring_bench: $(B)/shmring/shmring_bench.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(wildcard /usr/include/dpdk/rte_ring.h),$(shell pkg-config --libs libdpdk 2>/dev/null))
 
 $(B)/tests/test_shmring: $(B)/tests/test_shmring.o $(SHMRING_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+$(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+$(B)/tests/test_mover: $(B)/tests/test_mover.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
@@ -95,13 +109,15 @@ $(B)/tests/shmring_peer: $(B)/tests/shmring_peer.o $(SHMRING_LIB)
 $(B)/shmring/shmring_bench.o: override CFLAGS += $(if $(wildcard /usr/include/dpdk/rte_ring.h),-DHAVE_DPDK $(shell pkg-config --cflags libdpdk 2>/dev/null) -Wno-missing-prototypes -Wno-shadow)
 
 demo: all
-	@echo "demo: the mover demo arrives with the mover; running the ring benchmark instead"
-	$(B)/bin/shmring_bench --quick
+	MV_BUILD=$(B) tools/demo.sh
 
-check: check-unit check-tsan
+check: check-unit check-scripts check-tsan
 
 check-unit: all
 	@set -e; for t in $(TESTS); do echo "== $$t"; MV_BUILD=$(B) $(B)/tests/$$t; done
+
+check-scripts: all
+	@set -e; for t in $(SCRIPTS); do echo "== $$t"; MV_BUILD=$(B) $$t; done
 
 # The threaded ring test under ThreadSanitizer, in its own build tree.
 check-tsan:
@@ -109,8 +125,11 @@ check-tsan:
 	$(MAKE) --no-print-directory B=$(B)/tsan SANITIZE=thread $(B)/tsan/tests/test_shmring && \
 	MV_BUILD=$(B)/tsan CK_RUN_SUITE=threads TSAN_OPTIONS=halt_on_error=1 $(B)/tsan/tests/test_shmring
 
+# mvbench --quick here; BENCH_FULL=1 for the full run (take figures on a
+# machine with a core per busy thread: 2 x shards + 1).
 bench: all
 	$(B)/bin/shmring_bench
+	$(B)/bin/mvbench --provider tcp,shm $(if $(filter 1,$(BENCH_FULL)),,--quick) --csv $(B)/mvbench.csv
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

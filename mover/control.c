@@ -594,6 +594,7 @@ int mv_control_run(struct mover *mv)
 			}
 		}
 		reap_clients(mv);
+		mv_region_reap(mv, 0);
 	}
 
 	/* Stop: shards finish what clients already committed, then leave. */

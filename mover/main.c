@@ -65,6 +65,8 @@ static void usage(FILE *f)
 		"  --shards N        N shards; NICs are reused round-robin when fewer\n"
 		"                    (default: one shard per NIC)\n"
 		"  --cpus LIST       pin shard i to the i-th CPU of LIST (default: hwloc)\n"
+		"  --op-timeout S    fail a write the fabric has not completed in S seconds\n"
+		"                    (default 10: a peer that died or never answered)\n"
 		"  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
 		"  -v, --verbose     log client events\n");
 }
@@ -86,7 +88,7 @@ int main(int argc, char **argv)
 		{ "socket", required_argument, 0, 's' },   { "provider", required_argument, 0, 'p' },
 		{ "iface", required_argument, 0, 'i' },	   { "shards", required_argument, 0, 'n' },
 		{ "cpus", required_argument, 0, 'c' },	   { "allow-any-uid", no_argument, 0, 'u' },
-		{ "verbose", no_argument, 0, 'v' },	   { "help", no_argument, 0, 'h' },
+		{ "verbose", no_argument, 0, 'v' },	   { "op-timeout", required_argument, 0, 't' },	   { "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	struct mover *mv = calloc(1, sizeof(*mv));
@@ -97,7 +99,8 @@ int main(int argc, char **argv)
 	if (!mv)
 		return 1;
 	mv->cfg.provider = "auto";
-	while ((c = getopt_long(argc, argv, "s:p:i:n:c:uvh", opts, NULL)) != -1) {
+	mv->cfg.op_timeout_ms = 10000;
+	while ((c = getopt_long(argc, argv, "s:p:i:n:c:t:uvh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			mv->cfg.socket_path = optarg;
@@ -118,6 +121,13 @@ int main(int argc, char **argv)
 			break;
 		case 'c':
 			mv->cfg.cpus = optarg;
+			break;
+		case 't':
+			mv->cfg.op_timeout_ms = (int)(atof(optarg) * 1000);
+			if (mv->cfg.op_timeout_ms <= 0) {
+				fprintf(stderr, "mover: --op-timeout %s: give seconds > 0\n", optarg);
+				return 2;
+			}
 			break;
 		case 'u':
 			mv->cfg.allow_any_uid = 1;
@@ -216,6 +226,7 @@ int main(int argc, char **argv)
 			free(r);
 		}
 	}
+	mv_region_reap(mv, 1);
 	for (uint32_t i = 0; i < MV_MAX_PEERS; i++)
 		free(mv->peers[i]);
 	for (uint32_t s = 0; s < mv->nshards; s++)

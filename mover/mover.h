@@ -78,6 +78,8 @@ struct mv_region {
 	struct fid_mr *mr[MV_MAX_SHARDS]; /* written by shard s only */
 	void *desc[MV_MAX_SHARDS];
 	uint64_t key[MV_MAX_SHARDS];
+	int64_t expires; /* freed: unmapped at this CLOCK_MONOTONIC second */
+	struct mv_region *next_dead;
 };
 
 /* Another mover, known by its address blob. */
@@ -186,7 +188,7 @@ struct mv_cmd {
 struct mv_wr;
 
 struct mv_stats_shard {
-	uint64_t posted, completed, bytes, eagain, cq_errors, imm_rx, descs;
+	uint64_t posted, completed, bytes, eagain, cq_errors, imm_rx, descs, retries;
 };
 
 struct mover;
@@ -221,6 +223,10 @@ struct mv_shard {
 	struct mv_wr *pend_head, *pend_tail;
 	uint32_t npend;
 	uint32_t posted; /* ops handed to the provider, not yet completed */
+	uint32_t abandoned; /* of those, failed at their deadline */
+	struct mv_wr *posted_head, *posted_tail;
+	int64_t next_expire;
+	int64_t now; /* CLOCK_MONOTONIC ns at the start of this loop turn */
 	uint32_t idle_spins;
 
 	struct mv_stats_shard st;
@@ -233,6 +239,7 @@ struct mv_config {
 	const char *cpus;     /* comma list overriding topology */
 	int nshards;	      /* 0: one per NIC */
 	int allow_any_uid;
+	int op_timeout_ms; /* a write not completed by then fails its batch */
 };
 
 struct mover {
@@ -246,6 +253,7 @@ struct mover {
 	uint16_t region_gen[MV_MAX_REGIONS];
 	struct mv_peer *peers[MV_MAX_PEERS];
 	struct mv_client *clients[MV_MAX_CLIENTS];
+	struct mv_region *graveyard; /* freed regions in quarantine (main thread) */
 	char prov[32];
 };
 
@@ -272,6 +280,7 @@ int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, 
 		  struct mv_region **out, char *why, size_t whylen);
 int mv_region_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, size_t whylen);
 struct mv_region *mv_region_get(struct mover *mv, uint32_t id);
+void mv_region_reap(struct mover *mv, int all);
 void mv_region_blob(struct mover *mv, const struct mv_region *r, struct mv_region_blob *b);
 int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blob *b,
 		size_t len, uint32_t *out, char *why, size_t whylen);

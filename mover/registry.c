@@ -55,13 +55,47 @@ struct mv_region *mv_region_get(struct mover *mv, uint32_t id)
 	return r && r->id == id ? r : NULL;
 }
 
+/*
+ * A remote mover may be in the middle of a write into the region (a
+ * one-sided write is invisible to us), and a write we abandoned at its
+ * deadline may still read from it. So the range is not unmapped now: it is
+ * overlaid with anonymous memory, which drops the client's memfd at once and
+ * catches late bytes harmlessly, and unmapped after a quarantine.
+ */
 static void region_free(struct mover *mv, struct mv_region *r)
 {
 	char why[MV_ERRLEN];
 
 	mv_call_all(mv, MV_CMD_DEREG, r, why, sizeof(why));
-	munmap(r->map, r->map_len);
-	free(r);
+	if (mmap(r->map, r->map_len, PROT_READ | PROT_WRITE,
+		 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+		munmap(r->map, r->map_len);
+		free(r);
+		return;
+	}
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	r->expires = (int64_t)ts.tv_sec + 3 * mv->cfg.op_timeout_ms / 1000 + 30;
+	r->next_dead = mv->graveyard;
+	mv->graveyard = r;
+}
+
+void mv_region_reap(struct mover *mv, int all)
+{
+	struct timespec ts;
+	struct mv_region **pp = &mv->graveyard;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	while (*pp) {
+		struct mv_region *r = *pp;
+		if (all || r->expires <= (int64_t)ts.tv_sec) {
+			*pp = r->next_dead;
+			munmap(r->map, r->map_len);
+			free(r);
+			continue;
+		}
+		pp = &r->next_dead;
+	}
 }
 
 int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, uint64_t len,

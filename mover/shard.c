@@ -33,6 +33,11 @@ enum mv_op_kind { MV_OPK_WRITE = 1, MV_OPK_IMM = 2 };
 struct mv_wr {
 	struct fi_context2 ctx; /* first: the provider's scratch, and our cookie */
 	struct mv_wr *next;
+	struct mv_wr *pprev, *pnext; /* the posted list, oldest first */
+	int64_t posted_at;
+	int abandoned; /* reported as failed; waits for the provider to let go */
+	int retries;   /* re-posts after connection-level errors */
+	int64_t born;  /* first queued: the deadline runs from here */
 	struct mv_attach *at;
 	struct mv_peer *peer;
 	uint32_t batch;
@@ -92,6 +97,32 @@ static struct mv_wr *op_get(struct mv_shard *s)
 	return op;
 }
 
+static void posted_add(struct mv_shard *s, struct mv_wr *op)
+{
+	op->posted_at = s->now;
+	op->pnext = NULL;
+	op->pprev = s->posted_tail;
+	if (s->posted_tail)
+		s->posted_tail->pnext = op;
+	else
+		s->posted_head = op;
+	s->posted_tail = op;
+	s->posted++;
+}
+
+static void posted_del(struct mv_shard *s, struct mv_wr *op)
+{
+	if (op->pprev)
+		op->pprev->pnext = op->pnext;
+	else
+		s->posted_head = op->pnext;
+	if (op->pnext)
+		op->pnext->pprev = op->pprev;
+	else
+		s->posted_tail = op->pprev;
+	s->posted--;
+}
+
 static void op_put(struct mv_shard *s, struct mv_wr *op)
 {
 	op->next = s->free_ops;
@@ -101,6 +132,7 @@ static void op_put(struct mv_shard *s, struct mv_wr *op)
 
 static void pend_push(struct mv_shard *s, struct mv_wr *op)
 {
+	op->born = op->posted_at = s->now; /* queued at, until it is posted */
 	op->next = NULL;
 	if (s->pend_tail)
 		s->pend_tail->next = op;
@@ -267,7 +299,8 @@ static void check_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 		finish_part(s, at, b);
 }
 
-static void op_done(struct mv_shard *s, struct mv_wr *op, int err, const char *text)
+/* Accounts an op's outcome to its part or batch; the op itself stays. */
+static void op_report(struct mv_shard *s, struct mv_wr *op, int err, const char *text)
 {
 	struct mv_attach *at = op->at;
 
@@ -279,20 +312,30 @@ static void op_done(struct mv_shard *s, struct mv_wr *op, int err, const char *t
 		if (err)
 			snprintf(msg, sizeof(msg), "immediate: %s", text);
 		publish_batch(s, at, op->batch, op->cookie, err,
-			      err ? MV_CAUSE_PROVIDER : MV_CAUSE_NONE, err ? msg : NULL);
-	} else {
-		struct mv_part *p = &at->parts[op->batch];
-		p->outstanding--;
-		if (err) {
-			uint8_t cause = err == -ECANCELED ? MV_CAUSE_CANCELLED
-				      : err == -EHOSTUNREACH ? MV_CAUSE_PEER_GONE
-							     : MV_CAUSE_PROVIDER;
-			fail_part(p, err, cause, 0, text);
-		} else {
-			p->bytes += op->bytes;
-		}
-		check_part(s, at, op->batch);
+			      err ? (err == -ETIMEDOUT ? MV_CAUSE_PEER_GONE : MV_CAUSE_PROVIDER)
+				  : MV_CAUSE_NONE,
+			      err ? msg : NULL);
+		return;
 	}
+	struct mv_part *p = &at->parts[op->batch];
+	p->outstanding--;
+	if (err) {
+		uint8_t cause = err == -ECANCELED			 ? MV_CAUSE_CANCELLED
+				: err == -EHOSTUNREACH || err == -ETIMEDOUT ? MV_CAUSE_PEER_GONE
+									     : MV_CAUSE_PROVIDER;
+		fail_part(p, err, cause, 0, text);
+	} else {
+		p->bytes += op->bytes;
+	}
+	check_part(s, at, op->batch);
+}
+
+static void op_done(struct mv_shard *s, struct mv_wr *op, int err, const char *text)
+{
+	if (op->abandoned)
+		s->abandoned--; /* reported at its deadline; at may be gone since */
+	else
+		op_report(s, op, err, text);
 	op_put(s, op);
 }
 
@@ -531,7 +574,7 @@ static int post(struct mv_shard *s)
 			continue;
 		}
 		op->peer->inflight[s->id]++;
-		s->posted++;
+		posted_add(s, op);
 		s->st.posted++;
 		n++;
 	}
@@ -552,6 +595,35 @@ static void deliver_imm(struct mv_shard *s, uint64_t data)
 	c.region = r->id;
 	c.shard = (uint32_t)s->id;
 	push_cqe(cl->att[s->id], &c);
+}
+
+/*
+ * A connection that broke (the peer reset it, say because another client's
+ * late write hit a region that was just freed) says nothing about this op:
+ * rxm reconnects on the next post, so the op goes back to the front of the
+ * queue, a few times, within its original deadline.
+ */
+static int retry(struct mv_shard *s, struct mv_wr *op, int err)
+{
+	int64_t limit = s->mv->cfg.op_timeout_ms * 1000000ll;
+
+	if (op->abandoned || op->at->detaching || op->retries >= 3 || s->now - op->born > limit)
+		return 0;
+	/* rxm flushes the ops of a dropped connection as FI_ECANCELED. */
+	if (err != FI_ENOTCONN && err != EPIPE && err != FI_ECONNRESET &&
+	    err != FI_ECONNABORTED && err != FI_ECONNREFUSED && err != FI_ECANCELED)
+		return 0;
+	if (op->peer && op->peer->inflight[s->id])
+		op->peer->inflight[s->id]--;
+	op->retries++;
+	op->posted_at = s->now;
+	op->next = s->pend_head;
+	s->pend_head = op;
+	if (!s->pend_tail)
+		s->pend_tail = op;
+	s->npend++;
+	s->st.retries++;
+	return 1;
 }
 
 static int reap(struct mv_shard *s)
@@ -578,7 +650,11 @@ static int reap(struct mv_shard *s)
 			}
 			struct mv_wr *op = (struct mv_wr *)e.op_context;
 			snprintf(text, sizeof(text), "%s: %s", fi_strerror(e.err), pe ? pe : "");
-			s->posted--;
+			posted_del(s, op);
+			if (retry(s, op, e.err)) {
+				total++;
+				continue;
+			}
 			op_done(s, op, e.err == FI_EHOSTUNREACH ? -EHOSTUNREACH : -(int)e.err,
 				text);
 			total++;
@@ -594,7 +670,7 @@ static int reap(struct mv_shard *s)
 				continue;
 			}
 			struct mv_wr *op = (struct mv_wr *)ent[i].op_context;
-			s->posted--;
+			posted_del(s, op);
 			s->st.completed++;
 			s->st.bytes += op->bytes;
 			op_done(s, op, 0, NULL);
@@ -604,6 +680,52 @@ static int reap(struct mv_shard *s)
 			break;
 	}
 	return total;
+}
+
+/*
+ * Writes the provider has not completed within the deadline (a peer that
+ * died before its connection was made never answers on tcp;ofi_rxm) fail
+ * their batches now. libfabric cannot cancel a posted write, so the op
+ * stays parked, owned by the provider, until it completes or the shard
+ * closes its endpoint; only then is it reused.
+ */
+static int expire(struct mv_shard *s)
+{
+	int64_t now = now_ns(), limit = s->mv->cfg.op_timeout_ms * 1000000ll;
+	int n = 0;
+
+	if (now < s->next_expire)
+		return 0;
+	s->next_expire = now + 50000000ll;
+	/* Never posted: the provider kept answering EAGAIN (rxm does while it
+	 * cannot connect). These are ours alone and end here. */
+	while (s->pend_head && now - s->pend_head->posted_at > limit) {
+		struct mv_wr *op = s->pend_head;
+		char text[MV_ERRLEN];
+		s->pend_head = op->next;
+		if (!s->pend_head)
+			s->pend_tail = NULL;
+		s->npend--;
+		snprintf(text, sizeof(text),
+			 "peer mover %016llx took no write for %d ms: unreachable or gone",
+			 (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
+		op_report(s, op, -ETIMEDOUT, text);
+		op_put(s, op);
+		n++;
+	}
+	for (struct mv_wr *op = s->posted_head; op && now - op->posted_at > limit; op = op->pnext) {
+		char text[MV_ERRLEN];
+		if (op->abandoned)
+			continue;
+		snprintf(text, sizeof(text),
+			 "no completion from peer mover %016llx in %d ms: unreachable or gone",
+			 (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
+		op_report(s, op, -ETIMEDOUT, text);
+		op->abandoned = 1;
+		s->abandoned++;
+		n++;
+	}
+	return n;
 }
 
 static void attach_free(struct mv_attach *at)
@@ -774,7 +896,7 @@ static void sleep_once(struct mv_shard *s)
 		if (!at->dead && !at->detaching && shmring_arm(&at->sub))
 			goto disarm;
 	}
-	if (s->posted || s->npend) {
+	if (s->posted > s->abandoned || s->npend) {
 		/* Work is in flight: yield the core briefly, never block long. */
 		timeout = s->fab.cq_fd >= 0 ? 1 : 0;
 	} else {
@@ -806,16 +928,19 @@ static void shard_loop(struct mv_shard *s)
 	for (;;) {
 		int work = 0;
 
+		s->now = now_ns();
 		mailbox(s);
 		work += consume(s);
 		work += post(s);
 		work += reap(s);
+		work += expire(s);
 		work += flush_all(s);
 		reap_detached(s);
 		if (s->stop_cmd) {
 			if (!stop_at)
 				stop_at = now_ns() + STOP_DRAIN_NS;
-			if ((rings_empty(s) && !s->npend && !s->posted) || now_ns() > stop_at) {
+			if ((rings_empty(s) && !s->npend && s->posted == s->abandoned) ||
+			    now_ns() > stop_at) {
 				if (s->npend || s->posted)
 					mv_log("shard %d: stopping with %u queued and %u posted ops",
 					       s->id, s->npend, s->posted);

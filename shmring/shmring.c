@@ -4,9 +4,6 @@
  * halves of the NEED_WAKEUP handshake (futex and eventfd wake-ups), and peer
  * liveness through pidfds. The per-slot fast paths are inline in shmring.h.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include "shmring.h"
 
 #include <fcntl.h>

@@ -1,0 +1,745 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * End-to-end tests of mover and libclient over real libfabric providers
+ * (tcp;ofi_rxm on loopback, and shm): two movers per test, clients of each,
+ * every operation kind verified byte for byte, and the failures users hit:
+ * bad offsets, unknown handles, malformed control messages, a client killed
+ * mid-batch, a peer mover killed mid-transfer, peers added and removed
+ * while traffic runs, and SIGTERM draining what was committed.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mv_wire.h"
+#include "mvc.h"
+
+struct mvproc {
+	pid_t pid;
+	char sock[108];
+	char log[160];
+};
+
+static const char *prov = "tcp";
+static struct mvproc A, B, C;
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void mover_start(struct mvproc *m, const char *name, int shards)
+{
+	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
+	char bin[256], ns[16];
+
+	snprintf(m->sock, sizeof(m->sock), "/tmp/mvt.%d.%s.sock", getpid(), name);
+	snprintf(m->log, sizeof(m->log), "/tmp/mvt.%d.%s.log", getpid(), name);
+	snprintf(bin, sizeof(bin), "%s/bin/mover", b);
+	snprintf(ns, sizeof(ns), "%d", shards);
+	unlink(m->sock);
+	m->pid = fork();
+	ck_assert_int_ge(m->pid, 0);
+	if (m->pid == 0) {
+		/* A failed test must not leave movers behind. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int fd = open(m->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		/* A short deadline so a dead peer fails writes within the test. */
+		if (!strcmp(prov, "tcp"))
+			execl(bin, bin, "--provider", "tcp", "--iface", "lo", "--shards", ns,
+			      "--op-timeout", "3", "--socket", m->sock, (char *)NULL);
+		else
+			execl(bin, bin, "--provider", prov, "--shards", ns, "--op-timeout", "3",
+			      "--socket", m->sock, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 200; i++) {
+		struct stat st;
+		if (stat(m->sock, &st) == 0)
+			return;
+		int status;
+		if (waitpid(m->pid, &status, WNOHANG) == m->pid)
+			ck_abort_msg("mover %s exited at start; see %s", name, m->log);
+		usleep(25000);
+	}
+	ck_abort_msg("mover %s did not listen within 5 s; see %s", name, m->log);
+}
+
+/* SIGTERM, then the exit status (or -1 if it had to be killed). */
+static int mover_stop(struct mvproc *m)
+{
+	int status = 0;
+
+	if (m->pid <= 0)
+		return 0;
+	kill(m->pid, SIGTERM);
+	for (int i = 0; i < 300; i++) {
+		if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
+			m->pid = 0;
+			return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+		}
+		usleep(20000);
+	}
+	kill(m->pid, SIGKILL);
+	waitpid(m->pid, &status, 0);
+	m->pid = 0;
+	return -1;
+}
+
+static void setup_tcp(void)
+{
+	prov = "tcp";
+	mover_start(&A, "a", 2);
+	mover_start(&B, "b", 2);
+}
+
+static void setup_shm(void)
+{
+	prov = "shm";
+	mover_start(&A, "a", 2);
+	mover_start(&B, "b", 2);
+}
+
+static void teardown(void)
+{
+	mover_stop(&A);
+	mover_stop(&B);
+	mover_stop(&C);
+}
+
+static void fill(void *p, size_t n, uint64_t seed)
+{
+	uint64_t *w = p, x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (size_t i = 0; i < n / 8; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		w[i] = x;
+	}
+}
+
+/* A sender on A and a receiver on B, src and dst regions, B imported by A. */
+struct pair {
+	struct mvc *a, *b;
+	struct mvc_mem src, dst;
+	uint32_t peer, imp;
+};
+
+static void pair_open_on(struct pair *p, struct mvproc *ma, struct mvproc *mb, uint64_t srclen,
+			 uint64_t dstlen)
+{
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+
+	ck_assert_int_eq(mvc_connect(&p->a, ma->sock), 0);
+	ck_assert_int_eq(mvc_connect(&p->b, mb->sock), 0);
+	ck_assert_msg(mvc_alloc(p->a, srclen, &p->src) == 0, "%s", mvc_error(p->a));
+	ck_assert_msg(mvc_alloc(p->b, dstlen, &p->dst) == 0, "%s", mvc_error(p->b));
+	ck_assert_int_eq(mvc_address(p->b, blob, &len), 0);
+	ck_assert_msg(mvc_peer_add(p->a, blob, len, &p->peer) == 0, "%s", mvc_error(p->a));
+	len = sizeof(blob);
+	ck_assert_int_eq(mvc_region_blob(p->b, p->dst.region, blob, &len), 0);
+	ck_assert_msg(mvc_import(p->a, p->peer, blob, len, &p->imp) == 0, "%s", mvc_error(p->a));
+}
+
+static void pair_open(struct pair *p, uint64_t srclen, uint64_t dstlen)
+{
+	pair_open_on(p, &A, &B, srclen, dstlen);
+}
+
+static void pair_close(struct pair *p)
+{
+	mvc_disconnect(p->a);
+	mvc_disconnect(p->b);
+}
+
+/* Waits for n batches, whatever their order; their events land in out. */
+static void wait_batches(struct mvc *c, const uint64_t *cookies, struct mvc_event *out, int n,
+			 double timeout)
+{
+	double end = now_s() + timeout;
+	int got = 0;
+
+	while (got < n && now_s() < end) {
+		struct mvc_event ev;
+		int k = mvc_wait(c, &ev, 1, 200);
+		ck_assert_msg(k >= 0, "mvc_wait: %s", mvc_error(c));
+		if (k == 0 || ev.type != MVC_EV_BATCH)
+			continue;
+		int i = 0;
+		while (i < n && cookies[i] != ev.cookie)
+			i++;
+		ck_assert_msg(i < n, "unexpected batch %llu", (unsigned long long)ev.cookie);
+		out[i] = ev;
+		got++;
+	}
+	ck_assert_msg(got == n, "%d of %d batches completed in %.0f s", got, n, timeout);
+}
+
+/* Waits for the batch with this cookie; other batch events fail the test. */
+static struct mvc_event wait_batch(struct mvc *c, uint64_t cookie, double timeout)
+{
+	struct mvc_event ev[8];
+	double end = now_s() + timeout;
+
+	while (now_s() < end) {
+		int n = mvc_wait(c, ev, 1, 200);
+		ck_assert_msg(n >= 0, "mvc_wait: %s", mvc_error(c));
+		if (n == 1 && ev[0].type == MVC_EV_BATCH) {
+			ck_assert_msg(ev[0].cookie == cookie, "batch %llu completed, waited for %llu",
+				      (unsigned long long)ev[0].cookie, (unsigned long long)cookie);
+			return ev[0];
+		}
+	}
+	ck_abort_msg("batch %llu did not complete in %.0f s", (unsigned long long)cookie, timeout);
+	return ev[0];
+}
+
+static void submit_ok(struct mvc *c, uint64_t cookie)
+{
+	ck_assert_msg(mvc_submit(c, cookie) == 0, "submit: %s", mvc_error(c));
+	struct mvc_event e = wait_batch(c, cookie, 20);
+	ck_assert_msg(e.status == 0, "batch %llu failed: %s", (unsigned long long)cookie, e.msg);
+}
+
+/* ---- ops: every operation kind, verified byte for byte ---- */
+
+START_TEST(test_write_lands_byte_for_byte)
+{
+	struct pair p;
+	const uint64_t n = 8u << 20;
+
+	pair_open(&p, n, n);
+	fill(p.src.addr, n, 1);
+	memset(p.dst.addr, 0, n);
+	/* Striped (>= 256 KiB), small, and unaligned writes in one batch. */
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 3u << 20), 0);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 3u << 20, p.imp, 5u << 20, 4096), 0);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 7777, p.imp, (6u << 20) + 13, 100001), 0);
+	submit_ok(p.a, 11);
+	uint8_t *s = p.src.addr, *d = p.dst.addr;
+	ck_assert(!memcmp(d, s, 3u << 20));
+	ck_assert(!memcmp(d + (5u << 20), s + (3u << 20), 4096));
+	ck_assert(!memcmp(d + (6u << 20) + 13, s + 7777, 100001));
+	/* Nothing outside what was written changed. */
+	for (uint64_t i = 3u << 20; i < 5u << 20; i++)
+		ck_assert_msg(d[i] == 0, "byte %llu written", (unsigned long long)i);
+	pair_close(&p);
+}
+END_TEST
+
+START_TEST(test_writev_segments_land)
+{
+	struct pair p;
+	struct mvc_seg seg[300];
+	const uint64_t n = 4u << 20;
+
+	pair_open(&p, n, n);
+	fill(p.src.addr, n, 2);
+	memset(p.dst.addr, 0, n);
+	for (uint32_t i = 0; i < 300; i++)
+		seg[i] = (struct mvc_seg){ .src_off = (uint64_t)i * 13000 + i,
+					   .dst_off = n - (uint64_t)(i + 1) * 13000,
+					   .len = 1 + (i * 37) % 12000 };
+	ck_assert_int_eq(mvc_writev(p.a, p.src.region, p.imp, seg, 300), 0);
+	submit_ok(p.a, 12);
+	for (uint32_t i = 0; i < 300; i++)
+		ck_assert_msg(!memcmp((uint8_t *)p.dst.addr + seg[i].dst_off,
+				      (uint8_t *)p.src.addr + seg[i].src_off, seg[i].len),
+			      "segment %u differs", i);
+	pair_close(&p);
+}
+END_TEST
+
+START_TEST(test_paged_write_scattered_pages)
+{
+	struct pair p;
+	enum { NP = 2000, PS = 4096, SSTR = 4096 + 512, DSTR = 8192 };
+	static uint32_t sp[NP], dp[NP];
+
+	pair_open(&p, (uint64_t)NP * SSTR, (uint64_t)(2 * NP) * DSTR);
+	fill(p.src.addr, (uint64_t)NP * SSTR, 3);
+	memset(p.dst.addr, 0, (uint64_t)(2 * NP) * DSTR);
+	for (uint32_t i = 0; i < NP; i++) {
+		sp[i] = (i * 7919) % NP;
+		dp[i] = (i < NP / 2) ? i : 2 * NP - 1 - i; /* a run, then reversed */
+	}
+	struct mvc_pages pg = { .src = p.src.region, .dst = p.imp, .src_base = 0, .dst_base = 64,
+				.src_stride = SSTR, .dst_stride = DSTR, .page_size = PS,
+				.src_pages = sp, .dst_pages = dp, .npages = NP };
+	ck_assert_int_eq(mvc_write_paged(p.a, &pg), 0);
+	submit_ok(p.a, 13);
+	for (uint32_t i = 0; i < NP; i++)
+		ck_assert_msg(!memcmp((uint8_t *)p.dst.addr + 64 + (uint64_t)dp[i] * DSTR,
+				      (uint8_t *)p.src.addr + (uint64_t)sp[i] * SSTR, PS),
+			      "page %u (src %u -> dst %u) differs", i, sp[i], dp[i]);
+	pair_close(&p);
+}
+END_TEST
+
+START_TEST(test_imm_arrives_after_its_data)
+{
+	struct pair p;
+	struct mvc_event ev[4];
+	const uint64_t n = 2u << 20;
+
+	pair_open(&p, n, n);
+	for (uint32_t round = 1; round <= 20; round++) {
+		fill(p.src.addr, n, round);
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, n), 0);
+		ck_assert_int_eq(mvc_write_imm(p.a, p.imp, 1000 + round), 0);
+		ck_assert_int_eq(mvc_submit(p.a, round), 0);
+		/* The receiver learns of the immediate; the data must be there. */
+		int got = 0;
+		double end = now_s() + 20;
+		while (!got && now_s() < end) {
+			int k = mvc_wait(p.b, ev, 4, 200);
+			ck_assert_int_ge(k, 0);
+			for (int i = 0; i < k; i++)
+				if (ev[i].type == MVC_EV_IMM) {
+					ck_assert_uint_eq(ev[i].imm, 1000 + round);
+					ck_assert_uint_eq(ev[i].region, p.dst.region);
+					got = 1;
+				}
+		}
+		ck_assert_msg(got, "no immediate in round %u", round);
+		ck_assert_msg(!memcmp(p.dst.addr, p.src.addr, n), "round %u: data behind imm", round);
+		struct mvc_event e = wait_batch(p.a, round, 20);
+		ck_assert_int_eq(e.status, 0);
+		ck_assert_uint_eq(e.bytes, n);
+	}
+	pair_close(&p);
+}
+END_TEST
+
+START_TEST(test_imm_expect_counts_in_any_order)
+{
+	struct pair p;
+	struct mvc_event ev[8];
+
+	pair_open(&p, 1u << 20, 1u << 20);
+	/* Three arrive before anyone asks; they count. */
+	for (uint32_t i = 0; i < 3; i++) {
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, i * 4096, p.imp, i * 4096, 4096), 0);
+		ck_assert_int_eq(mvc_write_imm(p.a, p.imp, 77), 0);
+		submit_ok(p.a, 100 + i);
+	}
+	for (int k = 0; k < 3;) {
+		int n = mvc_wait(p.b, ev, 8, 5000);
+		ck_assert_int_gt(n, 0);
+		k += n;
+	}
+	ck_assert_int_eq(mvc_imm_expect(p.b, 77, 10, 4242), 0);
+	for (uint32_t i = 3; i < 10; i++) {
+		ck_assert_int_eq(mvc_write_imm(p.a, p.imp, 77), 0); /* immediate alone */
+		ck_assert_int_eq(mvc_write_imm(p.a, p.imp, 5), -EBUSY);
+		submit_ok(p.a, 100 + i);
+	}
+	int counted = 0;
+	double end = now_s() + 10;
+	while (!counted && now_s() < end) {
+		int n = mvc_wait(p.b, ev, 8, 200);
+		for (int i = 0; i < n; i++) {
+			ck_assert_msg(ev[i].type == MVC_EV_IMM_COUNT, "imm %u reported alone",
+				      ev[i].imm);
+			ck_assert_uint_eq(ev[i].cookie, 4242);
+			ck_assert_uint_eq(ev[i].count, 10);
+			counted = 1;
+		}
+	}
+	ck_assert(counted);
+	pair_close(&p);
+}
+END_TEST
+
+START_TEST(test_several_clients_at_once)
+{
+	enum { NCL = 4 };
+	pid_t kids[NCL];
+
+	for (int k = 0; k < NCL; k++) {
+		kids[k] = fork();
+		if (kids[k] == 0) {
+			struct pair p;
+			const uint64_t n = 1u << 20;
+			pair_open(&p, n, n);
+			for (uint32_t r = 0; r < 30; r++) {
+				fill(p.src.addr, n, (uint64_t)k << 32 | r);
+				ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, n), 0);
+				submit_ok(p.a, r);
+				ck_assert_msg(!memcmp(p.dst.addr, p.src.addr, n), "client %d round %u",
+					      k, r);
+			}
+			pair_close(&p);
+			_exit(0);
+		}
+	}
+	for (int k = 0; k < NCL; k++) {
+		int st;
+		waitpid(kids[k], &st, 0);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client %d failed", k);
+	}
+}
+END_TEST
+
+/* ---- errors: named causes, nothing else disturbed ---- */
+
+START_TEST(test_out_of_bounds_write_names_sizes)
+{
+	struct pair p;
+
+	pair_open(&p, 65536, 65536);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 60000, 8192), 0);
+	ck_assert_int_eq(mvc_submit(p.a, 1), 0);
+	struct mvc_event e = wait_batch(p.a, 1, 10);
+	ck_assert_int_eq(e.status, -ERANGE);
+	ck_assert_int_eq(e.cause, MVC_CAUSE_BOUNDS);
+	ck_assert_msg(strstr(e.msg, "65536 bytes") && strstr(e.msg, "8192 at offset 60000"),
+		      "message: %s", e.msg);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 65000, p.imp, 0, 1000), 0);
+	ck_assert_int_eq(mvc_submit(p.a, 2), 0);
+	e = wait_batch(p.a, 2, 10);
+	ck_assert_int_eq(e.cause, MVC_CAUSE_BOUNDS);
+	ck_assert_msg(strstr(e.msg, "region"), "message: %s", e.msg);
+	/* The client goes on working. */
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 65536), 0);
+	submit_ok(p.a, 3);
+	pair_close(&p);
+}
+END_TEST
+
+START_TEST(test_unknown_handles_are_named)
+{
+	struct pair p;
+
+	pair_open(&p, 65536, 65536);
+	ck_assert_int_eq(mvc_write(p.a, 12345, 0, p.imp, 0, 64), 0);
+	ck_assert_int_eq(mvc_submit(p.a, 1), 0);
+	struct mvc_event e = wait_batch(p.a, 1, 10);
+	ck_assert_int_eq(e.cause, MVC_CAUSE_NO_REGION);
+	ck_assert_msg(strstr(e.msg, "12345"), "message: %s", e.msg);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, 999, 0, 64), 0);
+	ck_assert_int_eq(mvc_submit(p.a, 2), 0);
+	e = wait_batch(p.a, 2, 10);
+	ck_assert_int_eq(e.cause, MVC_CAUSE_NO_IMPORT);
+	/* Another client's region on the same mover is not ours to write from. */
+	struct mvc *other;
+	struct mvc_mem om;
+	ck_assert_int_eq(mvc_connect(&other, A.sock), 0);
+	ck_assert_int_eq(mvc_alloc(other, 4096, &om), 0);
+	ck_assert_int_eq(mvc_write(p.a, om.region, 0, p.imp, 0, 64), 0);
+	ck_assert_int_eq(mvc_submit(p.a, 3), 0);
+	e = wait_batch(p.a, 3, 10);
+	ck_assert_int_eq(e.cause, MVC_CAUSE_NO_REGION);
+	mvc_disconnect(other);
+	ck_assert_int_eq(mvc_import(p.a, 55, "garbage", 7, &p.imp), -ENOENT);
+	ck_assert_msg(strstr(mvc_error(p.a), "peer 55"), "%s", mvc_error(p.a));
+	uint8_t bad[64] = { 0 };
+	uint32_t peer;
+	ck_assert_int_eq(mvc_peer_add(p.a, bad, sizeof(bad), &peer), -EINVAL);
+	ck_assert_msg(strstr(mvc_error(p.a), "address blob"), "%s", mvc_error(p.a));
+	pair_close(&p);
+}
+END_TEST
+
+static int raw_connect(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+
+	strcpy(a.sun_path, path);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+/* Sends raw bytes; returns the reply's status, or 1 if the socket closed silently. */
+static int raw_exchange(int fd, const void *msg, size_t len, char *why, size_t whylen)
+{
+	struct {
+		struct mv_msg_hdr h;
+		struct mv_reply_hdr r;
+	} rep;
+
+	ck_assert_int_eq(send(fd, msg, len, MSG_NOSIGNAL), (ssize_t)len);
+	ssize_t n = recv(fd, &rep, sizeof(rep), 0);
+	if (n < (ssize_t)sizeof(rep))
+		return 1;
+	snprintf(why, whylen, "%s", rep.r.msg);
+	return rep.r.status;
+}
+
+START_TEST(test_malformed_messages_close_only_that_client)
+{
+	struct pair p;
+	char why[128];
+	struct mv_msg_hdr h = { .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION,
+				.type = MV_MSG_HELLO };
+
+	pair_open(&p, 65536, 65536);
+	struct {
+		const char *name;
+		struct mv_msg_hdr h;
+		size_t len;
+		const char *expect;
+	} cases[] = {
+		{ "short", h, 5, "shorter than" },
+		{ "magic", { .magic = 0x1234, .version = 1, .type = 1 }, sizeof(h), "bad magic" },
+		{ "version", { .magic = MV_WIRE_MAGIC, .version = 9, .type = 1 }, sizeof(h),
+		  "protocol version 9" },
+		{ "length", { .magic = MV_WIRE_MAGIC, .version = 1, .type = 1, .len = 100 },
+		  sizeof(h), "header says 100" },
+		{ "type", { .magic = MV_WIRE_MAGIC, .version = 1, .type = 77 }, sizeof(h),
+		  "before HELLO" },
+		{ "truncated", { .magic = MV_WIRE_MAGIC, .version = 1, .type = MV_MSG_ATTACH },
+		  sizeof(h), "needs" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int fd = raw_connect(A.sock);
+		int st = raw_exchange(fd, &cases[i].h, cases[i].len, why, sizeof(why));
+		ck_assert_msg(st < 0, "case %s: status %d", cases[i].name, st);
+		ck_assert_msg(strstr(why, cases[i].expect), "case %s: '%s'", cases[i].name, why);
+		char c;
+		ck_assert_msg(recv(fd, &c, 1, 0) == 0, "case %s: connection left open",
+			      cases[i].name);
+		close(fd);
+	}
+	/* A garbage ring fd in ATTACH: refused with the ring's reason. */
+	{
+		int fd = raw_connect(A.sock);
+		ck_assert_int_eq(raw_exchange(fd, &h, sizeof(h), why, sizeof(why)), 0);
+		close(fd);
+	}
+	/* The well-behaved client never noticed. */
+	fill(p.src.addr, 65536, 9);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 65536), 0);
+	submit_ok(p.a, 1);
+	ck_assert(!memcmp(p.dst.addr, p.src.addr, 65536));
+	pair_close(&p);
+}
+END_TEST
+
+/* ---- faults ---- */
+
+START_TEST(test_client_killed_mid_batch_spares_others)
+{
+	int ready[2];
+
+	ck_assert_int_eq(pipe(ready), 0);
+	pid_t kid = fork();
+	if (kid == 0) {
+		struct pair p;
+		pair_open(&p, 16u << 20, 16u << 20);
+		ck_assert_int_eq(write(ready[1], "x", 1), 1);
+		for (uint64_t r = 0;; r++) {
+			mvc_write(p.a, p.src.region, 0, p.imp, 0, 16u << 20);
+			if (mvc_submit(p.a, r) == 0) {
+				struct mvc_event ev;
+				mvc_wait(p.a, &ev, 1, 0);
+			}
+		}
+	}
+	char c;
+	ck_assert_int_eq(read(ready[0], &c, 1), 1);
+	usleep(200000);
+	kill(kid, SIGKILL);
+	waitpid(kid, NULL, 0);
+
+	struct pair p;
+	pair_open(&p, 1u << 20, 1u << 20);
+	for (uint32_t r = 0; r < 10; r++) {
+		fill(p.src.addr, 1u << 20, r);
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 1u << 20), 0);
+		submit_ok(p.a, r);
+		ck_assert(!memcmp(p.dst.addr, p.src.addr, 1u << 20));
+	}
+	pair_close(&p);
+	ck_assert_int_eq(kill(A.pid, 0), 0);
+	ck_assert_int_eq(mover_stop(&A), 0);
+}
+END_TEST
+
+START_TEST(test_peer_mover_killed_gives_errors_not_hangs)
+{
+	struct pair p;
+	int errors = 0, done = 0;
+	uint64_t r;
+
+	pair_open(&p, 4u << 20, 4u << 20);
+	for (r = 0; r < 4; r++) {
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 4u << 20), 0);
+		ck_assert_int_eq(mvc_submit(p.a, r), 0);
+	}
+	kill(B.pid, SIGKILL);
+	waitpid(B.pid, NULL, 0);
+	B.pid = 0;
+	double t0 = now_s();
+	for (; r < 8; r++) {
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 4u << 20), 0);
+		ck_assert_int_eq(mvc_submit(p.a, r), 0);
+	}
+	while (done < 8 && now_s() - t0 < 60) {
+		struct mvc_event ev[8];
+		int n = mvc_wait(p.a, ev, 8, 500);
+		ck_assert_int_ge(n, 0);
+		for (int i = 0; i < n; i++) {
+			done++;
+			if (ev[i].status) {
+				errors++;
+				ck_assert_msg(ev[i].msg[0], "an error completion without a reason");
+			}
+		}
+	}
+	ck_assert_msg(done == 8, "%d of 8 batches completed within 60 s of the peer's death",
+		      done);
+	ck_assert_msg(errors > 0, "writes to a dead peer all succeeded");
+	fprintf(stderr, "peer death: %d errors of 8 batches, last after %.1f s\n", errors,
+		now_s() - t0);
+	ck_assert_int_eq(mover_stop(&A), 0);
+	mvc_disconnect(p.a);
+}
+END_TEST
+
+START_TEST(test_peers_added_and_removed_during_traffic)
+{
+	struct pair p;
+	uint8_t blob[MVC_BLOB_MAX], rblob[MVC_BLOB_MAX];
+	size_t alen, rlen;
+	struct mvc *cc;
+	struct mvc_mem cdst;
+
+	mover_start(&C, "c", 2);
+	pair_open(&p, 1u << 20, 1u << 20);
+	ck_assert_int_eq(mvc_connect(&cc, C.sock), 0);
+	ck_assert_int_eq(mvc_alloc(cc, 1u << 20, &cdst), 0);
+	alen = sizeof(blob);
+	rlen = sizeof(rblob);
+	ck_assert_int_eq(mvc_address(cc, blob, &alen), 0);
+	ck_assert_int_eq(mvc_region_blob(cc, cdst.region, rblob, &rlen), 0);
+
+	for (uint32_t r = 0; r < 12; r++) {
+		/* Traffic to B keeps flowing while C comes and goes. */
+		fill(p.src.addr, 1u << 20, r);
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 1u << 20), 0);
+		ck_assert_int_eq(mvc_submit(p.a, 1000 + r), 0);
+		uint32_t peer, imp;
+		ck_assert_msg(mvc_peer_add(p.a, blob, alen, &peer) == 0, "%s", mvc_error(p.a));
+		ck_assert_int_eq(mvc_import(p.a, peer, rblob, rlen, &imp), 0);
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, imp, 0, 1u << 20), 0);
+		ck_assert_int_eq(mvc_submit(p.a, 2000 + r), 0);
+		uint64_t want[2] = { 1000 + r, 2000 + r };
+		struct mvc_event e[2];
+		wait_batches(p.a, want, e, 2, 20);
+		ck_assert_msg(e[0].status == 0 && e[1].status == 0, "%s / %s", e[0].msg, e[1].msg);
+		ck_assert(!memcmp(cdst.addr, p.src.addr, 1u << 20));
+		ck_assert(!memcmp(p.dst.addr, p.src.addr, 1u << 20));
+		ck_assert_int_eq(mvc_peer_remove(p.a, peer), 0);
+		/* The import went with the peer. */
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, imp, 0, 64), 0);
+		ck_assert_int_eq(mvc_submit(p.a, 3000 + r), 0);
+		struct mvc_event e3 = wait_batch(p.a, 3000 + r, 20);
+		ck_assert_int_eq(e3.cause, MVC_CAUSE_NO_IMPORT);
+	}
+	mvc_disconnect(cc);
+	pair_close(&p);
+}
+END_TEST
+
+START_TEST(test_sigterm_drains_committed_batches)
+{
+	struct pair p;
+	int ok = 0;
+
+	pair_open(&p, 8u << 20, 8u << 20);
+	for (uint64_t r = 0; r < 16; r++) {
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 8u << 20), 0);
+		ck_assert_int_eq(mvc_submit(p.a, r), 0);
+	}
+	kill(A.pid, SIGTERM);
+	double end = now_s() + 30;
+	while (ok < 16 && now_s() < end) {
+		struct mvc_event ev[16];
+		int n = mvc_wait(p.a, ev, 16, 200);
+		if (n < 0)
+			break;
+		for (int i = 0; i < n; i++) {
+			ck_assert_msg(ev[i].status == 0, "batch %llu: %s",
+				      (unsigned long long)ev[i].cookie, ev[i].msg);
+			ok++;
+		}
+	}
+	ck_assert_msg(ok == 16, "%d of 16 committed batches completed before the mover left", ok);
+	int st;
+	ck_assert_int_eq(waitpid(A.pid, &st, 0), A.pid);
+	A.pid = 0;
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	pair_close(&p);
+}
+END_TEST
+
+static TCase *ops(const char *name, void (*setup)(void))
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_write_lands_byte_for_byte);
+	tcase_add_test(tc, test_writev_segments_land);
+	tcase_add_test(tc, test_paged_write_scattered_pages);
+	tcase_add_test(tc, test_imm_arrives_after_its_data);
+	tcase_add_test(tc, test_imm_expect_counts_in_any_order);
+	tcase_add_test(tc, test_several_clients_at_once);
+	return tc;
+}
+
+static TCase *faults(const char *name, void (*setup)(void))
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_client_killed_mid_batch_spares_others);
+	tcase_add_test(tc, test_peer_mover_killed_gives_errors_not_hangs);
+	tcase_add_test(tc, test_peers_added_and_removed_during_traffic);
+	tcase_add_test(tc, test_sigterm_drains_committed_batches);
+	return tc;
+}
+
+int main(void)
+{
+	Suite *s = suite_create("mover");
+	TCase *tc = tcase_create("errors");
+
+	tcase_add_checked_fixture(tc, setup_tcp, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_out_of_bounds_write_names_sizes);
+	tcase_add_test(tc, test_unknown_handles_are_named);
+	tcase_add_test(tc, test_malformed_messages_close_only_that_client);
+	suite_add_tcase(s, ops("ops_tcp", setup_tcp));
+	suite_add_tcase(s, ops("ops_shm", setup_shm));
+	suite_add_tcase(s, tc);
+	suite_add_tcase(s, faults("faults_tcp", setup_tcp));
+	suite_add_tcase(s, faults("faults_shm", setup_shm));
+
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,102 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Two "hosts" for the demo and the tests: two network namespaces joined by a
+# veth pair (10.77.0.1 <-> 10.77.0.2, addresses that exist only inside
+# them), one mover in each. Falls back to two movers on loopback when
+# namespaces are not permitted (no root, no CAP_NET_ADMIN, no iproute2).
+#
+#   mvhosts.sh up DIR PROVIDER SHARDS   starts both, writes DIR/env
+#   mvhosts.sh down DIR                 stops both (SIGTERM), removes namespaces
+#
+# DIR/env sets MV_SOCK_A, MV_SOCK_B, MV_PID_A, MV_PID_B, MV_NETNS (1 or 0).
+set -u
+cmd=$1 dir=$2
+B=${MV_BUILD:-build}
+tag=${MV_TAG:-$$}
+nsA=mvA$tag nsB=mvB$tag
+vA=mva$tag vB=mvb$tag
+
+netns_ok() {
+	[ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1 || return 1
+	ip netns add "$nsA" 2>/dev/null || return 1
+	if ! ip netns add "$nsB" 2>/dev/null; then
+		ip netns del "$nsA"
+		return 1
+	fi
+	ip link add "$vA" type veth peer name "$vB" 2>/dev/null &&
+		ip link set "$vA" netns "$nsA" && ip link set "$vB" netns "$nsB" &&
+		ip -n "$nsA" addr add 10.77.0.1/24 dev "$vA" && ip -n "$nsB" addr add 10.77.0.2/24 dev "$vB" &&
+		ip -n "$nsA" link set "$vA" up && ip -n "$nsB" link set "$vB" up &&
+		ip -n "$nsA" link set lo up && ip -n "$nsB" link set lo up && return 0
+	ip netns del "$nsA" 2>/dev/null
+	ip netns del "$nsB" 2>/dev/null
+	return 1
+}
+
+wait_sock() {
+	for _ in $(seq 100); do
+		[ -S "$1" ] && return 0
+		kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
+case $cmd in
+up)
+	prov=$3 shards=$4
+	mkdir -p "$dir"
+	rm -f "$dir"/a.sock "$dir"/b.sock
+	ifA=lo ifB=lo pre_a="" pre_b="" netns=0
+	if [ "$prov" = tcp ] && [ "${MV_NO_NETNS:-0}" != 1 ] && netns_ok; then
+		netns=1 ifA=$vA ifB=$vB
+		pre_a="ip netns exec $nsA" pre_b="ip netns exec $nsB"
+	fi
+	iface_a="--iface $ifA" iface_b="--iface $ifB"
+	[ "$prov" = shm ] && iface_a="" iface_b=""
+	$pre_a "$B"/bin/mover --provider "$prov" $iface_a --shards "$shards" --socket "$dir"/a.sock \
+		>"$dir"/a.log 2>&1 &
+	pa=$!
+	$pre_b "$B"/bin/mover --provider "$prov" $iface_b --shards "$shards" --socket "$dir"/b.sock \
+		>"$dir"/b.log 2>&1 &
+	pb=$!
+	cat >"$dir"/env <<EOT
+MV_SOCK_A=$dir/a.sock
+MV_SOCK_B=$dir/b.sock
+MV_PID_A=$pa
+MV_PID_B=$pb
+MV_NETNS=$netns
+MV_NS_A=$nsA
+MV_NS_B=$nsB
+EOT
+	if ! wait_sock "$dir"/a.sock $pa || ! wait_sock "$dir"/b.sock $pb; then
+		echo "mvhosts: a mover did not start:" >&2
+		cat "$dir"/a.log "$dir"/b.log >&2
+		"$0" down "$dir"
+		exit 1
+	fi
+	if [ $netns = 1 ]; then
+		echo "mvhosts: two hosts: namespaces $nsA (10.77.0.1) and $nsB (10.77.0.2), veth"
+	else
+		echo "mvhosts: two movers on one host (${prov}; namespaces ${MV_NO_NETNS:+disabled}$([ "$prov" = tcp ] || echo "not used for $prov"))"
+	fi
+	;;
+down)
+	[ -f "$dir"/env ] || exit 0
+	. "$dir"/env
+	for p in $MV_PID_A $MV_PID_B; do kill -TERM "$p" 2>/dev/null; done
+	for p in $MV_PID_A $MV_PID_B; do
+		for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+		kill -KILL "$p" 2>/dev/null
+	done
+	if [ "$MV_NETNS" = 1 ]; then
+		ip netns del "$MV_NS_A" 2>/dev/null
+		ip netns del "$MV_NS_B" 2>/dev/null
+	fi
+	rm -f "$dir"/env
+	;;
+*)
+	echo "usage: $0 up DIR PROVIDER SHARDS | down DIR" >&2
+	exit 2
+	;;
+esac
