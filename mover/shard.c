@@ -885,7 +885,7 @@ static int rings_empty(struct mv_shard *s)
 	return 1;
 }
 
-static void sleep_once(struct mv_shard *s)
+static void sleep_once(struct mv_shard *s, int64_t idle_ns)
 {
 	struct pollfd pf[2] = { { .fd = s->efd, .events = POLLIN }, { .fd = s->fab.cq_fd, .events = POLLIN } };
 	uint32_t armed = 0;
@@ -899,8 +899,12 @@ static void sleep_once(struct mv_shard *s)
 	if (s->posted > s->abandoned || s->npend) {
 		/* Work is in flight: yield the core briefly, never block long. */
 		timeout = s->fab.cq_fd >= 0 ? 1 : 0;
+	} else if (s->fab.cq_fd >= 0) {
+		timeout = 100;
 	} else {
-		timeout = s->fab.cq_fd >= 0 ? 100 : 1;
+		/* No wait object (shm): poll, backing off the longer nothing comes.
+		 * The first write after a long idle waits at most 50 ms. */
+		timeout = idle_ns < 50000000ll ? 1 : idle_ns < 1000000000ll ? 10 : 50;
 	}
 	if (s->fab.cq_fd >= 0) {
 		struct fid *f = &s->fab.cq->fid;
@@ -953,7 +957,7 @@ static void shard_loop(struct mv_shard *s)
 		}
 		if (now_ns() - last_work < SPIN_NS || s->stop_cmd)
 			continue;
-		sleep_once(s);
+		sleep_once(s, now_ns() - last_work);
 	}
 }
 

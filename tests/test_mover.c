@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -693,6 +694,75 @@ START_TEST(test_sigterm_drains_committed_batches)
 }
 END_TEST
 
+static long cpu_ticks(pid_t pid)
+{
+	char path[64], buf[1024];
+	long ut = 0, st = 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(buf, sizeof(buf), f));
+	fclose(f);
+	/* Fields 14 and 15 (utime, stime) follow the ')' that ends the name. */
+	char *p = strrchr(buf, ')');
+	ck_assert(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) == 2);
+	return ut + st;
+}
+
+START_TEST(test_idle_mover_sleeps)
+{
+	struct pair p;
+
+	/* After some traffic, nothing: the shards must go to sleep. */
+	pair_open(&p, 1u << 20, 1u << 20);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 1u << 20), 0);
+	submit_ok(p.a, 1);
+	usleep(300000);
+	long t0 = cpu_ticks(A.pid), hz = sysconf(_SC_CLK_TCK);
+	sleep(3);
+	long used = cpu_ticks(A.pid) - t0;
+	/* 2 shards spinning would be 6 s of CPU; sleeping is near 0. */
+	ck_assert_msg(used * 10 < 3 * hz, "idle mover used %ld of %ld ticks in 3 s", used, 3 * hz);
+	pair_close(&p);
+}
+END_TEST
+
+START_TEST(test_register_existing_memfd_range)
+{
+	struct pair p;
+	long page = sysconf(_SC_PAGESIZE);
+	int fd = memfd_create("app-kv", MFD_ALLOW_SEALING);
+	struct mvc_mem m;
+
+	pair_open(&p, 65536, 65536);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, 16 * page), 0);
+	/* Unsealed memfds could shrink under the mover: refused, with the fix. */
+	ck_assert_int_eq(mvc_register_fd(p.a, fd, 0, 4096, &m), -EPERM);
+	ck_assert_msg(strstr(mvc_error(p.a), "F_SEAL_SHRINK"), "%s", mvc_error(p.a));
+	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	ck_assert_int_eq(mvc_register_fd(p.a, fd, 16 * page, 1, &m), -ERANGE);
+	/* An unaligned range in the middle of the file. */
+	ck_assert_msg(mvc_register_fd(p.a, fd, 3 * page + 100, 5000, &m) == 0, "%s",
+		      mvc_error(p.a));
+	fill(m.addr, 4992, 5);
+	ck_assert_int_eq(mvc_write(p.a, m.region, 0, p.imp, 1000, 5000), 0);
+	submit_ok(p.a, 1);
+	ck_assert(!memcmp((uint8_t *)p.dst.addr + 1000, m.addr, 5000));
+	/* The write came from the file at that offset. */
+	uint8_t back[5000];
+	ck_assert_int_eq(pread(fd, back, 5000, 3 * page + 100), 5000);
+	ck_assert(!memcmp(back, m.addr, 5000));
+	uint32_t gone = m.region;
+	ck_assert_int_eq(mvc_free(p.a, &m), 0);
+	ck_assert_int_eq(mvc_write(p.a, gone, 0, p.imp, 0, 8), 0);
+	ck_assert_int_eq(mvc_submit(p.a, 2), 0);
+	ck_assert_int_eq(wait_batch(p.a, 2, 10).cause, MVC_CAUSE_NO_REGION);
+	close(fd);
+	pair_close(&p);
+}
+END_TEST
+
 static TCase *ops(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -705,6 +775,7 @@ static TCase *ops(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_imm_arrives_after_its_data);
 	tcase_add_test(tc, test_imm_expect_counts_in_any_order);
 	tcase_add_test(tc, test_several_clients_at_once);
+	tcase_add_test(tc, test_idle_mover_sleeps);
 	return tc;
 }
 
@@ -731,6 +802,7 @@ int main(void)
 	tcase_add_test(tc, test_out_of_bounds_write_names_sizes);
 	tcase_add_test(tc, test_unknown_handles_are_named);
 	tcase_add_test(tc, test_malformed_messages_close_only_that_client);
+	tcase_add_test(tc, test_register_existing_memfd_range);
 	suite_add_tcase(s, ops("ops_tcp", setup_tcp));
 	suite_add_tcase(s, ops("ops_shm", setup_shm));
 	suite_add_tcase(s, tc);
