@@ -27,6 +27,7 @@
 
 #include "mv_wire.h"
 #include "shmring.h"
+#include "trace_format.h"
 
 #define STRIPE_MIN (256u << 10) /* writes from this size are split over shards */
 #define STRIPE_ALIGN 4096u
@@ -65,6 +66,9 @@ struct mvc {
 	uint32_t home; /* shard for small writes, rotates per batch */
 	int has_imm;
 	uint32_t imm_dst, imm;
+	uint32_t kind;	    /* MV_TK_* bits of the open batch, for the trace */
+	uint64_t nops;	    /* writes, segments or pages asked for */
+	uint64_t page_size; /* of its paged writes */
 
 	uint32_t *free_ids;
 	uint32_t nfree;
@@ -534,6 +538,9 @@ static int batch_open(struct mvc *c)
 	c->batch = c->free_ids[--c->nfree];
 	c->open = 1;
 	c->has_imm = 0;
+	c->kind = 0;
+	c->nops = 0;
+	c->page_size = 0;
 	for (uint32_t s = 0; s < c->info.nshards; s++)
 		c->sh[s].ndesc = 0, c->sh[s].nbytes = 0;
 	return 0;
@@ -622,7 +629,11 @@ int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint6
 	mark_take(c, &m);
 	if (len < STRIPE_MIN || n == 1) {
 		ret = put_span(c, c->home, src, src_off, dst, dst_off, len);
-		return ret ? mark_undo(c, &m, ret) : 0;
+		if (ret)
+			return mark_undo(c, &m, ret);
+		c->kind |= MV_TK_WRITE;
+		c->nops++;
+		return 0;
 	}
 	/* Striped: equal, aligned parts, one per shard. */
 	uint64_t part = (len / n + STRIPE_ALIGN - 1) & ~(uint64_t)(STRIPE_ALIGN - 1);
@@ -632,6 +643,8 @@ int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint6
 		if (ret)
 			return mark_undo(c, &m, ret);
 	}
+	c->kind |= MV_TK_WRITE;
+	c->nops++;
 	return 0;
 }
 
@@ -653,6 +666,8 @@ int mvc_writev(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc_seg *
 		if (ret)
 			return mark_undo(c, &m, ret);
 	}
+	c->kind |= MV_TK_WRITEV;
+	c->nops += n;
 	return 0;
 }
 
@@ -692,6 +707,9 @@ int mvc_write_paged(struct mvc *c, const struct mvc_pages *p)
 		if (ret)
 			return mark_undo(c, &m, ret);
 	}
+	c->kind |= MV_TK_PAGED;
+	c->nops += p->npages;
+	c->page_size = p->page_size;
 	return 0;
 }
 
@@ -706,6 +724,7 @@ int mvc_write_imm(struct mvc *c, uint32_t dst, uint32_t imm)
 	c->has_imm = 1;
 	c->imm_dst = dst;
 	c->imm = imm;
+	c->kind |= MV_TK_IMM;
 	return 0;
 }
 
@@ -776,6 +795,12 @@ int mvc_submit(struct mvc *c, uint64_t cookie)
 		parts += c->sh[s].ndesc > 0;
 	if (parts == 0)
 		parts = 1;
+	uint64_t total = 0;
+	for (s = 0; s < c->info.nshards; s++)
+		total += c->sh[s].nbytes;
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	uint64_t stamp = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
 	for (s = 0; s < c->info.nshards; s++) {
 		struct mvc_shard *sh = &c->sh[s];
 		/* Shards with writes end their parts; a lone immediate uses home. */
@@ -786,7 +811,9 @@ int mvc_submit(struct mvc *c, uint64_t cookie)
 			return fail(c, -EAGAIN, "submission ring of shard %u is full", s);
 		struct mv_desc *d = shmring_slot(&sh->sub, pos);
 		*d = (struct mv_desc){ .op = MV_OP_END, .batch = c->batch, .nparts = (uint16_t)parts,
-				       .cookie = cookie, .ndesc = sh->ndesc };
+				       .cookie = cookie, .ndesc = sh->ndesc, .src = c->kind,
+				       .src_off = c->nops, .dst_off = c->page_size, .len = total,
+				       .stamp = stamp };
 		if (c->has_imm) {
 			d->flags = MV_END_IMM;
 			d->dst = c->imm_dst;

@@ -42,7 +42,9 @@ enum mv_msg_type {
 	MV_MSG_PEER_DEL = 7,
 	MV_MSG_IMPORT = 8,
 	MV_MSG_UNIMPORT = 9,
-	MV_MSG_BLOB = 10, /* the blob of one of our regions */
+	MV_MSG_BLOB = 10,  /* the blob of one of our regions */
+	MV_MSG_STATS = 11, /* tools: the stats segment's fd (allowed before HELLO) */
+	MV_MSG_TRACE = 12, /* tools: start or stop the trace (allowed before HELLO) */
 	MV_MSG_REPLY = 0x8000,
 };
 
@@ -158,6 +160,20 @@ struct mv_import_req {
 	struct mv_region_blob blob;
 };
 
+/* STATS reply: the segment's memfd comes with it; see mover/stats_layout.h. */
+struct mv_stats_rep {
+	struct mv_reply_hdr r;
+	uint64_t seg_size;
+};
+
+/* TRACE request: on = 1 starts writing path (opened by the mover, which
+ * must be able to create it), on = 0 stops and closes the current trace. */
+struct mv_trace_req {
+	uint32_t on;
+	uint32_t rsvd;
+	char path[256];
+};
+
 /* Submission descriptors: 64-byte slots. */
 enum mv_op {
 	MV_OP_WRITE = 1, /* src region+off -> dst import+off, len bytes */
@@ -166,20 +182,27 @@ enum mv_op {
 
 #define MV_END_IMM 1u /* after all parts landed, send imm to dst */
 
+/*
+ * END also describes the whole batch for the trace (mover/trace_format.h):
+ * src = enum mv_trace_kind bits, src_off = ops the client asked for,
+ * dst_off = page size of a paged write, len = bytes of the whole batch,
+ * stamp = the client's CLOCK_MONOTONIC ns at submit. The mover only records
+ * these; it trusts none of them for the data path.
+ */
 struct mv_desc {
 	uint8_t op;
 	uint8_t flags;
 	uint16_t nparts; /* END: parts in the batch, one per shard used */
 	uint32_t batch;	 /* batch id < max_batches */
-	uint32_t src;	 /* WRITE: local region id */
+	uint32_t src;	 /* WRITE: local region id; END: kind bits */
 	uint32_t dst;	 /* WRITE, END+IMM: import handle */
-	uint64_t src_off;
-	uint64_t dst_off;
-	uint64_t len;
-	uint64_t cookie; /* END: returned in the batch completion */
-	uint32_t imm;	 /* END+IMM: 32-bit value the target receives */
-	uint32_t ndesc;	 /* END: WRITE descriptors in this part */
-	uint64_t rsvd;
+	uint64_t src_off; /* END: ops asked for */
+	uint64_t dst_off; /* END: page size */
+	uint64_t len;	  /* END: bytes of the whole batch */
+	uint64_t cookie;  /* END: returned in the batch completion */
+	uint32_t imm;	  /* END+IMM: 32-bit value the target receives */
+	uint32_t ndesc;	  /* END: WRITE descriptors in this part */
+	uint64_t stamp;	  /* END: submit time, CLOCK_MONOTONIC ns */
 };
 static_assert(sizeof(struct mv_desc) == 64, "descriptors fill one 64-byte slot");
 
