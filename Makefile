@@ -36,9 +36,9 @@ DEPS_STAMP := $(B)/.deps-ok
 SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c
 MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/shard.c mover/fabric.c \
-	mover/topo.c mover/validate.c
-TOOLS := mvkv mvbench
-TESTS := test_shmring test_validate test_mover
+	mover/topo.c mover/validate.c mover/stats.c mover/trace.c
+TOOLS := mvkv mvbench mvtrace mvreplay
+TESTS := test_shmring test_validate test_mover test_trace
 SCRIPTS := tests/two_hosts.sh
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
@@ -74,11 +74,20 @@ $(CLIENT_SO): $(CLIENT_SRC:%.c=$(B)/%.o) $(SHMRING_SRC:%.c=$(B)/%.o)
 
 $(B)/bin/mover: $(MOVER_SRC:%.c=$(B)/%.o) $(SHMRING_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(HWLOC_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(HWLOC_LIBS) $(URING_LIBS) $(LDLIBS)
 
 $(B)/bin/mvkv: $(B)/tools/mvkv.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Trace tools: the reader they share is tools/trace_read.h (header-only).
+$(B)/bin/mvtrace: $(B)/tools/mvtrace.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ -lm $(LDLIBS)
+
+$(B)/bin/mvreplay: $(B)/tools/mvreplay.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ -lm $(LDLIBS)
 
 # The bench's direct baseline opens endpoints with the mover's own fabric code.
 $(B)/bin/mvbench: $(B)/tools/mvbench.o $(B)/mover/fabric.o $(CLIENT_LIB)
@@ -100,6 +109,11 @@ $(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o
 $(B)/tests/test_mover: $(B)/tests/test_mover.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+# test_trace runs the built mvtrace, mvreplay and mover (the check-unit rule builds all).
+$(B)/tests/test_trace: $(B)/tests/test_trace.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) -lm $(LDLIBS)
 
 $(B)/tests/shmring_peer: $(B)/tests/shmring_peer.o $(SHMRING_LIB)
 	@mkdir -p $(@D)

@@ -986,7 +986,7 @@ int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms)
 
 		uint32_t armed = 0, ready = 0;
 		for (; armed < c->info.nshards; armed++)
-			if (shmring_arm(&c->sh[armed].comp)) {
+			if (shmring_arm_doorbell(&c->sh[armed].comp)) {
 				ready = 1;
 				break;
 			}

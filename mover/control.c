@@ -258,13 +258,34 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 {
 	int ret;
 
-	if (m->h.type != MV_MSG_HELLO && m->h.type != MV_MSG_ATTACH && cl->state != MV_CL_READY) {
+	if (m->h.type != MV_MSG_HELLO && m->h.type != MV_MSG_ATTACH && m->h.type != MV_MSG_STATS &&
+	    m->h.type != MV_MSG_TRACE && cl->state != MV_CL_READY) {
 		snprintf(why, whylen, "message type %u before HELLO and ATTACH", m->h.type);
 		return -EBADMSG;
 	}
 	switch (m->h.type) {
 	case MV_MSG_HELLO:
 		return do_hello(mv, cl, m, why, whylen);
+	case MV_MSG_STATS: {
+		struct mv_stats_rep rep = { .seg_size = mv->stats_size };
+		if ((ret = need(m, 0, 0, why, whylen)))
+			return ret;
+		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), &mv->stats_fd, 1) ?: 1;
+	}
+	case MV_MSG_TRACE: {
+		struct mv_trace_req req;
+		if ((ret = need(m, sizeof(req), 0, why, whylen)))
+			return ret;
+		memcpy(&req, m->payload, sizeof(req));
+		req.path[sizeof(req.path) - 1] = 0;
+		if (!req.on)
+			return mv_trace_stop(mv, why, whylen);
+		if (req.path[0] != '/') {
+			snprintf(why, whylen, "trace path '%s' must be absolute", req.path);
+			return -EINVAL;
+		}
+		return mv_trace_start(mv, req.path, why, whylen);
+	}
 	case MV_MSG_ATTACH:
 		return do_attach(mv, cl, m, why, whylen);
 	case MV_MSG_REG: {
@@ -560,7 +581,7 @@ int mv_control_run(struct mover *mv)
 
 	while (!atomic_load(&mv->stopping)) {
 		struct epoll_event evs[32];
-		int n = epoll_wait(ep, evs, 32, 1000);
+		int n = epoll_wait(ep, evs, 32, 200); /* also the stats heartbeat */
 
 		for (int i = 0; i < n; i++) {
 			uint32_t tag = evs[i].data.u32;
@@ -595,12 +616,19 @@ int mv_control_run(struct mover *mv)
 		}
 		reap_clients(mv);
 		mv_region_reap(mv, 0);
+		uint32_t ncl = 0;
+		for (uint32_t i = 0; i < MV_MAX_CLIENTS; i++)
+			ncl += mv->clients[i] && mv->clients[i]->state == MV_CL_READY;
+		mv_stats_beat(mv, ncl);
 	}
 
-	/* Stop: shards finish what clients already committed, then leave. */
+	/* Stop: shards finish what clients already committed, then leave;
+	 * the trace gets every batch they completed. */
 	close(lfd);
 	unlink(mv->cfg.socket_path);
 	mv_call_all(mv, MV_CMD_STOP, NULL, why, sizeof(why));
+	if (atomic_load(&mv->tracer))
+		mv_trace_stop(mv, why, sizeof(why));
 	for (uint32_t i = 0; i < MV_MAX_CLIENTS; i++) {
 		struct mv_client *cl = mv->clients[i];
 		if (!cl)

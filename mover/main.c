@@ -67,6 +67,8 @@ static void usage(FILE *f)
 		"  --cpus LIST       pin shard i to the i-th CPU of LIST (default: hwloc)\n"
 		"  --op-timeout S    fail a write the fabric has not completed in S seconds\n"
 		"                    (default 10: a peer that died or never answered)\n"
+		"  --trace FILE      record every batch to FILE (see mvtrace; also switched\n"
+		"                    at run time with 'mvtrace start|stop')\n"
 		"  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
 		"  -v, --verbose     log client events\n");
 }
@@ -88,7 +90,8 @@ int main(int argc, char **argv)
 		{ "socket", required_argument, 0, 's' },   { "provider", required_argument, 0, 'p' },
 		{ "iface", required_argument, 0, 'i' },	   { "shards", required_argument, 0, 'n' },
 		{ "cpus", required_argument, 0, 'c' },	   { "allow-any-uid", no_argument, 0, 'u' },
-		{ "verbose", no_argument, 0, 'v' },	   { "op-timeout", required_argument, 0, 't' },	   { "help", no_argument, 0, 'h' },
+		{ "verbose", no_argument, 0, 'v' },	   { "op-timeout", required_argument, 0, 't' },
+		{ "trace", required_argument, 0, 'T' },	   { "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	struct mover *mv = calloc(1, sizeof(*mv));
@@ -100,7 +103,7 @@ int main(int argc, char **argv)
 		return 1;
 	mv->cfg.provider = "auto";
 	mv->cfg.op_timeout_ms = 10000;
-	while ((c = getopt_long(argc, argv, "s:p:i:n:c:t:uvh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:p:i:n:c:t:T:uvh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			mv->cfg.socket_path = optarg;
@@ -128,6 +131,9 @@ int main(int argc, char **argv)
 				fprintf(stderr, "mover: --op-timeout %s: give seconds > 0\n", optarg);
 				return 2;
 			}
+			break;
+		case 'T':
+			mv->cfg.trace = optarg;
 			break;
 		case 'u':
 			mv->cfg.allow_any_uid = 1;
@@ -190,6 +196,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	ret = mv_stats_init(mv);
+	if (ret) {
+		fprintf(stderr, "mover: stats segment: %s\n", strerror(-ret));
+		return 1;
+	}
 	uint32_t started = 0;
 	for (; started < mv->nshards; started++) {
 		struct mv_shard *sh = &mv->shards[started];
@@ -199,6 +210,7 @@ int main(int argc, char **argv)
 			pthread_join(sh->thread, NULL);
 			break;
 		}
+		mv_stats_shard_info(sh);
 		mv_log("shard %u: provider %s, interface %s, NUMA node %d, CPU %d, "
 		       "%s progress, iov %zu, tx queue %zu",
 		       started, sh->fab.prov, sh->fab.iface, sh->numa, sh->cpu,
@@ -208,7 +220,11 @@ int main(int argc, char **argv)
 	if (started == mv->nshards) {
 		mv_log("mover %016llx: %u shards on %s", (unsigned long long)mv->mover_id,
 		       mv->nshards, mv->prov);
-		ret = mv_control_run(mv);
+		ret = mv->cfg.trace ? mv_trace_start(mv, mv->cfg.trace, why, sizeof(why)) : 0;
+		if (ret)
+			mv_log("--trace: %s", why);
+		else
+			ret = mv_control_run(mv);
 	} else {
 		/* Stop the shards that did start. */
 		uint32_t n = mv->nshards;
@@ -219,6 +235,7 @@ int main(int argc, char **argv)
 	}
 	for (uint32_t s = 0; s < started; s++)
 		pthread_join(mv->shards[s].thread, NULL);
+	mv_stats_stop(mv);
 	for (uint32_t i = 0; i < MV_MAX_REGIONS; i++) {
 		struct mv_region *r = atomic_load(&mv->regions[i]);
 		if (r) {

@@ -110,15 +110,20 @@ struct mv_batch {
 	_Atomic uint32_t parts_done;
 	_Atomic int32_t status;
 	_Atomic uint64_t bytes;
+	_Atomic uint32_t ndesc;	     /* for the trace: WRITEs over all parts */
+	_Atomic uint32_t shard_mask; /* for the trace: shards that took part */
+	_Atomic uint64_t peer;	     /* for the trace: the peer mover written to */
 	uint8_t cause; /* written by whoever won the status CAS */
 	uint32_t region;
 	char msg[MV_ERRLEN];
+	struct mv_desc end; /* the last part's END, written by the finisher */
 };
 
 /* One shard's part of one batch: shard-local. */
 struct mv_part {
 	uint32_t outstanding; /* ops not yet completed */
 	uint32_t ndesc;	      /* WRITE descriptors seen */
+	uint64_t peer;	      /* mover id of the peer its writes went to */
 	uint8_t ended;
 	uint8_t failed;
 	uint8_t cause;
@@ -143,6 +148,7 @@ struct mv_attach {
 	int detaching;
 	int dead;	      /* ring corrupt or client gone: consume nothing more */
 	uint64_t descs, batches;
+	uint32_t sub_hwm, comp_hwm; /* highest occupancy seen, for the stats */
 };
 
 enum mv_client_state { MV_CL_NEW, MV_CL_READY, MV_CL_DETACHING };
@@ -187,9 +193,18 @@ struct mv_cmd {
 
 struct mv_wr;
 
-struct mv_stats_shard {
+/* Shard-local counters: plain, copied to the stats segment by stats.c. */
+struct mv_shard_counters {
 	uint64_t posted, completed, bytes, eagain, cq_errors, imm_rx, descs, retries;
+	uint64_t batches, timeouts, sleeps, trace_dropped;
 };
+
+struct mv_stats_hdr;
+struct mv_stats_shard;
+struct mv_stats_ring;
+struct mv_stats_peer;
+struct mv_tracer;
+struct mv_trace_rec;
 
 struct mover;
 
@@ -229,7 +244,15 @@ struct mv_shard {
 	int64_t now; /* CLOCK_MONOTONIC ns at the start of this loop turn */
 	uint32_t idle_spins;
 
-	struct mv_stats_shard st;
+	struct mv_shard_counters st;
+	struct {
+		uint64_t bytes, writes, errors;
+	} pst[256]; /* per peer slot (first 256), for the stats */
+	struct mv_stats_shard *pub;
+	struct mv_stats_ring *pub_rings;
+	struct mv_stats_peer *pub_peers;
+	int64_t next_pub, next_rows;
+	_Atomic uint64_t trace_dropped_pub;
 };
 
 struct mv_config {
@@ -240,6 +263,7 @@ struct mv_config {
 	int nshards;	      /* 0: one per NIC */
 	int allow_any_uid;
 	int op_timeout_ms; /* a write not completed by then fails its batch */
+	const char *trace;  /* --trace FILE */
 };
 
 struct mover {
@@ -254,6 +278,10 @@ struct mover {
 	struct mv_peer *peers[MV_MAX_PEERS];
 	struct mv_client *clients[MV_MAX_CLIENTS];
 	struct mv_region *graveyard; /* freed regions in quarantine (main thread) */
+	struct mv_stats_hdr *stats;
+	int stats_fd;
+	size_t stats_size;
+	_Atomic(struct mv_tracer *) tracer; /* non-NULL while tracing */
 	char prov[32];
 };
 
@@ -301,6 +329,18 @@ int mv_check_write(const struct mv_desc *d, const struct mv_region *src,
 int mv_check_addr_blob(const struct mv_addr_blob *b, size_t len, const char *prov,
 		       char *why, size_t whylen);
 int mv_check_region_blob(const struct mv_region_blob *b, size_t len, char *why, size_t whylen);
+
+/* stats.c */
+int mv_stats_init(struct mover *mv);
+void mv_stats_beat(struct mover *mv, uint32_t clients);
+void mv_stats_shard_info(struct mv_shard *s);
+void mv_stats_stop(struct mover *mv);
+void mv_stats_publish(struct mv_shard *s, int force);
+
+/* trace.c */
+int mv_trace_start(struct mover *mv, const char *path, char *why, size_t whylen);
+int mv_trace_stop(struct mover *mv, char *why, size_t whylen);
+void mv_trace_batch(struct mv_shard *s, const struct mv_trace_rec *rec);
 
 /* control.c */
 int mv_control_run(struct mover *mv);

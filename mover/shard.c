@@ -22,6 +22,9 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include "stats_layout.h"
+#include "trace_format.h"
+
 #define RING_BUDGET 256u     /* descriptors from one ring per turn */
 #define CQ_BATCH 64
 #define SPIN_NS 200000	     /* busy-poll this long after the last work */
@@ -153,6 +156,9 @@ static void push_cqe(struct mv_attach *at, const struct mv_cqe *c)
 		int n = shmring_reserve(&at->comp, 1, &pos);
 		if (n == 1) {
 			memcpy(shmring_slot(&at->comp, pos), c, sizeof(*c));
+			uint32_t occ = at->comp.local - (at->comp.cached - at->comp.capacity);
+			if (occ > at->comp_hwm)
+				at->comp_hwm = occ;
 			return;
 		}
 		if (n < 0) {
@@ -223,11 +229,30 @@ static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, 
 	c.shard = (uint32_t)s->id;
 	if (msg)
 		snprintf(c.msg, sizeof(c.msg), "%s", msg);
+	if (atomic_load_explicit(&s->mv->tracer, memory_order_relaxed)) {
+		const struct mv_desc *e = &B->end;
+		struct mv_trace_rec t = {
+			.type = MV_TR_BATCH, .nparts = e->nparts, .client = at->cl->id,
+			.submit_ns = e->stamp, .complete_ns = (uint64_t)now_ns(),
+			.bytes = status ? e->len : c.bytes,
+			.peer = atomic_load_explicit(&B->peer, memory_order_relaxed),
+			.nops = (uint32_t)e->src_off,
+			.ndesc = atomic_load_explicit(&B->ndesc, memory_order_relaxed),
+			.page_size = (uint32_t)e->dst_off, .kind = (uint8_t)e->src, .cause = cause,
+			.shard_mask = (uint16_t)atomic_load_explicit(&B->shard_mask,
+								   memory_order_relaxed),
+			.status = status, .imm = e->imm,
+		};
+		mv_trace_batch(s, &t);
+	}
 	/* Reset before the client can see the id again. */
 	atomic_store_explicit(&B->bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&B->ndesc, 0, memory_order_relaxed);
+	atomic_store_explicit(&B->shard_mask, 0, memory_order_relaxed);
 	atomic_store_explicit(&B->status, 0, memory_order_relaxed);
 	atomic_store_explicit(&B->parts_done, 0, memory_order_release);
 	at->batches++;
+	s->st.batches++;
 	push_cqe(at, &c);
 }
 
@@ -254,12 +279,17 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 		}
 	}
 	atomic_fetch_add_explicit(&B->bytes, p->bytes, memory_order_relaxed);
+	atomic_fetch_add_explicit(&B->ndesc, p->ndesc, memory_order_relaxed);
+	atomic_fetch_or_explicit(&B->shard_mask, 1u << (s->id % 16), memory_order_relaxed);
+	if (p->peer)
+		atomic_store_explicit(&B->peer, p->peer, memory_order_relaxed);
 	memset(p, 0, sizeof(*p));
 	/* AR5: each part's results are released here and the last part's
 	 * increment acquires all of them (the CAS winner wrote msg before). */
 	uint32_t done = atomic_fetch_add_explicit(&B->parts_done, 1, memory_order_acq_rel) + 1;
 	if (done < end.nparts)
 		return;
+	B->end = end; /* the finisher's own copy, for the trace */
 
 	int32_t status = atomic_load_explicit(&B->status, memory_order_relaxed);
 	if (status == 0 && (end.flags & MV_END_IMM)) {
@@ -275,6 +305,7 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 			return;
 		}
 		uint32_t t = (uint32_t)s->id % imp->nshards;
+		atomic_store_explicit(&B->peer, imp->peer->mover_id, memory_order_relaxed);
 		op->kind = MV_OPK_IMM;
 		op->at = at;
 		op->batch = b;
@@ -303,6 +334,16 @@ static void check_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 static void op_report(struct mv_shard *s, struct mv_wr *op, int err, const char *text)
 {
 	struct mv_attach *at = op->at;
+
+	if (op->peer && op->peer->index < 256) {
+		s->pst[op->peer->index].writes++;
+		if (err)
+			s->pst[op->peer->index].errors++;
+		else
+			s->pst[op->peer->index].bytes += op->bytes;
+	}
+	if (err == -ETIMEDOUT)
+		s->st.timeouts++;
 
 	if (op->peer && op->peer->inflight[s->id])
 		op->peer->inflight[s->id]--;
@@ -382,6 +423,8 @@ static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv
 	}
 	uint32_t t = (uint32_t)s->id % dst->nshards;
 	uint64_t off = 0;
+
+	p->peer = dst->peer->mover_id;
 	while (off < d->len) {
 		uint64_t n = d->len - off < MV_CHUNK ? d->len - off : MV_CHUNK;
 		uint8_t *la = src->base + d->src_off + off;
@@ -502,6 +545,8 @@ static int consume(struct mv_shard *s)
 		if (s->npend > s->fab.tx_size * 2 || s->nfree <= MV_IOV_MAX)
 			break;
 		int got = shmring_peek(&at->sub, RING_BUDGET, &pos);
+		if (got > 0 && at->sub.cached - at->sub.local > at->sub_hwm)
+			at->sub_hwm = at->sub.cached - at->sub.local;
 		if (got < 0) {
 			mv_log("client %u shard %d: %s; no more descriptors taken from it",
 			       at->cl->id, s->id, shmring_error(&at->sub));
@@ -810,7 +855,9 @@ static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 		break;
 	}
 	case MV_CMD_PEER_DEL:
+		break;
 	case MV_CMD_SYNC:
+		mv_stats_publish(s, 1);
 		break;
 	case MV_CMD_STOP:
 		s->stop_cmd = c;
@@ -893,7 +940,7 @@ static void sleep_once(struct mv_shard *s, int64_t idle_ns)
 
 	for (; armed < s->natt; armed++) {
 		struct mv_attach *at = s->att[armed];
-		if (!at->dead && !at->detaching && shmring_arm(&at->sub))
+		if (!at->dead && !at->detaching && shmring_arm_doorbell(&at->sub))
 			goto disarm;
 	}
 	if (s->posted > s->abandoned || s->npend) {
@@ -940,6 +987,7 @@ static void shard_loop(struct mv_shard *s)
 		work += expire(s);
 		work += flush_all(s);
 		reap_detached(s);
+		mv_stats_publish(s, 0);
 		if (s->stop_cmd) {
 			if (!stop_at)
 				stop_at = now_ns() + STOP_DRAIN_NS;
@@ -957,6 +1005,8 @@ static void shard_loop(struct mv_shard *s)
 		}
 		if (now_ns() - last_work < SPIN_NS || s->stop_cmd)
 			continue;
+		s->st.sleeps++;
+		mv_stats_publish(s, 1);
 		sleep_once(s, now_ns() - last_work);
 	}
 }

@@ -258,31 +258,32 @@ static long futex(_Atomic uint32_t *uaddr, int op, uint32_t val, const struct ti
 
 void shmring_wake(struct shmring *r)
 {
-	struct shmring_side *c = &r->lay->cons;
+	struct shmring_sleep *c = &r->lay->sleep;
 
 	/* Clear first so a burst of commits before the consumer runs makes one
 	 * system call, not one each. */
-	if (!(atomic_fetch_and_explicit(&c->flags, ~SHMRING_NEED_WAKEUP, memory_order_seq_cst) &
-	      SHMRING_NEED_WAKEUP))
+	uint32_t f = atomic_fetch_and_explicit(&c->flags, ~(SHMRING_NEED_WAKEUP | SHMRING_DOORBELL),
+					       memory_order_seq_cst);
+	if (!(f & SHMRING_NEED_WAKEUP))
 		return;
-	if (r->doorbell >= 0) {
+	/* The consumer said where it sleeps; a producer without the eventfd
+	 * still bumps the futex, so a wake-up is never lost, only slower. */
+	if ((f & SHMRING_DOORBELL) && r->doorbell >= 0) {
 		uint64_t one = 1;
 		ssize_t n = write(r->doorbell, &one, sizeof(one));
 		(void)n; /* EAGAIN means the counter is already non-zero: woken */
 		return;
 	}
-	/* The one producer write to the consumer's side: see shmring_layout.h */
+	/* The producer's one write to the sleep block: see shmring_layout.h */
 	atomic_fetch_add_explicit(&c->wake_seq, 1, memory_order_release);
 	futex(&c->wake_seq, FUTEX_WAKE, 1, NULL);
 }
 
-int shmring_arm(struct shmring *r)
+static int arm(struct shmring *r, uint32_t how)
 {
-	struct shmring_side *c = &r->lay->cons;
-
 	/* F2 pairs with F1 in shmring_commit(): both sides store then load with
 	 * seq_cst, so either we see the new tail or the producer sees the flag. */
-	atomic_fetch_or_explicit(&c->flags, SHMRING_NEED_WAKEUP, memory_order_seq_cst);
+	atomic_fetch_or_explicit(&r->lay->sleep.flags, how, memory_order_seq_cst);
 	if (atomic_load_explicit(&r->lay->prod.idx, memory_order_seq_cst) != r->local) {
 		shmring_disarm(r);
 		return 1;
@@ -290,9 +291,20 @@ int shmring_arm(struct shmring *r)
 	return 0;
 }
 
+int shmring_arm(struct shmring *r)
+{
+	return arm(r, SHMRING_NEED_WAKEUP);
+}
+
+int shmring_arm_doorbell(struct shmring *r)
+{
+	return arm(r, SHMRING_NEED_WAKEUP | SHMRING_DOORBELL);
+}
+
 void shmring_disarm(struct shmring *r)
 {
-	atomic_fetch_and_explicit(&r->lay->cons.flags, ~SHMRING_NEED_WAKEUP, memory_order_relaxed);
+	atomic_fetch_and_explicit(&r->lay->sleep.flags, ~(SHMRING_NEED_WAKEUP | SHMRING_DOORBELL),
+				  memory_order_relaxed);
 }
 
 static int64_t now_ms(void)
@@ -331,11 +343,11 @@ int shmring_wait(struct shmring *r, int timeout_ms)
 
 		/* Read wake_seq before arming: a wake-up between arming and the
 		 * futex call changes it, and FUTEX_WAIT then returns at once. */
-		uint32_t seq = atomic_load_explicit(&r->lay->cons.wake_seq, memory_order_acquire);
+		uint32_t seq = atomic_load_explicit(&r->lay->sleep.wake_seq, memory_order_acquire);
 		if (shmring_arm(r))
 			continue;
 		struct timespec ts = { .tv_sec = left / 1000, .tv_nsec = (left % 1000) * 1000000 };
-		futex(&r->lay->cons.wake_seq, FUTEX_WAIT, seq, &ts);
+		futex(&r->lay->sleep.wake_seq, FUTEX_WAIT, seq, &ts);
 		shmring_disarm(r);
 	}
 }

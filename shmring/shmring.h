@@ -49,7 +49,7 @@ struct shmring {
 	int fd;
 	int doorbell; /* eventfd the producer writes to wake a consumer, or -1 */
 	int pidfd;    /* the other side's process, once watched, or -1 */
-	int corrupt;  /* the other side's index was impossible; sticky */
+	int corrupt;  /* the other side's index was impossible; sticky: -EPROTO ever after */
 	size_t map_size;
 	char err[160];
 };
@@ -96,6 +96,8 @@ static inline int shmring_reserve(struct shmring *r, uint32_t n, uint32_t *pos)
 	uint32_t room = r->cached - r->local;
 
 	*pos = r->local;
+	if (r->corrupt)
+		return -EPROTO; /* sticky: a peer that lied once is not believed again */
 	if (room < n) {
 		/* A1 pairs with R2 in shmring_release(): the consumer is done with
 		 * every slot before the head it published. */
@@ -123,7 +125,7 @@ static inline void shmring_commit(struct shmring *r)
 	 * producer half of the NEED_WAKEUP handshake; F2 in shmring_arm() is
 	 * the consumer half. On x86 this is one xchg, no separate fence. */
 	atomic_store_explicit(&r->lay->prod.idx, r->local, memory_order_seq_cst);
-	if (atomic_load_explicit(&r->lay->cons.flags, memory_order_seq_cst) & SHMRING_NEED_WAKEUP)
+	if (atomic_load_explicit(&r->lay->sleep.flags, memory_order_seq_cst) & SHMRING_NEED_WAKEUP)
 		shmring_wake(r);
 }
 
@@ -157,6 +159,8 @@ static inline int shmring_peek(struct shmring *r, uint32_t n, uint32_t *pos)
 	uint32_t avail = r->cached - r->local;
 
 	*pos = r->local;
+	if (r->corrupt)
+		return -EPROTO; /* sticky: a peer that lied once is not believed again */
 	if (avail < n) {
 		/* A2 pairs with R1 in shmring_commit() */
 		uint32_t tail = atomic_load_explicit(&r->lay->prod.idx, memory_order_acquire);
@@ -190,14 +194,16 @@ static inline uint32_t shmring_count(const struct shmring *r)
 }
 
 /*
- * Sleeping. A consumer that found the ring empty for a while calls
- * shmring_arm(); if it returns 0 the ring is still empty and the producer
- * will wake it on its next commit, so the consumer may block: in
- * shmring_wait() (the futex on cons.wake_seq), or on the eventfd it gave the
- * producer (shmring_set_doorbell) when it sleeps on many rings at once. After
- * waking it calls shmring_disarm(). Returns 1 if the ring has entries.
+ * Sleeping. A consumer that found the ring empty for a while arms the ring;
+ * if that returns 0 the ring is still empty and the producer will wake it on
+ * its next commit, so the consumer may block: shmring_arm() for a sleep on
+ * the futex (shmring_wait() does this), shmring_arm_doorbell() for a sleep
+ * on the eventfd the producer was given (shmring_set_doorbell), the way to
+ * sleep on many rings at once. After waking it calls shmring_disarm().
+ * Both return 1, not arming, if the ring has entries.
  */
 int shmring_arm(struct shmring *r);
+int shmring_arm_doorbell(struct shmring *r);
 void shmring_disarm(struct shmring *r);
 
 /*

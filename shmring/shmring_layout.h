@@ -15,9 +15,11 @@
  *   offset 512   +--------------------------------------------+
  *                | struct shmring_side cons (consumer writes)  |
  *                |  head: next slot to consume (free-running)  |
- *                |  pid, flags (NEED_WAKEUP), wake_seq (futex) |
+ *                |  pid                                        |
  *   offset 768   +--------------------------------------------+
- *                | (padding up to slots_off)                   |
+ *                | struct shmring_sleep (consumer arms it,     |
+ *                |  producer reads it on every commit)         |
+ *                |  flags (NEED_WAKEUP, DOORBELL), wake_seq    |
  *   slots_off    +--------------------------------------------+
  *                | slot[0] ... slot[capacity - 1]              |
  *                |  capacity is a power of two; slot i of the  |
@@ -26,9 +28,11 @@
  *
  * Producer- and consumer-written words sit 256 bytes apart, so neither the
  * adjacent-line prefetcher nor a 128-byte coherence unit makes them share.
- * The consumer's flags and wake_seq live with the consumer because the
- * consumer is the one that sleeps; the producer only reads them (and bumps
- * wake_seq when it wakes the consumer, see shmring.c, the one exception).
+ * The sleep block has a line of its own: the producer loads its flags after
+ * every commit, and if they shared the consumer's index line (rewritten on
+ * every release) each commit would wait for two line transfers in a row.
+ * The consumer writes the block only when it goes to sleep or wakes; the
+ * producer writes it only to wake the consumer (shmring_wake()).
  */
 #ifndef SHMRING_LAYOUT_H
 #define SHMRING_LAYOUT_H
@@ -39,16 +43,16 @@
 #include <stdint.h>
 
 #define SHMRING_MAGIC 0x474e49524d485321ull /* "!SHMRING" little-endian */
-#define SHMRING_ABI 1u
+#define SHMRING_ABI 2u
 #define SHMRING_SIDE_ALIGN 256u
 #define SHMRING_SLOTS_OFF 1024u
 #define SHMRING_MIN_SLOT 16u
 #define SHMRING_MAX_SLOT 4096u
 #define SHMRING_MAX_CAPACITY (1u << 24)
 
-/* cons.flags bits */
+/* sleep.flags bits */
 #define SHMRING_NEED_WAKEUP 1u /* consumer is (about to be) asleep */
-#define SHMRING_DOORBELL 2u	/* consumer sleeps on an eventfd, not the futex */
+#define SHMRING_DOORBELL 2u	/* ... on the producer's eventfd, not the futex */
 
 /* Written once by the creator before the segment is passed; read-only after. */
 struct shmring_hdr {
@@ -63,17 +67,20 @@ struct shmring_hdr {
 };
 
 struct shmring_side {
-	_Atomic uint32_t idx;	   /* prod: tail (next to fill); cons: head (next to read) */
-	_Atomic uint32_t flags;	   /* cons only: SHMRING_NEED_WAKEUP | SHMRING_DOORBELL */
-	_Atomic uint32_t wake_seq; /* cons only: futex word, bumped on each wake-up */
-	_Atomic int32_t pid;	   /* pid of the process on this side, 0 until attached */
+	_Atomic uint32_t idx; /* prod: tail (next to fill); cons: head (next to read) */
+	_Atomic int32_t pid;  /* pid of the process on this side, 0 until attached */
+};
+
+struct shmring_sleep {
+	_Atomic uint32_t flags;	   /* SHMRING_NEED_WAKEUP | SHMRING_DOORBELL */
+	_Atomic uint32_t wake_seq; /* futex word, bumped on each futex wake-up */
 };
 
 struct shmring_layout {
 	struct shmring_hdr hdr;
-	alignas(SHMRING_SIDE_ALIGN) struct shmring_side prod; /* written by the producer */
-	alignas(SHMRING_SIDE_ALIGN) struct shmring_side cons; /* written by the consumer */
-	alignas(SHMRING_SIDE_ALIGN) uint8_t pad;
+	alignas(SHMRING_SIDE_ALIGN) struct shmring_side prod;	/* written by the producer */
+	alignas(SHMRING_SIDE_ALIGN) struct shmring_side cons;	/* written by the consumer */
+	alignas(SHMRING_SIDE_ALIGN) struct shmring_sleep sleep; /* see above */
 };
 
 static_assert(offsetof(struct shmring_layout, hdr) == 0, "magic must come first");
@@ -81,6 +88,7 @@ static_assert(offsetof(struct shmring_hdr, magic) == 0, "magic must come first")
 static_assert(offsetof(struct shmring_hdr, abi) == 8, "ABI version follows magic");
 static_assert(offsetof(struct shmring_layout, prod) == 256, "producer side at 256");
 static_assert(offsetof(struct shmring_layout, cons) == 512, "consumer side at 512");
+static_assert(offsetof(struct shmring_layout, sleep) == 768, "sleep block at 768");
 static_assert(offsetof(struct shmring_layout, cons) - offsetof(struct shmring_layout, prod) >= 128,
 	      "producer- and consumer-written words at least 128 bytes apart");
 static_assert(sizeof(struct shmring_layout) <= SHMRING_SLOTS_OFF, "slots follow the header");

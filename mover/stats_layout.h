@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The mover's stats segment: a sealed memfd the mover writes and tools map
+ * read-only (mvstat asks for its fd over the control socket). Nothing on the
+ * data path pays for it: each shard keeps plain counters in its own memory
+ * and copies them here every few milliseconds, into cache lines only it
+ * writes, with relaxed stores (no read-modify-write). Readers get a
+ * consistent-enough snapshot: each word is whole, counters only grow.
+ *
+ *   0              struct mv_stats_hdr           (main thread)
+ *   shard_off      struct mv_stats_shard[nshards] (shard i writes entry i)
+ *   ring_off       struct mv_stats_ring[nshards][nrings]  (shard i: row i)
+ *   peer_off       struct mv_stats_peer[nshards][npeers]  (shard i: row i)
+ *   seg_size
+ *
+ * A reader checks magic, ABI and every offset against the segment size. A
+ * mover that stopped sets `stopped`; one that died stops beating: readers
+ * call it stale when heartbeat_ns is over a second old, dead when its pid
+ * is gone, and show the last numbers as such, never as zeros.
+ */
+#ifndef MV_STATS_LAYOUT_H
+#define MV_STATS_LAYOUT_H
+
+#include <assert.h>
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
+#define MV_STATS_ABI 1u
+#define MV_STATS_RINGS 256u /* ring rows per shard: client slots */
+#define MV_STATS_PEERS 256u /* peer rows per shard: the first peer slots */
+
+struct mv_stats_hdr {
+	uint64_t magic;
+	uint32_t abi;
+	uint32_t hdr_size;
+	uint32_t nshards;
+	uint32_t nrings;
+	uint32_t npeers;
+	int32_t pid;
+	uint64_t mover_id;
+	uint64_t shard_off, ring_off, peer_off, seg_size;
+	uint64_t started_ns; /* CLOCK_MONOTONIC at start */
+	char provider[32];
+	char socket[108];
+	uint32_t rsvd;
+	/* written by the main thread as it runs */
+	alignas(64) _Atomic uint64_t heartbeat_ns;
+	_Atomic uint32_t stopped;
+	_Atomic uint32_t clients;
+	_Atomic uint32_t tracing;
+	_Atomic uint32_t rsvd2;
+	_Atomic uint64_t trace_records;
+	_Atomic uint64_t trace_dropped;
+	char trace_path[256];
+};
+
+/* One shard: written by that shard only. Counters are totals since start. */
+struct mv_stats_shard {
+	char provider[32];
+	char iface[32];
+	int32_t cpu;
+	int32_t numa;
+	alignas(64) _Atomic uint64_t heartbeat_ns;
+	_Atomic uint64_t posted;    /* fabric writes posted */
+	_Atomic uint64_t completed; /* ... and completed */
+	_Atomic uint64_t bytes;	    /* bytes of completed writes */
+	_Atomic uint64_t descs;	    /* descriptors consumed from rings */
+	_Atomic uint64_t batches;   /* batch completions published */
+	_Atomic uint64_t eagain;    /* posts the provider deferred */
+	_Atomic uint64_t cq_errors;
+	_Atomic uint64_t retries;
+	_Atomic uint64_t timeouts; /* ops failed at their deadline */
+	_Atomic uint64_t imm_rx;
+	_Atomic uint64_t pending;  /* gauge: ops queued, not yet posted */
+	_Atomic uint64_t inflight; /* gauge: ops posted, not yet completed */
+	_Atomic uint64_t sleeps;
+};
+
+/* One client's rings on one shard (row slot = client slot). */
+struct mv_stats_ring {
+	_Atomic uint32_t used; /* 1 while attached */
+	_Atomic uint32_t client;
+	_Atomic int32_t pid;
+	_Atomic uint32_t alive; /* the owner process runs */
+	_Atomic uint32_t sub_tail, sub_head, sub_cap, sub_hwm;
+	_Atomic uint32_t comp_tail, comp_head, comp_cap, comp_hwm;
+	_Atomic uint32_t shard_sleeping;  /* the shard asked to be woken (sub ring) */
+	_Atomic uint32_t client_sleeping; /* the client asked to be woken (comp ring) */
+	_Atomic uint64_t descs;
+	_Atomic uint64_t batches;
+	_Atomic uint64_t rsvd[3];
+};
+
+/* Traffic to one peer from one shard. */
+struct mv_stats_peer {
+	_Atomic uint64_t mover_id; /* 0: row unused */
+	_Atomic uint64_t bytes;
+	_Atomic uint64_t writes;
+	_Atomic uint64_t errors;
+};
+
+static_assert(sizeof(struct mv_stats_shard) % 64 == 0, "shard entries own whole lines");
+static_assert(sizeof(struct mv_stats_ring) == 96, "ring rows are 96 bytes");
+static_assert(offsetof(struct mv_stats_hdr, magic) == 0, "magic first");
+
+#endif
