@@ -37,9 +37,9 @@ SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c
 MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/shard.c mover/fabric.c \
 	mover/topo.c mover/validate.c mover/stats.c mover/trace.c
-TOOLS := mvkv mvbench mvtrace mvreplay
+TOOLS := mvkv mvbench mvtrace mvreplay mvstat
 TESTS := test_shmring test_validate test_mover test_trace
-SCRIPTS := tests/two_hosts.sh
+SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
 
@@ -75,6 +75,10 @@ $(CLIENT_SO): $(CLIENT_SRC:%.c=$(B)/%.o) $(SHMRING_SRC:%.c=$(B)/%.o)
 $(B)/bin/mover: $(MOVER_SRC:%.c=$(B)/%.o) $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(HWLOC_LIBS) $(URING_LIBS) $(LDLIBS)
+
+$(B)/bin/mvstat: $(B)/tools/mvstat.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/bin/mvkv: $(B)/tools/mvkv.o $(CLIENT_LIB)
 	@mkdir -p $(@D)

@@ -420,7 +420,11 @@ static void client_leave(struct mover *mv, struct mv_client *cl, int ep, const c
 {
 	if (cl->state == MV_CL_DETACHING)
 		return;
-	mv_log("client %u (pid %d): %s", cl->id, cl->pid, why);
+	/* Tools (mvstat, mvtrace) come and go without attaching: not news. */
+	if (cl->state == MV_CL_NEW)
+		mv_dbg("connection %u (pid %d): %s", cl->id, cl->pid, why);
+	else
+		mv_log("client %u (pid %d): %s", cl->id, cl->pid, why);
 	epoll_ctl(ep, EPOLL_CTL_DEL, cl->sock, NULL);
 	if (cl->pidfd >= 0)
 		epoll_ctl(ep, EPOLL_CTL_DEL, cl->pidfd, NULL);

@@ -1,0 +1,467 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mvstat: look inside a running mover. Asks the mover's control socket for
+ * its stats segment, maps it read-only (the mover never waits for us), and
+ * prints per shard: provider, NIC, CPU, posted and completed writes, bytes,
+ * Gbit/s and messages/s over the interval, pending and in-flight depth,
+ * EAGAINs, CQ errors; per client ring: positions, occupancy and high-water
+ * marks, owner pid and liveness, who sleeps; per peer: bytes and errors.
+ * --watch refreshes like top (plain blocks when piped), --json prints one
+ * snapshot, --prometheus the text exposition format. A mover that stopped,
+ * died or stopped beating is reported as such, with its last numbers.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mv_wire.h"
+#include "stats_layout.h"
+
+struct snap {
+	uint64_t t_ns;
+	struct mv_stats_shard shard[MV_MAX_SHARDS];
+};
+
+struct view {
+	int pidfd; /* the mover's process: readable once it exits, even as a zombie */
+	const struct mv_stats_hdr *h;
+	const struct mv_stats_shard *shards;
+	const struct mv_stats_ring *rings;
+	const struct mv_stats_peer *peers;
+	size_t size;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static const char *default_socket(char *buf, size_t len)
+{
+	const char *env = getenv("MOVER_SOCKET"), *xdg = getenv("XDG_RUNTIME_DIR");
+
+	if (env && *env)
+		snprintf(buf, len, "%s", env);
+	else if (xdg && *xdg)
+		snprintf(buf, len, "%s/mover.sock", xdg);
+	else
+		snprintf(buf, len, "/tmp/mover-%u.sock", getuid());
+	return buf;
+}
+
+/* Asks for the segment; returns its fd and size, or -errno with why. */
+static int fetch_segment(const char *path, size_t *size, char *why, size_t whylen)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct mv_msg_hdr h = { .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION,
+				.type = MV_MSG_STATS, .seq = 1 };
+	struct {
+		struct mv_msg_hdr h;
+		struct mv_stats_rep r;
+	} rep;
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { &rep, sizeof(rep) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	int fd = -1, s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (strlen(path) >= sizeof(a.sun_path)) {
+		snprintf(why, whylen, "socket path too long: %s", path);
+		return -ENAMETOOLONG;
+	}
+	strcpy(a.sun_path, path);
+	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		int e = errno;
+		snprintf(why, whylen, "no mover at %s: %s%s", path, strerror(e),
+			 e == ENOENT || e == ECONNREFUSED ? " (is it running?)" : "");
+		if (s >= 0)
+			close(s);
+		return -e;
+	}
+	if (send(s, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h)) {
+		snprintf(why, whylen, "sending to %s: %s", path, strerror(errno));
+		close(s);
+		return -EIO;
+	}
+	ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
+	close(s);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); n > 0 && c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	if (n < (ssize_t)sizeof(rep) || rep.r.r.status || fd < 0) {
+		snprintf(why, whylen, "the mover at %s did not hand out its stats: %s", path,
+			 n < (ssize_t)sizeof(rep) ? "short reply (an older mover?)" : rep.r.r.msg);
+		if (fd >= 0)
+			close(fd);
+		return -EPROTO;
+	}
+	*size = rep.r.seg_size;
+	return fd;
+}
+
+/* Maps and checks the segment: everything in it is someone else's writing. */
+static int map_view(int fd, size_t size, struct view *v, char *why, size_t whylen)
+{
+	void *base = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+
+	if (base == MAP_FAILED) {
+		snprintf(why, whylen, "mapping the stats segment: %s", strerror(errno));
+		return -errno;
+	}
+	const struct mv_stats_hdr *h = base;
+	if (size < sizeof(*h) || h->magic != MV_STATS_MAGIC || h->abi != MV_STATS_ABI ||
+	    h->seg_size != size || h->nshards == 0 || h->nshards > MV_MAX_SHARDS ||
+	    h->nrings != MV_STATS_RINGS || h->npeers != MV_STATS_PEERS ||
+	    h->shard_off + (uint64_t)h->nshards * sizeof(struct mv_stats_shard) > size ||
+	    h->ring_off + (uint64_t)h->nshards * h->nrings * sizeof(struct mv_stats_ring) > size ||
+	    h->peer_off + (uint64_t)h->nshards * h->npeers * sizeof(struct mv_stats_peer) > size) {
+		snprintf(why, whylen, "the stats segment is not one this mvstat reads (magic %#" PRIx64
+				      ", ABI %u)",
+			 size >= sizeof(*h) ? h->magic : 0, size >= sizeof(*h) ? h->abi : 0);
+		munmap(base, size);
+		return -EPROTO;
+	}
+	v->h = h;
+	v->pidfd = (int)syscall(SYS_pidfd_open, h->pid, 0);
+	v->shards = (const void *)((const char *)base + h->shard_off);
+	v->rings = (const void *)((const char *)base + h->ring_off);
+	v->peers = (const void *)((const char *)base + h->peer_off);
+	v->size = size;
+	return 0;
+}
+
+static void take(const struct view *v, struct snap *s)
+{
+	s->t_ns = mono_ns();
+	memcpy(s->shard, v->shards, v->h->nshards * sizeof(struct mv_stats_shard));
+}
+
+#define GET(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
+/* "running", "stopped", "dead" or "stale": never zeros for a mover that is gone. */
+static const char *state(const struct view *v)
+{
+	struct pollfd p = { .fd = v->pidfd, .events = POLLIN };
+
+	if (GET(v->h->stopped))
+		return "stopped";
+	if (v->pidfd < 0 || (poll(&p, 1, 0) == 1 && (p.revents & POLLIN)))
+		return "dead";
+	if (mono_ns() - GET(v->h->heartbeat_ns) > 1000000000ull)
+		return "stale";
+	return "running";
+}
+
+static double rate(uint64_t a, uint64_t b, double secs)
+{
+	return secs > 0 ? (double)(b - a) / secs : 0;
+}
+
+static void print_text(FILE *f, const struct view *v, const struct snap *a, const struct snap *b)
+{
+	const struct mv_stats_hdr *h = v->h;
+	double secs = (double)(b->t_ns - a->t_ns) * 1e-9;
+	uint64_t age = (mono_ns() - GET(h->heartbeat_ns)) / 1000000;
+
+	fprintf(f, "mover %016" PRIx64 " pid %d on %s: %s (heartbeat %" PRIu64 " ms ago), %u clients,"
+		   " %u shards, socket %s\n",
+		h->mover_id, h->pid, h->provider, state(v), age, GET(h->clients), h->nshards,
+		h->socket);
+	if (GET(h->tracing))
+		fprintf(f, "tracing to %s: %" PRIu64 " records written\n", h->trace_path,
+			GET(h->trace_records));
+	fprintf(f, "%-5s %-12s %-8s %4s %12s %12s %14s %9s %10s %7s %7s %7s %6s %6s\n", "shard",
+		"provider", "iface", "cpu", "posted", "completed", "bytes", "Gbit/s", "msg/s",
+		"pending", "inflight", "eagain", "cqerr", "tmo");
+	for (uint32_t s = 0; s < h->nshards; s++) {
+		const struct mv_stats_shard *x = &a->shard[s], *y = &b->shard[s];
+		fprintf(f, "%-5u %-12.12s %-8.8s %4d %12" PRIu64 " %12" PRIu64 " %14" PRIu64
+			   " %9.3f %10.0f %7" PRIu64 " %7" PRIu64 " %7" PRIu64 " %6" PRIu64 " %6" PRIu64
+			   "\n",
+			s, y->provider, y->iface, y->cpu, GET(y->posted), GET(y->completed),
+			GET(y->bytes), rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
+			rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
+			GET(y->inflight), GET(y->eagain), GET(y->cq_errors), GET(y->timeouts));
+	}
+	int any = 0;
+	for (uint32_t s = 0; s < h->nshards; s++)
+		for (uint32_t i = 0; i < h->nrings; i++) {
+			const struct mv_stats_ring *r = &v->rings[(size_t)s * h->nrings + i];
+			if (!GET(r->used))
+				continue;
+			if (!any++)
+				fprintf(f, "%-5s %-8s %7s %5s %10s %10s %6s %6s %10s %10s %6s %6s %s\n",
+					"shard", "client", "pid", "alive", "sub.tail", "sub.head",
+					"occ", "hwm", "comp.tail", "comp.head", "occ", "hwm", "asleep");
+			uint32_t so = GET(r->sub_tail) - GET(r->sub_head);
+			uint32_t co = GET(r->comp_tail) - GET(r->comp_head);
+			fprintf(f, "%-5u %-8u %7d %5s %10u %10u %6u %6u %10u %10u %6u %6u %s%s%s\n", s,
+				GET(r->client), GET(r->pid), GET(r->alive) ? "yes" : "NO",
+				GET(r->sub_tail), GET(r->sub_head), so, GET(r->sub_hwm),
+				GET(r->comp_tail), GET(r->comp_head), co, GET(r->comp_hwm),
+				GET(r->shard_sleeping) ? "shard " : "",
+				GET(r->client_sleeping) ? "client" : "",
+				!GET(r->shard_sleeping) && !GET(r->client_sleeping) ? "-" : "");
+		}
+	any = 0;
+	for (uint32_t p = 0; p < h->npeers; p++) {
+		uint64_t bytes = 0, writes = 0, errors = 0, id = 0;
+		for (uint32_t s = 0; s < h->nshards; s++) {
+			const struct mv_stats_peer *x = &v->peers[(size_t)s * h->npeers + p];
+			id |= GET(x->mover_id);
+			bytes += GET(x->bytes);
+			writes += GET(x->writes);
+			errors += GET(x->errors);
+		}
+		if (!writes && !errors)
+			continue;
+		if (!any++)
+			fprintf(f, "%-16s %14s %12s %8s\n", "peer", "bytes", "writes", "errors");
+		fprintf(f, "%016" PRIx64 " %14" PRIu64 " %12" PRIu64 " %8" PRIu64 "\n", id, bytes,
+			writes, errors);
+	}
+}
+
+static void print_json(FILE *f, const struct view *v, const struct snap *a, const struct snap *b)
+{
+	const struct mv_stats_hdr *h = v->h;
+	double secs = (double)(b->t_ns - a->t_ns) * 1e-9;
+
+	fprintf(f, "{\"mover_id\":\"%016" PRIx64 "\",\"pid\":%d,\"provider\":\"%s\",\"state\":\"%s\","
+		   "\"heartbeat_age_ms\":%" PRIu64 ",\"clients\":%u,\"interval_s\":%.3f,"
+		   "\"tracing\":%s,\"trace_records\":%" PRIu64 ",\"shards\":[",
+		h->mover_id, h->pid, h->provider, state(v),
+		(mono_ns() - GET(h->heartbeat_ns)) / 1000000, GET(h->clients), secs,
+		GET(h->tracing) ? "true" : "false", GET(h->trace_records));
+	for (uint32_t s = 0; s < h->nshards; s++) {
+		const struct mv_stats_shard *x = &a->shard[s], *y = &b->shard[s];
+		fprintf(f, "%s{\"shard\":%u,\"provider\":\"%s\",\"iface\":\"%s\",\"cpu\":%d,"
+			   "\"numa\":%d,\"posted\":%" PRIu64 ",\"completed\":%" PRIu64
+			   ",\"bytes\":%" PRIu64 ",\"descs\":%" PRIu64 ",\"batches\":%" PRIu64
+			   ",\"gbit_s\":%.6f,\"msg_s\":%.1f,\"pending\":%" PRIu64 ",\"inflight\":%" PRIu64
+			   ",\"eagain\":%" PRIu64 ",\"cq_errors\":%" PRIu64 ",\"retries\":%" PRIu64
+			   ",\"timeouts\":%" PRIu64 ",\"imm_rx\":%" PRIu64 "}",
+			s ? "," : "", s, y->provider, y->iface, y->cpu, y->numa, GET(y->posted),
+			GET(y->completed), GET(y->bytes), GET(y->descs), GET(y->batches),
+			rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
+			rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
+			GET(y->inflight), GET(y->eagain), GET(y->cq_errors), GET(y->retries),
+			GET(y->timeouts), GET(y->imm_rx));
+	}
+	fprintf(f, "],\"rings\":[");
+	int any = 0;
+	for (uint32_t s = 0; s < h->nshards; s++)
+		for (uint32_t i = 0; i < h->nrings; i++) {
+			const struct mv_stats_ring *r = &v->rings[(size_t)s * h->nrings + i];
+			if (!GET(r->used))
+				continue;
+			fprintf(f, "%s{\"shard\":%u,\"client\":%u,\"pid\":%d,\"alive\":%s,"
+				   "\"sub_tail\":%u,\"sub_head\":%u,\"sub_capacity\":%u,\"sub_hwm\":%u,"
+				   "\"comp_tail\":%u,\"comp_head\":%u,\"comp_capacity\":%u,"
+				   "\"comp_hwm\":%u,\"shard_sleeping\":%s,\"client_sleeping\":%s,"
+				   "\"descs\":%" PRIu64 ",\"batches\":%" PRIu64 "}",
+				any++ ? "," : "", s, GET(r->client), GET(r->pid),
+				GET(r->alive) ? "true" : "false", GET(r->sub_tail), GET(r->sub_head),
+				GET(r->sub_cap), GET(r->sub_hwm), GET(r->comp_tail), GET(r->comp_head),
+				GET(r->comp_cap), GET(r->comp_hwm),
+				GET(r->shard_sleeping) ? "true" : "false",
+				GET(r->client_sleeping) ? "true" : "false", GET(r->descs),
+				GET(r->batches));
+		}
+	fprintf(f, "],\"peers\":[");
+	any = 0;
+	for (uint32_t p = 0; p < h->npeers; p++) {
+		uint64_t bytes = 0, writes = 0, errors = 0, id = 0;
+		for (uint32_t s = 0; s < h->nshards; s++) {
+			const struct mv_stats_peer *x = &v->peers[(size_t)s * h->npeers + p];
+			id |= GET(x->mover_id);
+			bytes += GET(x->bytes);
+			writes += GET(x->writes);
+			errors += GET(x->errors);
+		}
+		if (writes || errors)
+			fprintf(f, "%s{\"peer\":\"%016" PRIx64 "\",\"bytes\":%" PRIu64
+				   ",\"writes\":%" PRIu64 ",\"errors\":%" PRIu64 "}",
+				any++ ? "," : "", id, bytes, writes, errors);
+	}
+	fprintf(f, "]}\n");
+}
+
+static void print_prometheus(FILE *f, const struct view *v, const struct snap *b)
+{
+	const struct mv_stats_hdr *h = v->h;
+	static const struct {
+		const char *name, *help;
+		size_t off;
+		int gauge;
+	} m[] = {
+#define M(n, h, g) { #n, h, offsetof(struct mv_stats_shard, n), g }
+		M(posted, "fabric writes posted", 0),
+		M(completed, "fabric writes completed", 0),
+		M(bytes, "bytes of completed writes", 0),
+		M(descs, "descriptors consumed from client rings", 0),
+		M(batches, "batch completions published", 0),
+		M(eagain, "posts the provider deferred with EAGAIN", 0),
+		M(cq_errors, "completion queue errors", 0),
+		M(retries, "writes re-posted after a broken connection", 0),
+		M(timeouts, "writes failed at their deadline", 0),
+		M(imm_rx, "immediates received", 0),
+		M(pending, "writes queued, not yet posted", 1),
+		M(inflight, "writes posted, not yet completed", 1),
+#undef M
+	};
+
+	fprintf(f, "# HELP mover_up 1 while the mover runs and beats\n# TYPE mover_up gauge\n");
+	fprintf(f, "mover_up{mover=\"%016" PRIx64 "\",state=\"%s\"} %d\n", h->mover_id, state(v),
+		!strcmp(state(v), "running"));
+	fprintf(f, "# HELP mover_clients attached clients\n# TYPE mover_clients gauge\n");
+	fprintf(f, "mover_clients{mover=\"%016" PRIx64 "\"} %u\n", h->mover_id, GET(h->clients));
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+		const char *suffix = m[i].gauge ? "" : "_total";
+		fprintf(f, "# HELP mover_shard_%s%s %s\n# TYPE mover_shard_%s%s %s\n", m[i].name,
+			suffix, m[i].help, m[i].name, suffix, m[i].gauge ? "gauge" : "counter");
+		for (uint32_t s = 0; s < h->nshards; s++) {
+			const _Atomic uint64_t *p =
+				(const void *)((const char *)&b->shard[s] + m[i].off);
+			fprintf(f, "mover_shard_%s%s{mover=\"%016" PRIx64
+				   "\",shard=\"%u\",provider=\"%s\",iface=\"%s\"} %" PRIu64 "\n",
+				m[i].name, suffix, h->mover_id, s, b->shard[s].provider,
+				b->shard[s].iface, atomic_load_explicit(p, memory_order_relaxed));
+		}
+	}
+	fprintf(f, "# HELP mover_ring_occupancy descriptors waiting in a client's submission "
+		   "ring\n# TYPE mover_ring_occupancy gauge\n");
+	for (uint32_t s = 0; s < h->nshards; s++)
+		for (uint32_t i = 0; i < h->nrings; i++) {
+			const struct mv_stats_ring *r = &v->rings[(size_t)s * h->nrings + i];
+			if (GET(r->used))
+				fprintf(f, "mover_ring_occupancy{mover=\"%016" PRIx64 "\",shard=\"%u\","
+					   "client=\"%u\",pid=\"%d\"} %u\n",
+					h->mover_id, s, GET(r->client), GET(r->pid),
+					GET(r->sub_tail) - GET(r->sub_head));
+		}
+	fprintf(f, "# HELP mover_peer_bytes_total bytes written to a peer\n"
+		   "# TYPE mover_peer_bytes_total counter\n");
+	for (uint32_t p = 0; p < h->npeers; p++) {
+		uint64_t bytes = 0, writes = 0, errors = 0, id = 0;
+		for (uint32_t s = 0; s < h->nshards; s++) {
+			const struct mv_stats_peer *x = &v->peers[(size_t)s * h->npeers + p];
+			id |= GET(x->mover_id);
+			bytes += GET(x->bytes);
+			writes += GET(x->writes);
+			errors += GET(x->errors);
+		}
+		if (writes || errors)
+			fprintf(f, "mover_peer_bytes_total{mover=\"%016" PRIx64 "\",peer=\"%016" PRIx64
+				   "\"} %" PRIu64 "\n",
+				h->mover_id, id, bytes);
+	}
+}
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, 0, 's' }, { "watch", no_argument, 0, 'w' },
+		{ "json", no_argument, 0, 'j' },	 { "prometheus", no_argument, 0, 'p' },
+		{ "interval", required_argument, 0, 'i' }, { "count", required_argument, 0, 'n' },
+		{ "help", no_argument, 0, 'h' },	 { 0, 0, 0, 0 },
+	};
+	char sockbuf[256], why[256];
+	const char *path = NULL;
+	int watch = 0, json = 0, prom = 0, c, count = -1;
+	double interval = 1.0;
+
+	while ((c = getopt_long(argc, argv, "s:wjpi:n:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': path = optarg; break;
+		case 'w': watch = 1; break;
+		case 'j': json = 1; break;
+		case 'p': prom = 1; break;
+		case 'i': interval = atof(optarg); break;
+		case 'n': count = atoi(optarg); break;
+		case 'h':
+		default:
+			fprintf(c == 'h' ? stdout : stderr,
+				"usage: mvstat [--socket PATH] [--watch [--count N]] [--json | --prometheus]"
+				" [--interval S]\n"
+				"  Shows a running mover's shards, client rings and peers. Rates are over"
+				" --interval\n  (default 1 s; --json and --prometheus take one snapshot"
+				" pair over it).\n");
+			return c == 'h' ? 0 : 2;
+		}
+	}
+	if (interval <= 0 || interval > 3600) {
+		fprintf(stderr, "mvstat: --interval %g: give seconds in (0, 3600]\n", interval);
+		return 2;
+	}
+	if (!path)
+		path = default_socket(sockbuf, sizeof(sockbuf));
+
+	size_t size = 0;
+	int fd = fetch_segment(path, &size, why, sizeof(why));
+	struct view v;
+	if (fd < 0 || map_view(fd, size, &v, why, sizeof(why))) {
+		fprintf(stderr, "mvstat: %s\n", why);
+		return 1;
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+
+	struct snap *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+	int tty = isatty(1);
+	struct timespec ts = { (time_t)interval, (long)((interval - (time_t)interval) * 1e9) };
+	if (!a || !b)
+		return 1;
+	take(&v, a);
+	do {
+		nanosleep(&ts, NULL);
+		take(&v, b);
+		if (json)
+			print_json(stdout, &v, a, b);
+		else if (prom)
+			print_prometheus(stdout, &v, b);
+		else {
+			if (watch && tty)
+				fputs("\033[H\033[2J", stdout); /* redraw in place, like top */
+			print_text(stdout, &v, a, b);
+			if (watch && !tty)
+				fputs("\n", stdout);
+		}
+		fflush(stdout);
+		struct snap *t = a;
+		a = b;
+		b = t;
+		if (count > 0)
+			count--;
+	} while (watch && !stop && count != 0 && !strcmp(state(&v), "running"));
+	/* A mover that went away ends the watch with its state said once more. */
+	if (watch && strcmp(state(&v), "running"))
+		fprintf(stdout, "mover %016" PRIx64 " is %s\n", v.h->mover_id, state(&v));
+	return strcmp(state(&v), "running") ? 3 : 0;
+}
