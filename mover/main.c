@@ -214,7 +214,10 @@ int main(int argc, char **argv)
 		mv_log("shard %u: provider %s, interface %s, NUMA node %d, CPU %d, "
 		       "%s progress, iov %zu, tx queue %zu",
 		       started, sh->fab.prov, sh->fab.iface, sh->numa, sh->cpu,
-		       sh->fab.cq_fd >= 0 ? "fd-wait" : "polled", sh->fab.iov_limit,
+		       sh->fab.cq_fd >= 0 ? "fd-wait"
+		       : sh->fab.rx_cntr  ? "polled, receive counter"
+					  : "polled",
+		       sh->fab.iov_limit,
 		       sh->fab.tx_size);
 	}
 	if (started == mv->nshards) {

@@ -51,6 +51,7 @@ struct mv_fabric {
 	struct fid_ep *ep;
 	struct fid_cq *cq;
 	struct fid_av *av;
+	struct fid_cntr *rx_cntr; /* remote writes received, where offered (shm) */
 	int cq_fd;	   /* wait fd of the CQ, or -1 when the provider has none */
 	int virt_addr;	   /* FI_MR_VIRT_ADDR: remote addresses are virtual */
 	int mr_local;	   /* FI_MR_LOCAL: local buffers need a descriptor */
@@ -242,6 +243,7 @@ struct mv_shard {
 	struct mv_wr *posted_head, *posted_tail;
 	int64_t next_expire;
 	int64_t now; /* CLOCK_MONOTONIC ns at the start of this loop turn */
+	uint64_t rx_seen; /* rx_cntr's value when last read */
 	uint32_t idle_spins;
 
 	struct mv_shard_counters st;
@@ -273,6 +275,7 @@ struct mover {
 	struct mv_shard *shards;
 	int efd; /* shards wake the main thread here */
 	_Atomic int stopping;
+	_Atomic int shards_stopped; /* every shard left its loop: no mailbox answers */
 	_Atomic(struct mv_region *) regions[MV_MAX_REGIONS];
 	uint16_t region_gen[MV_MAX_REGIONS];
 	struct mv_peer *peers[MV_MAX_PEERS];
