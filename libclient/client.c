@@ -210,6 +210,13 @@ static void close_rings(struct mvc *c)
 	}
 }
 
+static __thread char connect_err[256];
+
+const char *mvc_connect_error(void)
+{
+	return connect_err;
+}
+
 int mvc_connect(struct mvc **out, const char *path)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
@@ -219,6 +226,7 @@ int mvc_connect(struct mvc **out, const char *path)
 	struct mvc *c = calloc(1, sizeof(*c));
 
 	*out = NULL;
+	connect_err[0] = 0;
 	if (!c)
 		return -ENOMEM;
 	for (uint32_t s = 0; s < MV_MAX_SHARDS; s++) {
@@ -320,7 +328,8 @@ err_free:
 	free(c->free_ids);
 	free(c->cookies);
 	free(c->busy);
-	/* The reason outlives the handle only through the return value. */
+	/* The reason outlives the handle. */
+	snprintf(connect_err, sizeof(connect_err), "%s", c->err[0] ? c->err : strerror(-ret));
 	free(c);
 	return ret;
 }
@@ -707,9 +716,10 @@ int mvc_write_paged(struct mvc *c, const struct mvc_pages *p)
 		if (ret)
 			return mark_undo(c, &m, ret);
 	}
+	/* A batch of pages of more than one size records page size 0. */
+	c->page_size = (c->kind & MV_TK_PAGED) && c->page_size != p->page_size ? 0 : p->page_size;
 	c->kind |= MV_TK_PAGED;
 	c->nops += p->npages;
-	c->page_size = p->page_size;
 	return 0;
 }
 

@@ -98,8 +98,10 @@ struct mvc_info {
 	char provider[32];
 };
 
-/* Connection. path NULL: $MOVER_SOCKET, else the mover's default path. */
+/* Connection. path NULL: $MOVER_SOCKET, else the mover's default path.
+ * On failure *out is NULL and mvc_connect_error() says why (per thread). */
 int mvc_connect(struct mvc **out, const char *path);
+const char *mvc_connect_error(void);
 void mvc_disconnect(struct mvc *c);
 const char *mvc_error(const struct mvc *c);
 int mvc_info(const struct mvc *c, struct mvc_info *info);

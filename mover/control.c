@@ -517,7 +517,7 @@ static int listen_on(const char *path, char *why, size_t whylen)
 
 static void serve(struct mover *mv, struct mv_client *cl, int ep, struct rx *m)
 {
-	char why[MV_ERRLEN] = "";
+	char why[sizeof(((struct mv_reply_hdr *)0)->msg)] = "";
 	int ret;
 
 	for (;;) {
@@ -631,6 +631,7 @@ int mv_control_run(struct mover *mv)
 	close(lfd);
 	unlink(mv->cfg.socket_path);
 	mv_call_all(mv, MV_CMD_STOP, NULL, why, sizeof(why));
+	atomic_store(&mv->shards_stopped, 1);
 	if (atomic_load(&mv->tracer))
 		mv_trace_stop(mv, why, sizeof(why));
 	for (uint32_t i = 0; i < MV_MAX_CLIENTS; i++) {

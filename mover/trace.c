@@ -79,6 +79,8 @@ static int reap_writes(struct mv_tracer *t, int wait)
 			mv_log("trace %s: write failed (%s); tracing stops", t->path,
 			       cqe->res < 0 ? strerror(-cqe->res) : "short write");
 			t->failed = 1;
+		} else {
+			t->written += t->fill[b] / sizeof(struct mv_trace_rec);
 		}
 		t->busy[b] = 0;
 		t->fill[b] = 0;
@@ -102,7 +104,6 @@ static void submit_buf(struct mv_tracer *t)
 	io_uring_submit(&t->uring);
 	t->busy[b] = 1;
 	t->off += t->fill[b];
-	t->written += t->fill[b] / sizeof(struct mv_trace_rec);
 	t->cur = !b;
 	/* Both buffers in flight: the disk is behind. Waiting here only stalls
 	 * this thread; the shards' rings absorb the backlog or count drops. */
@@ -263,8 +264,10 @@ int mv_trace_stop(struct mover *mv, char *why, size_t whylen)
 		snprintf(why, whylen, "no trace is being written");
 		return -ENOENT;
 	}
-	/* Grace period: after it no shard is inside mv_trace_batch(). */
-	mv_call_all(mv, MV_CMD_SYNC, NULL, tmp, sizeof(tmp));
+	/* Grace period: after it no shard is inside mv_trace_batch(). Shards
+	 * that already stopped answer nothing, and need no grace. */
+	if (!atomic_load(&mv->shards_stopped))
+		mv_call_all(mv, MV_CMD_SYNC, NULL, tmp, sizeof(tmp));
 	atomic_store_explicit(&t->run, 0, memory_order_release);
 	pthread_join(t->thread, NULL);
 

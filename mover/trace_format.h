@@ -61,7 +61,7 @@ struct mv_trace_rec {
 	uint64_t peer;	     /* the peer mover's id */
 	uint32_t nops;	     /* writes, segments or pages the client asked for */
 	uint32_t ndesc;	     /* WRITE descriptors over all shards */
-	uint32_t page_size;  /* paged: bytes per page; else 0 */
+	uint32_t page_size;  /* paged: bytes per page; 0: pages of several sizes, or none */
 	uint8_t kind;	     /* enum mv_trace_kind bits */
 	uint8_t cause;	     /* enum mv_cause when status != 0 */
 	uint16_t shard_mask; /* which shards took part (shard i: bit i % 16) */

@@ -10,6 +10,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,20 @@ static void mover_start(struct mvproc *m, const char *name, int shards)
 	ck_abort_msg("mover %s did not listen within 5 s; see %s", name, m->log);
 }
 
+/* A killed shm mover leaves its endpoint's segments behind: /dev/shm/PID:* */
+static void shm_cleanup(pid_t pid)
+{
+	char pat[64];
+	glob_t g;
+
+	snprintf(pat, sizeof(pat), "/dev/shm/%d:*", pid);
+	if (glob(pat, 0, NULL, &g) == 0) {
+		for (size_t i = 0; i < g.gl_pathc; i++)
+			unlink(g.gl_pathv[i]);
+		globfree(&g);
+	}
+}
+
 /* SIGTERM, then the exit status (or -1 if it had to be killed). */
 static int mover_stop(struct mvproc *m)
 {
@@ -92,6 +107,7 @@ static int mover_stop(struct mvproc *m)
 	kill(m->pid, SIGTERM);
 	for (int i = 0; i < 300; i++) {
 		if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
+			shm_cleanup(m->pid);
 			m->pid = 0;
 			return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 		}
@@ -99,6 +115,7 @@ static int mover_stop(struct mvproc *m)
 	}
 	kill(m->pid, SIGKILL);
 	waitpid(m->pid, &status, 0);
+	shm_cleanup(m->pid);
 	m->pid = 0;
 	return -1;
 }
@@ -430,6 +447,11 @@ START_TEST(test_unknown_handles_are_named)
 {
 	struct pair p;
 
+	struct mvc *none;
+	ck_assert_int_eq(mvc_connect(&none, "/tmp/no-mover-here.sock"), -ENOENT);
+	ck_assert_ptr_null(none);
+	ck_assert_msg(strstr(mvc_connect_error(), "/tmp/no-mover-here.sock"), "%s",
+		      mvc_connect_error());
 	pair_open(&p, 65536, 65536);
 	ck_assert_int_eq(mvc_write(p.a, 12345, 0, p.imp, 0, 64), 0);
 	ck_assert_int_eq(mvc_submit(p.a, 1), 0);
@@ -589,6 +611,7 @@ START_TEST(test_peer_mover_killed_gives_errors_not_hangs)
 	}
 	kill(B.pid, SIGKILL);
 	waitpid(B.pid, NULL, 0);
+	shm_cleanup(B.pid);
 	B.pid = 0;
 	double t0 = now_s();
 	for (; r < 8; r++) {

@@ -130,7 +130,7 @@ static int receiver(const struct cfg *cf, int to_send, int from_send)
 
 	ret = mvc_connect(&c, cf->recv_sock);
 	if (ret) {
-		fprintf(stderr, "mvkv receiver: connect to %s: %s\n", cf->recv_sock, strerror(-ret));
+		fprintf(stderr, "mvkv receiver: %s\n", mvc_connect_error());
 		return 1;
 	}
 	ret = mvc_alloc(c, (uint64_t)cf->pool * cf->page_size, &pool);
@@ -213,7 +213,7 @@ static int sender(const struct cfg *cf, int from_recv, int to_recv)
 		return 1;
 	ret = mvc_connect(&c, cf->send_sock);
 	if (ret) {
-		fprintf(stderr, "mvkv sender: connect to %s: %s\n", cf->send_sock, strerror(-ret));
+		fprintf(stderr, "mvkv sender: %s\n", mvc_connect_error());
 		return 1;
 	}
 	mvc_info(c, &info);
