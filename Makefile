@@ -148,13 +148,17 @@ check-tsan:
 bench: all
 	$(B)/bin/shmring_bench
 	$(B)/bin/mvbench --provider tcp,shm $(if $(filter 1,$(BENCH_FULL)),,--quick) --csv $(B)/mvbench.csv
+	tools/mvplot.sh $(B)/mvbench.csv $(B)/mvbench.png
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
-	install -m 644 shmring/shmring.h shmring/shmring_layout.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(SHMRING_LIB) $(DESTDIR)$(PREFIX)/lib/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' libclient/mover.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mover.pc
-	$(if $(BINS),install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/)
+	install -m 644 libclient/mvc.h shmring/shmring.h shmring/shmring_layout.h \
+		$(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(SHMRING_LIB) $(CLIENT_LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(CLIENT_SO) $(DESTDIR)$(PREFIX)/lib/libmvc.so.1
+	ln -sf libmvc.so.1 $(DESTDIR)$(PREFIX)/lib/libmvc.so
+	sed -e 's|@PREFIX@|$(PREFIX)|g' libclient/mvc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mvc.pc
+	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
 
 format:
 	clang-format -i $(wildcard */*.c */*.h)
