@@ -128,10 +128,11 @@ int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface)
 	f->cq_fd = -1;
 	if (!h)
 		return -ENOMEM;
-	/* A provider without a CQ wait fd (shm) gives the shard no sign of the
-	 * writes it receives, which need its progress all the same: ask for a
-	 * remote-write counter where it is offered, so receiving counts as work. */
-	if (prov && !strncmp(prov, "shm", 3)) {
+	/* Writes a shard receives make no CQ entry, yet need its progress: ask
+	 * for a remote-write counter wherever it is offered (shm has one; tcp
+	 * refuses it and relies on its CQ wait fd), so receiving counts as work
+	 * and a receiving shard does not back off while data streams in. */
+	{
 		h->caps |= FI_RMA_EVENT;
 		ret = fi_getinfo(MV_FI_VERSION, NULL, NULL, 0, h, &info);
 		if (ret)

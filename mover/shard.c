@@ -677,15 +677,6 @@ static int reap(struct mv_shard *s)
 	struct fi_cq_data_entry ent[CQ_BATCH];
 	int total = 0;
 
-	/* Writes landing here make no CQ entry, but they are work: a shard
-	 * receiving them must not back off into long sleeps. */
-	if (s->fab.rx_cntr) {
-		uint64_t v = fi_cntr_read(s->fab.rx_cntr);
-		if (v != s->rx_seen) {
-			s->rx_seen = v;
-			total++;
-		}
-	}
 
 	for (;;) {
 		ssize_t n = fi_cq_read(s->fab.cq, ent, CQ_BATCH);
@@ -747,7 +738,7 @@ static int reap(struct mv_shard *s)
  */
 static int expire(struct mv_shard *s)
 {
-	int64_t now = now_ns(), limit = s->mv->cfg.op_timeout_ms * 1000000ll;
+	int64_t now = s->now, limit = s->mv->cfg.op_timeout_ms * 1000000ll;
 	int n = 0;
 
 	if (now < s->next_expire)
@@ -943,11 +934,12 @@ static int rings_empty(struct mv_shard *s)
 	return 1;
 }
 
-static void sleep_once(struct mv_shard *s, int64_t idle_ns)
+/* Returns 1 when something woke the shard (doorbell, CQ fd), 0 otherwise. */
+static int sleep_once(struct mv_shard *s, int64_t idle_ns)
 {
 	struct pollfd pf[2] = { { .fd = s->efd, .events = POLLIN }, { .fd = s->fab.cq_fd, .events = POLLIN } };
 	uint32_t armed = 0;
-	int timeout, nfds = 1;
+	int timeout, nfds = 1, woke = 1;
 
 	for (; armed < s->natt; armed++) {
 		struct mv_attach *at = s->att[armed];
@@ -970,17 +962,22 @@ static void sleep_once(struct mv_shard *s, int64_t idle_ns)
 			goto disarm;
 		nfds = 2;
 	}
-	if (timeout == 0)
+	if (timeout == 0) {
 		sched_yield();
-	else if (poll(pf, (nfds_t)nfds, timeout) > 0 && (pf[0].revents & POLLIN)) {
-		uint64_t v;
-		if (read(s->efd, &v, sizeof(v)) < 0) {
-			/* EAGAIN: another reader drained it */
+		woke = 0;
+	} else {
+		woke = poll(pf, (nfds_t)nfds, timeout) > 0;
+		if (woke && (pf[0].revents & POLLIN)) {
+			uint64_t v;
+			if (read(s->efd, &v, sizeof(v)) < 0) {
+				/* EAGAIN: another reader drained it */
+			}
 		}
 	}
 disarm:
 	for (uint32_t i = 0; i < armed && i < s->natt; i++)
 		shmring_disarm(&s->att[i]->sub);
+	return woke;
 }
 
 static void shard_loop(struct mv_shard *s)
@@ -1010,6 +1007,18 @@ static void shard_loop(struct mv_shard *s)
 				break;
 			}
 		}
+		/* Writes landing here make no CQ entry, but they are work: read
+		 * the counter only on a turn that found nothing else, since on
+		 * some providers reading it runs progress again. */
+		if (!work && s->fab.rx_cntr) {
+			uint64_t v = fi_cntr_read(s->fab.rx_cntr);
+			if (v != s->rx_seen) {
+				s->rx_seen = v;
+				work++;
+			}
+		}
+		/* Stamped when the work ended, not when the turn began: a long
+		 * turn (a big post, or preemption) must not count as idle time. */
 		if (work) {
 			last_work = now_ns();
 			continue;
@@ -1018,7 +1027,11 @@ static void shard_loop(struct mv_shard *s)
 			continue;
 		s->st.sleeps++;
 		mv_stats_publish(s, 1);
-		sleep_once(s, now_ns() - last_work);
+		/* Woken by data (the CQ fd of a receiving shard: its writes make
+		 * no CQ entry) or a doorbell: spin again rather than sleep per
+		 * message while a stream lasts. */
+		if (sleep_once(s, now_ns() - last_work))
+			last_work = now_ns();
 	}
 }
 
