@@ -8,6 +8,7 @@
 #include "mover.h"
 
 #include <getopt.h>
+#include <stdalign.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -176,7 +177,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	mv->nshards = mv->cfg.nshards ? (uint32_t)mv->cfg.nshards : (uint32_t)nnic;
-	mv->shards = calloc(mv->nshards, sizeof(*mv->shards));
+	mv->shards = aligned_alloc(alignof(struct mv_shard), mv->nshards * sizeof(*mv->shards));
+	if (mv->shards)
+		memset(mv->shards, 0, mv->nshards * sizeof(*mv->shards));
 	mv->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (!mv->shards || mv->efd < 0)
 		return 1;

@@ -15,6 +15,7 @@
 #define MV_MOVER_H
 
 #include <pthread.h>
+#include <stdalign.h>
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -91,8 +92,9 @@ struct mv_peer {
 	int refs;		/* clients using it (main thread) */
 	_Atomic int gone;	/* removed: refuse new work */
 	struct mv_addr_blob blob;
-	fi_addr_t fiaddr[MV_MAX_SHARDS]; /* per local shard, written by that shard */
-	uint32_t inflight[MV_MAX_SHARDS]; /* ops posted to it, per local shard */
+	/* Per local shard, written by that shard once (PEER_ADD) and read on
+	 * every post. Nothing here is written per op: shards would share it. */
+	fi_addr_t fiaddr[MV_MAX_SHARDS];
 };
 
 /* A peer's region as imported by one client. */
@@ -177,7 +179,6 @@ enum mv_cmd_type {
 	MV_CMD_REG,	   /* register a region on this shard's domain */
 	MV_CMD_DEREG,	   /* close this shard's MR of a region */
 	MV_CMD_PEER_ADD,   /* insert the peer's address into the AV */
-	MV_CMD_PEER_DEL,   /* remove it once nothing is in flight to it */
 	MV_CMD_SYNC,	   /* a grace period: acknowledged at a loop boundary */
 	MV_CMD_STOP,	   /* drain everything and leave the loop */
 };
@@ -209,8 +210,11 @@ struct mv_trace_rec;
 
 struct mover;
 
+/* Shards sit in one array: each starts on its own 128-byte unit, so one
+ * shard's hot words never share a line (or an adjacent-line pair) with
+ * another's. */
 struct mv_shard {
-	int id;
+	alignas(128) int id;
 	struct mover *mv;
 	pthread_t thread;
 	int cpu;
@@ -227,7 +231,6 @@ struct mv_shard {
 	struct mv_cmd *mbox_head, *mbox_tail;
 	_Atomic int mbox_pending;
 	struct mv_cmd *stop_cmd;
-	struct mv_cmd *peer_del; /* waiting for in-flight ops to drain */
 
 	struct mv_attach *att[MV_MAX_CLIENTS];
 	uint32_t natt;

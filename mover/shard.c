@@ -346,8 +346,6 @@ static void op_report(struct mv_shard *s, struct mv_wr *op, int err, const char 
 	if (err == -ETIMEDOUT)
 		s->st.timeouts++;
 
-	if (op->peer && op->peer->inflight[s->id])
-		op->peer->inflight[s->id]--;
 	at->outstanding--;
 	if (op->kind == MV_OPK_IMM) {
 		char msg[MV_ERRLEN];
@@ -619,7 +617,6 @@ static int post(struct mv_shard *s)
 			op_done(s, op, ret == -FI_EHOSTUNREACH ? -EHOSTUNREACH : (int)ret, text);
 			continue;
 		}
-		op->peer->inflight[s->id]++;
 		posted_add(s, op);
 		s->st.posted++;
 		n++;
@@ -659,8 +656,6 @@ static int retry(struct mv_shard *s, struct mv_wr *op, int err)
 	if (err != FI_ENOTCONN && err != EPIPE && err != FI_ECONNRESET &&
 	    err != FI_ECONNABORTED && err != FI_ECONNREFUSED && err != FI_ECANCELED)
 		return 0;
-	if (op->peer && op->peer->inflight[s->id])
-		op->peer->inflight[s->id]--;
 	op->retries++;
 	op->posted_at = s->now;
 	op->next = s->pend_head;
@@ -856,8 +851,6 @@ static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 				 fi_strerror(-ret));
 		break;
 	}
-	case MV_CMD_PEER_DEL:
-		break;
 	case MV_CMD_SYNC:
 		mv_stats_publish(s, 1);
 		break;
