@@ -11,7 +11,7 @@ SANITIZE ?=
 
 override CFLAGS += -std=gnu11 -pthread -fPIC -Wall -Wextra -Wshadow -Wstrict-prototypes \
 	-Wmissing-prototypes -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -Ishmring -Ilibclient -Imover
-override LDLIBS += -pthread
+override LDLIBS += -pthread -ldl
 ifneq ($(SANITIZE),)
 override CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -O1
 override LDFLAGS += -fsanitize=$(SANITIZE)
@@ -36,9 +36,9 @@ DEPS_STAMP := $(B)/.deps-ok
 SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c
 MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/shard.c mover/fabric.c \
-	mover/topo.c mover/validate.c mover/stats.c mover/trace.c
-TOOLS := mvkv mvbench mvtrace mvreplay mvstat
-TESTS := test_shmring test_validate test_mover test_trace
+	mover/topo.c mover/validate.c mover/stats.c mover/trace.c mover/gpu.c
+TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
+TESTS := test_shmring test_validate test_mover test_trace test_gpu
 SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
@@ -76,6 +76,10 @@ $(B)/bin/mover: $(MOVER_SRC:%.c=$(B)/%.o) $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(HWLOC_LIBS) $(URING_LIBS) $(LDLIBS)
 
+$(B)/bin/mvgpubench: $(B)/tools/mvgpubench.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(B)/bin/mvstat: $(B)/tools/mvstat.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -107,6 +111,10 @@ $(B)/tests/test_shmring: $(B)/tests/test_shmring.o $(SHMRING_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
 $(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+$(B)/tests/test_gpu: $(B)/tests/test_gpu.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
@@ -149,6 +157,7 @@ bench: all
 	$(B)/bin/shmring_bench
 	$(B)/bin/mvbench --provider tcp,shm $(if $(filter 1,$(BENCH_FULL)),,--quick) --csv $(B)/mvbench.csv
 	tools/mvplot.sh $(B)/mvbench.csv $(B)/mvbench.png
+	$(B)/bin/mvgpubench $(if $(filter 1,$(BENCH_FULL)),,-q)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

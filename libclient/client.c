@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mv_cuda.h"
 #include "mv_wire.h"
 #include "shmring.h"
 #include "trace_format.h"
@@ -78,6 +79,13 @@ struct mvc {
 
 	struct imm_ent *imm_tab;
 	uint32_t imm_cap, imm_used;
+
+	/* GPU regions and the shards near them (hwloc, via the mover). */
+	struct {
+		uint32_t region;
+		uint64_t mask;
+	} near[64];
+	uint32_t nnear;
 
 	char err[256];
 };
@@ -349,6 +357,23 @@ void mvc_disconnect(struct mvc *c)
 	free(c);
 }
 
+/* The shard to use for the k-th part of a write from src: near its GPU if known. */
+static uint32_t pick(const struct mvc *c, uint32_t src, uint32_t k)
+{
+	uint32_t n = c->info.nshards;
+
+	for (uint32_t i = 0; i < c->nnear; i++) {
+		uint64_t m = c->near[i].mask;
+		if (c->near[i].region != src || !m)
+			continue;
+		uint32_t cnt = (uint32_t)__builtin_popcountll(m), want = (c->home + k) % cnt;
+		for (uint32_t sh = 0; sh < n; sh++)
+			if ((m >> sh & 1) && want-- == 0)
+				return sh;
+	}
+	return (c->home + k) % n;
+}
+
 static int reg(struct mvc *c, int fd, uint64_t off, uint64_t len, struct mvc_mem *m)
 {
 	struct mv_reg_req req = { .offset = off, .len = len };
@@ -443,13 +468,92 @@ int mvc_free(struct mvc *c, struct mvc_mem *m)
 		       NULL);
 	uintptr_t a = (uintptr_t)m->addr, base = a & ~(uintptr_t)(page - 1);
 
-	if (m->addr)
+	for (uint32_t i = 0; i < c->nnear; i++)
+		if (c->near[i].region == m->region)
+			c->near[i] = c->near[--c->nnear];
+	if (m->addr && !(m->flags & MVC_MEM_GPU))
 		munmap((void *)base, m->len + (a - base));
 	if (m->fd >= 0)
 		close(m->fd);
 	memset(m, 0, sizeof(*m));
 	m->fd = -1;
 	return ret;
+}
+
+int mvc_register_cuda(struct mvc *c, void *dptr, uint64_t len, struct mvc_mem *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->fd = -1;
+#ifdef MV_HAVE_CUDA
+	const char *nocuda;
+	struct mv_cuda *cu = mv_cuda_load(&nocuda);
+	struct mv_reg_gpu_req req = { .len = len };
+	struct mv_reg_rep rep;
+	CUdeviceptr base = 0, p = (CUdeviceptr)(uintptr_t)dptr;
+	size_t size = 0;
+	int dev = -1, fd = -1, ret;
+	CUresult r;
+
+	if (!cu)
+		return fail(c, -ENOTSUP, "GPU memory needs CUDA: %s", nocuda);
+	if (len == 0)
+		return fail(c, -EINVAL, "cannot register an empty GPU region");
+	r = cu->PointerGetAttribute(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+	if (r == CUDA_SUCCESS)
+		r = cu->MemGetAddressRange(&base, &size, p);
+	if (r != CUDA_SUCCESS)
+		return fail(c, -EINVAL, "%p is not CUDA device memory: %s", dptr, mv_cuda_err(r));
+	if (p - base > size || size - (p - base) < len)
+		return fail(c, -ERANGE, "%llu bytes at %p run past its %zu-byte allocation",
+			    (unsigned long long)len, dptr, size);
+	r = cu->DeviceGetPCIBusId(req.gpu.busid, sizeof(req.gpu.busid), dev);
+	if (r != CUDA_SUCCESS)
+		return fail(c, -EIO, "naming device %d: %s", dev, mv_cuda_err(r));
+	req.gpu.alloc_size = size;
+	req.gpu.alloc_off = p - base;
+
+	/* A VMM allocation is shared by its fd; cudaMalloc memory by IPC handle. */
+	CUmemGenericAllocationHandle h;
+	if (cu->MemRetainAllocationHandle(&h, dptr) == CUDA_SUCCESS) {
+		r = cu->MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		cu->MemRelease(h);
+		if (r != CUDA_SUCCESS)
+			return fail(c, -EINVAL,
+				    "VMM memory at %p cannot be exported as an fd (%s): create it "
+				    "with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR allowed",
+				    dptr, mv_cuda_err(r));
+		req.gpu.kind = MV_GPU_VMM;
+	} else {
+		CUipcMemHandle ih;
+		r = cu->IpcGetMemHandle(&ih, base);
+		if (r != CUDA_SUCCESS)
+			return fail(c, -EINVAL, "no CUDA IPC handle for %p: %s", dptr, mv_cuda_err(r));
+		memcpy(req.gpu.ipc, &ih, sizeof(ih) < sizeof(req.gpu.ipc) ? sizeof(ih)
+									  : sizeof(req.gpu.ipc));
+		req.gpu.kind = MV_GPU_IPC;
+	}
+	ret = call(c, MV_MSG_REG_GPU, &req, sizeof(req), fd >= 0 ? &fd : NULL, fd >= 0, &rep,
+		   sizeof(rep), NULL, 0, NULL);
+	if (fd >= 0)
+		close(fd); /* the mover holds its own copy */
+	if (ret)
+		return ret;
+	out->region = rep.region;
+	out->addr = dptr;
+	out->len = len;
+	out->flags = MVC_MEM_GPU;
+	out->path = rep.path;
+	if (rep.shard_mask && c->nnear < sizeof(c->near) / sizeof(c->near[0])) {
+		c->near[c->nnear].region = rep.region;
+		c->near[c->nnear].mask = rep.shard_mask;
+		c->nnear++;
+	}
+	return 0;
+#else
+	(void)dptr;
+	(void)len;
+	return fail(c, -ENOTSUP, "libmvc was built without CUDA");
+#endif
 }
 
 int mvc_address(struct mvc *c, void *buf, size_t *len)
@@ -637,7 +741,7 @@ int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint6
 		return fail(c, -EINVAL, "write of 0 bytes");
 	mark_take(c, &m);
 	if (len < STRIPE_MIN || n == 1) {
-		ret = put_span(c, c->home, src, src_off, dst, dst_off, len);
+		ret = put_span(c, pick(c, src, 0), src, src_off, dst, dst_off, len);
 		if (ret)
 			return mark_undo(c, &m, ret);
 		c->kind |= MV_TK_WRITE;
@@ -648,7 +752,7 @@ int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint6
 	uint64_t part = (len / n + STRIPE_ALIGN - 1) & ~(uint64_t)(STRIPE_ALIGN - 1);
 	for (uint32_t k = 0; k < n && (uint64_t)k * part < len; k++) {
 		uint64_t o = (uint64_t)k * part, l = len - o < part ? len - o : part;
-		ret = put_span(c, (c->home + k) % n, src, src_off + o, dst, dst_off + o, l);
+		ret = put_span(c, pick(c, src, k), src, src_off + o, dst, dst_off + o, l);
 		if (ret)
 			return mark_undo(c, &m, ret);
 	}
@@ -670,7 +774,7 @@ int mvc_writev(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc_seg *
 	for (uint32_t i = 0; i < n; i++) {
 		if (segs[i].len == 0)
 			return mark_undo(c, &m, fail(c, -EINVAL, "segment %u has length 0", i));
-		ret = put_span(c, (c->home + i / per) % ns, src, segs[i].src_off, dst,
+		ret = put_span(c, pick(c, src, i / per), src, segs[i].src_off, dst,
 			       segs[i].dst_off, segs[i].len);
 		if (ret)
 			return mark_undo(c, &m, ret);
@@ -711,7 +815,7 @@ int mvc_write_paged(struct mvc *c, const struct mvc_pages *p)
 			;
 		uint64_t so = p->src_base + (uint64_t)p->src_pages[i] * p->src_stride;
 		uint64_t doff = p->dst_base + (uint64_t)p->dst_pages[i] * p->dst_stride;
-		ret = put_span(c, (c->home + run / per) % ns, p->src, so, p->dst, doff,
+		ret = put_span(c, pick(c, p->src, run / per), p->src, so, p->dst, doff,
 			       (uint64_t)(k - i) * p->page_size);
 		if (ret)
 			return mark_undo(c, &m, ret);

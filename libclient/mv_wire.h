@@ -45,6 +45,8 @@ enum mv_msg_type {
 	MV_MSG_BLOB = 10,  /* the blob of one of our regions */
 	MV_MSG_STATS = 11, /* tools: the stats segment's fd (allowed before HELLO) */
 	MV_MSG_TRACE = 12, /* tools: start or stop the trace (allowed before HELLO) */
+	MV_MSG_REG_GPU = 13, /* register CUDA device memory (IPC handle or VMM fd) */
+	MV_MSG_GPU_FD = 14,  /* same-host movers: the fd behind a VMM region */
 	MV_MSG_REPLY = 0x8000,
 };
 
@@ -89,8 +91,25 @@ struct mv_attach_req {
 	uint32_t rsvd;
 };
 
-enum mv_reg_flags {
-	MV_REG_GPU = 1, /* reserved for device memory */
+/* How GPU memory reaches the mover. */
+enum mv_gpu_kind {
+	MV_GPU_IPC = 1, /* cudaMalloc memory: a CUDA IPC handle of its allocation */
+	MV_GPU_VMM = 2, /* cuMemCreate memory: an exported POSIX fd (passed along) */
+};
+
+struct mv_gpu_desc {
+	uint32_t kind;	     /* enum mv_gpu_kind */
+	uint32_t rsvd;
+	char busid[16];	     /* PCI bus id of the device, "0000:00:06.0" */
+	uint64_t alloc_size; /* of the whole allocation the handle names */
+	uint64_t alloc_off;  /* where the region starts in it */
+	uint8_t ipc[64];     /* MV_GPU_IPC: the CUipcMemHandle bytes */
+};
+
+/* REG_GPU request: an fd comes with it for MV_GPU_VMM, none for IPC. */
+struct mv_reg_gpu_req {
+	struct mv_gpu_desc gpu;
+	uint64_t len;
 };
 
 struct mv_reg_req {
@@ -101,14 +120,24 @@ struct mv_reg_req {
 	/* fd: a memfd or hugetlbfs file */
 };
 
+#define MV_BLOB_GPU 1u	    /* the region is GPU memory (see gpu below) */
+#define MV_BLOB_NO_FABRIC 2u /* ... that the owner's provider could not register */
+
 struct mv_region_blob {
 	uint32_t magic; /* MV_BLOB_MAGIC_REGION */
 	uint16_t version;
 	uint16_t nshards;
 	uint64_t mover_id;
 	uint32_t region; /* id on the owning mover */
-	uint32_t rsvd;
+	uint32_t flags;	 /* MV_BLOB_* */
 	uint64_t len;
+	/* For GPU regions: a mover on the same host (same boot id) copies into
+	 * them with CUDA instead of the fabric, opening the IPC handle, or
+	 * asking the owner mover at sock for the VMM fd. */
+	uint8_t host[16];
+	struct mv_gpu_desc gpu;
+	char sock[108];
+	uint32_t rsvd2;
 	struct {
 		uint64_t addr; /* base for this shard's key: 0 or a virtual address */
 		uint64_t key;
@@ -116,12 +145,30 @@ struct mv_region_blob {
 };
 #define MV_BLOB_MAGIC_REGION 0x4e474552u /* "REGN" */
 #define MV_REGION_BLOB_SIZE(n) (offsetof(struct mv_region_blob, shard) + (n) * 16u)
+static_assert(sizeof(struct mv_region_blob) <= 8192, "a region blob fits MVC_BLOB_MAX");
 
 struct mv_reg_rep {
 	struct mv_reply_hdr r;
 	uint32_t region;
 	uint32_t blob_len;
+	uint64_t shard_mask; /* shards near the memory (GPU: hwloc); 0: any */
+	uint32_t path;	     /* GPU: enum mv_gpu_path the mover can use here */
+	uint32_t rsvd;
 	struct mv_region_blob blob;
+};
+
+/* How GPU bytes move, chosen per transfer (reported by mvstat). */
+enum mv_gpu_path {
+	MV_PATH_HOST = 0,   /* host memory: plain fabric writes */
+	MV_PATH_HMEM = 1,   /* the provider registers GPU memory (FI_HMEM) */
+	MV_PATH_COPY = 2,   /* same host: CUDA copies between IPC-opened memory */
+	MV_PATH_STAGED = 3, /* through pinned host bounce buffers */
+};
+
+/* GPU_FD reply: the VMM allocation's fd comes with it. */
+struct mv_gpu_fd_rep {
+	struct mv_reply_hdr r;
+	struct mv_gpu_desc gpu;
 };
 
 struct mv_addr_blob {
@@ -132,9 +179,17 @@ struct mv_addr_blob {
 	char provider[32];
 	uint32_t addrlen; /* bytes of each shard's fabric address */
 	uint32_t rsvd;
+	/* Each shard's doorbell: a small registered buffer immediates are
+	 * written to (no bytes, only remote CQ data), whatever memory the data
+	 * went to, GPU memory the fabric cannot reach included. */
+	struct {
+		uint64_t addr;
+		uint64_t key;
+	} bell[MV_MAX_SHARDS];
 	uint8_t addr[MV_MAX_SHARDS][MV_MAX_ADDRLEN];
 };
 #define MV_BLOB_MAGIC_ADDR 0x52444441u /* "ADDR" */
+static_assert(sizeof(struct mv_addr_blob) <= 8192, "an address blob fits MVC_BLOB_MAX");
 
 struct mv_addr_rep {
 	struct mv_reply_hdr r;

@@ -32,10 +32,21 @@ struct mvc;
 
 struct mvc_mem {
 	uint32_t region; /* id for writes and for mvc_region_blob */
-	void *addr;	 /* this process's mapping */
+	void *addr;	 /* this process's mapping; for GPU memory the device pointer */
 	uint64_t len;
 	int fd;		 /* the memfd behind it (owned by the library) */
-	uint32_t flags;
+	uint32_t flags;	 /* MVC_MEM_* */
+	uint32_t path;	 /* GPU: how the mover can move it: enum mvc_gpu_path */
+};
+
+#define MVC_MEM_GPU 1u /* CUDA device memory */
+
+/* How GPU bytes move (chosen per transfer by the mover; see mvstat). */
+enum mvc_gpu_path {
+	MVC_PATH_HOST = 0,   /* host memory */
+	MVC_PATH_HMEM = 1,   /* the fabric reads and writes GPU memory itself */
+	MVC_PATH_COPY = 2,   /* same host: CUDA copies, no fabric */
+	MVC_PATH_STAGED = 3, /* through pinned host bounce buffers */
 };
 
 enum mvc_event_type {
@@ -113,10 +124,20 @@ int mvc_alloc(struct mvc *c, uint64_t len, struct mvc_mem *out);
 int mvc_register_fd(struct mvc *c, int fd, uint64_t offset, uint64_t len, struct mvc_mem *out);
 int mvc_free(struct mvc *c, struct mvc_mem *m);
 
+/*
+ * mvc_register_cuda - let the mover reach CUDA device memory of this
+ * process: cudaMalloc memory (through a CUDA IPC handle) or a VMM allocation
+ * made with POSIX-fd export allowed (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+ * in cuMemCreate), at dptr for len bytes. Needs the CUDA driver at run time;
+ * -ENOTSUP says why when it is not there. mvc_free() releases the region;
+ * the memory stays the caller's.
+ */
+int mvc_register_cuda(struct mvc *c, void *dptr, uint64_t len, struct mvc_mem *out);
+
 /* Blobs to pass between hosts out of band. *len: in, buffer size; out, used. */
 int mvc_address(struct mvc *c, void *buf, size_t *len);
 int mvc_region_blob(struct mvc *c, uint32_t region, void *buf, size_t *len);
-#define MVC_BLOB_MAX 4200
+#define MVC_BLOB_MAX 8192 /* enough for either blob of a 64-shard mover */
 
 /* Peers and their regions; any time, also while transfers run. */
 int mvc_peer_add(struct mvc *c, const void *addr, size_t len, uint32_t *peer);

@@ -259,7 +259,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 	int ret;
 
 	if (m->h.type != MV_MSG_HELLO && m->h.type != MV_MSG_ATTACH && m->h.type != MV_MSG_STATS &&
-	    m->h.type != MV_MSG_TRACE && cl->state != MV_CL_READY) {
+	    m->h.type != MV_MSG_TRACE && m->h.type != MV_MSG_GPU_FD && cl->state != MV_CL_READY) {
 		snprintf(why, whylen, "message type %u before HELLO and ATTACH", m->h.type);
 		return -EBADMSG;
 	}
@@ -303,6 +303,42 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		rep.blob_len = (uint32_t)MV_REGION_BLOB_SIZE(mv->nshards);
 		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
 	}
+	case MV_MSG_REG_GPU: {
+		const struct mv_reg_gpu_req *req = (const void *)m->payload;
+		struct mv_reg_rep rep = { 0 };
+		struct mv_region *r;
+		int fds = m->len >= sizeof(*req) && req->gpu.kind == MV_GPU_VMM;
+
+		if ((ret = need(m, sizeof(*req), fds, why, whylen)))
+			return ret;
+		ret = mv_region_add_gpu(mv, cl, &req->gpu, fds ? m->fds[0] : -1, req->len, &r, why,
+					whylen);
+		if (ret)
+			return ret;
+		rep.region = r->id;
+		rep.shard_mask = r->shard_mask;
+		rep.path = mv->hmem ? MV_PATH_HMEM : MV_PATH_STAGED;
+		mv_region_blob(mv, r, &rep.blob);
+		rep.blob_len = (uint32_t)MV_REGION_BLOB_SIZE(mv->nshards);
+		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+	}
+	case MV_MSG_GPU_FD: {
+		/* A mover on this host (same uid: checked at accept) copying
+		 * straight into one of our clients' VMM regions (path 2). */
+		const struct mv_id_req *req = (const void *)m->payload;
+		struct mv_gpu_fd_rep rep = { 0 };
+		struct mv_region *r;
+
+		if ((ret = need(m, sizeof(*req), 0, why, whylen)))
+			return ret;
+		r = mv_region_get(mv, req->id);
+		if (!r || !r->is_gpu || r->gpu_fd < 0) {
+			snprintf(why, whylen, "region %u is not a VMM GPU region of this mover", req->id);
+			return -ENOENT;
+		}
+		rep.gpu = r->gdesc;
+		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), &r->gpu_fd, 1) ?: 1;
+	}
 	case MV_MSG_BLOB: {
 		const struct mv_id_req *req = (const void *)m->payload;
 		struct mv_reg_rep rep = { 0 };
@@ -316,6 +352,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 			return -ENOENT;
 		}
 		rep.region = r->id;
+		rep.shard_mask = r->shard_mask;
 		mv_region_blob(mv, r, &rep.blob);
 		rep.blob_len = (uint32_t)MV_REGION_BLOB_SIZE(mv->nshards);
 		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
@@ -337,7 +374,8 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 	case MV_MSG_PEER_ADD: {
 		struct mv_id_rep rep = { 0 };
 		struct mv_addr_blob b = { 0 };
-		if ((ret = need(m, offsetof(struct mv_addr_blob, addr), 0, why, whylen)))
+		/* A short blob is a bad argument, checked with its reason below. */
+		if ((ret = need(m, 0, 0, why, whylen)))
 			return ret;
 		memcpy(&b, m->payload, m->len < sizeof(b) ? m->len : sizeof(b));
 		ret = mv_peer_add(mv, cl, &b, m->len, &rep.id, why, whylen);

@@ -116,10 +116,13 @@ int mv_fabric_list(const char *prov, const char *iface, char names[][64], char p
 	return n ? n : -FI_ENODATA;
 }
 
-int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface)
+int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int hmem)
 {
 	struct fi_info *h = make_hints(prov, iface), *info = NULL;
 	int rma_event = 0;
+
+	if (h && hmem)
+		h->caps |= FI_HMEM; /* the probe found GPU registration works */
 	struct fi_cq_attr cqa = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD };
 	struct fi_av_attr ava = { .type = FI_AV_TABLE };
 	int ret;
@@ -283,6 +286,84 @@ int mv_fabric_reg(struct mv_fabric *f, void *buf, size_t len, uint64_t key, stru
 	*out_key = fi_mr_key(*mr);
 	return 0;
 }
+
+#ifdef MV_HAVE_CUDA
+int mv_fabric_reg_hmem(struct mv_fabric *f, uint64_t dptr, size_t len, int dev, uint64_t key,
+		       struct fid_mr **mr, void **desc, uint64_t *out_key, char *why, size_t whylen)
+{
+	struct iovec iov = { (void *)(uintptr_t)dptr, len };
+	struct fi_mr_attr a = { .mr_iov = &iov, .iov_count = 1,
+				.access = FI_REMOTE_WRITE | FI_WRITE, .requested_key = key,
+				.iface = FI_HMEM_CUDA };
+	int ret;
+
+	a.device.cuda = dev;
+	ret = fi_mr_regattr(f->domain, &a, 0, mr);
+	if (ret) {
+		snprintf(why, whylen, "fi_mr_regattr(FI_HMEM_CUDA) of %zu bytes on %s: %s", len,
+			 f->prov, fi_strerror(-ret));
+		return ret;
+	}
+	*desc = fi_mr_desc(*mr);
+	*out_key = fi_mr_key(*mr);
+	return 0;
+}
+
+/* Path 1 is real only if a domain opened with FI_HMEM registers GPU memory. */
+int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dptr, size_t len,
+			 char *why, size_t whylen)
+{
+	struct fi_info *h = make_hints(prov, iface), *info = NULL;
+	struct fid_fabric *fab = NULL;
+	struct fid_domain *dom = NULL;
+	int ret;
+
+	if (!h)
+		return -ENOMEM;
+	h->caps |= FI_HMEM;
+	ret = fi_getinfo(MV_FI_VERSION, NULL, NULL, 0, h, &info);
+	fi_freeinfo(h);
+	if (ret) {
+		snprintf(why, whylen, "%s offers no FI_HMEM: %s", prov, fi_strerror(-ret));
+		return ret;
+	}
+	ret = fi_fabric(info->fabric_attr, &fab, NULL);
+	if (!ret)
+		ret = fi_domain(fab, info, &dom, NULL);
+	if (!ret) {
+		struct mv_fabric f = { .domain = dom };
+		struct fid_mr *mr;
+		void *desc;
+		uint64_t key;
+		snprintf(f.prov, sizeof(f.prov), "%s", info->fabric_attr->prov_name);
+		ret = mv_fabric_reg_hmem(&f, (uint64_t)(uintptr_t)dptr, len, dev, 1, &mr, &desc,
+					 &key, why, whylen);
+		if (!ret)
+			fi_close(&mr->fid);
+	} else {
+		snprintf(why, whylen, "opening %s with FI_HMEM: %s", prov, fi_strerror(-ret));
+	}
+	if (dom)
+		fi_close(&dom->fid);
+	if (fab)
+		fi_close(&fab->fid);
+	fi_freeinfo(info);
+	return ret;
+}
+#else
+int mv_fabric_reg_hmem(struct mv_fabric *f, uint64_t dptr, size_t len, int dev, uint64_t key,
+		       struct fid_mr **mr, void **desc, uint64_t *out_key, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "built without CUDA");
+	return -ENOTSUP;
+}
+int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dptr, size_t len,
+			 char *why, size_t whylen)
+{
+	snprintf(why, whylen, "built without CUDA");
+	return -ENOTSUP;
+}
+#endif
 
 int mv_fabric_av_insert(struct mv_fabric *f, const void *addr, fi_addr_t *out)
 {

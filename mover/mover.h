@@ -39,6 +39,8 @@
 #define MV_MAX_BATCHES 1024u
 #define MV_OPS_PER_SHARD 4096u
 #define MV_CHUNK (4u << 20) /* bytes one fabric write carries at most */
+#define MV_MAX_GPUS 16
+#define MV_BOUNCE_CHUNKS 8 /* pinned MV_CHUNK bounce buffers per shard (path 3) */
 
 extern int mv_verbose;
 void mv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -69,6 +71,35 @@ struct mv_fabric {
 	char pci[32]; /* NIC bus id when the provider names one */
 };
 
+/* GPU memory opened in this process. */
+struct mv_gpu_map {
+	uint32_t kind;	/* MV_GPU_IPC or MV_GPU_VMM */
+	int dev;	/* CUDA ordinal in the mover */
+	uint64_t base;	/* of the allocation, as mapped here */
+	uint64_t size;
+	uint64_t dptr;	/* the region's start */
+};
+
+/* A same-host peer's GPU region, opened for CUDA copies (path 2). */
+struct mv_gpu_remote {
+	struct mv_gpu_remote *next;
+	uint64_t mover_id;
+	uint32_t region;
+	int refs;
+	struct mv_gpu_map map;
+};
+
+/* A shard's CUDA resources: created on its thread on first use. */
+struct mv_gpu_shard {
+	void *stream[MV_MAX_GPUS];
+	void *bounce; /* MV_BOUNCE_CHUNKS x MV_CHUNK pinned bytes */
+	struct fid_mr *bounce_mr;
+	void *bounce_desc;
+	uint32_t free_chunks; /* bit i: chunk i is free */
+	void *ev_free[MV_MAX_GPUS][64]; /* finished events, for reuse */
+	uint32_t nev_free[MV_MAX_GPUS];
+};
+
 /* A client's memory, mapped into the mover and registered on every shard. */
 struct mv_region {
 	uint32_t id; /* generation << 16 | table index */
@@ -82,6 +113,11 @@ struct mv_region {
 	uint64_t key[MV_MAX_SHARDS];
 	int64_t expires; /* freed: unmapped at this CLOCK_MONOTONIC second */
 	struct mv_region *next_dead;
+	int is_gpu;		  /* GPU memory: gpu, not base/map */
+	struct mv_gpu_map gpu;
+	struct mv_gpu_desc gdesc; /* as the client described it, for same-host peers */
+	uint64_t shard_mask;	  /* shards near the memory (hwloc); 0: any */
+	int gpu_fd;		  /* VMM: the exported fd, for same-host peers; else -1 */
 };
 
 /* Another mover, known by its address blob. */
@@ -103,6 +139,8 @@ struct mv_import {
 	struct mv_peer *peer;
 	uint32_t region;
 	uint32_t nshards;
+	uint32_t flags;		      /* MV_BLOB_* of the peer's region */
+	struct mv_gpu_remote *remote; /* same-host GPU region, opened here (path 2) */
 	uint64_t len;
 	uint64_t addr[MV_MAX_SHARDS];
 	uint64_t key[MV_MAX_SHARDS];
@@ -199,6 +237,7 @@ struct mv_wr;
 struct mv_shard_counters {
 	uint64_t posted, completed, bytes, eagain, cq_errors, imm_rx, descs, retries;
 	uint64_t batches, timeouts, sleeps, trace_dropped;
+	uint64_t path_bytes[4]; /* by enum mv_gpu_path: host, HMEM, CUDA copy, staged */
 };
 
 struct mv_stats_hdr;
@@ -250,6 +289,14 @@ struct mv_shard {
 	uint32_t idle_spins;
 
 	struct mv_shard_counters st;
+	uint8_t *bell;		/* the doorbell immediates land on (see mv_addr_blob) */
+	struct fid_mr *bell_mr;
+	void *bell_desc;
+	uint64_t bell_key;
+	struct mv_gpu_shard gpu;
+	struct mv_wr *gq_head, *gq_tail; /* GPU copies in flight, in stream order */
+	struct mv_wr *sq_head, *sq_tail; /* staged writes waiting for a bounce chunk */
+	uint32_t ngpu;			 /* ops in those two queues */
 	struct {
 		uint64_t bytes, writes, errors;
 	} pst[256]; /* per peer slot (first 256), for the stats */
@@ -288,17 +335,43 @@ struct mover {
 	int stats_fd;
 	size_t stats_size;
 	_Atomic(struct mv_tracer *) tracer; /* non-NULL while tracing */
+	void *gpu_ctx[MV_MAX_GPUS];	    /* primary contexts, retained on first use */
+	struct mv_gpu_remote *gpu_remote;   /* same-host peers' GPU regions (main thread) */
+	int hmem;			    /* path 1: the provider registers GPU memory */
+	char hmem_why[160];		    /* ... or why not */
+	uint8_t host_id[16];		    /* boot id: who shares this host */
 	char prov[32];
 };
 
 /* fabric.c */
-int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface);
+int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int hmem);
 void mv_fabric_close(struct mv_fabric *f);
 int mv_fabric_list(const char *prov, const char *iface, char names[][64], char pci[][32],
 		   int max, char *chosen, size_t chosen_len);
 int mv_fabric_reg(struct mv_fabric *f, void *buf, size_t len, uint64_t key, struct fid_mr **mr,
 		  void **desc, uint64_t *out_key, char *why, size_t whylen);
 int mv_fabric_av_insert(struct mv_fabric *f, const void *addr, fi_addr_t *out);
+int mv_fabric_reg_hmem(struct mv_fabric *f, uint64_t dptr, size_t len, int dev, uint64_t key,
+		       struct fid_mr **mr, void **desc, uint64_t *out_key, char *why, size_t whylen);
+int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dptr, size_t len,
+			 char *why, size_t whylen);
+
+/* gpu.c */
+int mv_host_id(uint8_t id[16]);
+int mv_gpu_region_open(struct mover *mv, struct mv_region *r, const struct mv_gpu_desc *g, int fd,
+		       char *why, size_t whylen);
+void mv_gpu_region_close(struct mover *mv, struct mv_region *r);
+int mv_gpu_import_open(struct mover *mv, struct mv_import *imp, const struct mv_region_blob *b,
+		       char *why, size_t whylen);
+void mv_gpu_import_close(struct mover *mv, struct mv_import *imp);
+int mv_gpu_shard_ready(struct mv_shard *s, int dev, char *why, size_t whylen);
+int mv_gpu_event(struct mv_shard *s, int dev, void **ev, char *why, size_t whylen);
+int mv_gpu_event_done(struct mv_shard *s, int dev, void *ev, char *why, size_t whylen);
+int mv_gpu_copy(struct mv_shard *s, int dev, uint64_t dst, int dst_dev, uint64_t src, int src_dev,
+		uint64_t len, char *why, size_t whylen);
+void mv_gpu_shard_close(struct mv_shard *s);
+int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen);
+uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid);
 
 /* topo.c */
 int mv_topo_place(struct mover *mv, char *why, size_t whylen);
@@ -312,6 +385,8 @@ void *mv_shard_main(void *arg);
 /* registry.c */
 int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, uint64_t len,
 		  struct mv_region **out, char *why, size_t whylen);
+int mv_region_add_gpu(struct mover *mv, struct mv_client *cl, const struct mv_gpu_desc *g, int fd,
+		      uint64_t len, struct mv_region **out, char *why, size_t whylen);
 int mv_region_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, size_t whylen);
 struct mv_region *mv_region_get(struct mover *mv, uint32_t id);
 void mv_region_reap(struct mover *mv, int all);

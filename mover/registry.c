@@ -67,6 +67,14 @@ static void region_free(struct mover *mv, struct mv_region *r)
 	char why[MV_ERRLEN];
 
 	mv_call_all(mv, MV_CMD_DEREG, r, why, sizeof(why));
+	if (r->is_gpu) {
+		/* GPU memory stays the client's: closing our mapping is all. */
+		mv_gpu_region_close(mv, r);
+		if (r->gpu_fd >= 0)
+			close(r->gpu_fd);
+		free(r);
+		return;
+	}
 	if (mmap(r->map, r->map_len, PROT_READ | PROT_WRITE,
 		 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
 		munmap(r->map, r->map_len);
@@ -169,6 +177,60 @@ err_free:
 	return ret;
 }
 
+static int region_slot(struct mover *mv, char *why, size_t whylen)
+{
+	for (uint32_t idx = 1; idx < MV_MAX_REGIONS; idx++)
+		if (!atomic_load_explicit(&mv->regions[idx], memory_order_relaxed))
+			return (int)idx;
+	snprintf(why, whylen, "all %u region slots are in use", MV_MAX_REGIONS);
+	return -ENOSPC;
+}
+
+int mv_region_add_gpu(struct mover *mv, struct mv_client *cl, const struct mv_gpu_desc *g, int fd,
+		      uint64_t len, struct mv_region **out, char *why, size_t whylen)
+{
+	int idx = region_slot(mv, why, whylen), ret;
+
+	if (idx < 0)
+		return idx;
+	if (len == 0) {
+		snprintf(why, whylen, "cannot register an empty GPU region");
+		return -EINVAL;
+	}
+	struct mv_region *r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->len = len;
+	r->owner = cl->id;
+	r->gpu_fd = -1;
+	ret = mv_gpu_region_open(mv, r, g, fd, why, whylen);
+	if (ret) {
+		free(r);
+		return ret;
+	}
+	/* Kept to hand to same-host peer movers (GPU_FD); owned from here. */
+	if (g->kind == MV_GPU_VMM)
+		r->gpu_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	/* Never dereferenced here: the address the provider registers (path 1). */
+	r->base = (uint8_t *)(uintptr_t)r->gpu.dptr;
+	char busid[sizeof(g->busid) + 1];
+	memcpy(busid, g->busid, sizeof(g->busid));
+	busid[sizeof(g->busid)] = 0;
+	r->shard_mask = mv_topo_gpu_mask(mv, busid);
+	mv->region_gen[idx]++;
+	r->id = (uint32_t)mv->region_gen[idx] << 16 | (uint32_t)idx;
+	ret = mv_call_all(mv, MV_CMD_REG, r, why, whylen);
+	if (ret) {
+		region_free(mv, r);
+		return ret;
+	}
+	/* R6 pairs with A6 in mv_region_get() */
+	atomic_store_explicit(&mv->regions[idx], r, memory_order_release);
+	cl->nregions++;
+	*out = r;
+	return 0;
+}
+
 int mv_region_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, size_t whylen)
 {
 	struct mv_region *r = mv_region_get(mv, id);
@@ -197,6 +259,12 @@ void mv_region_blob(struct mover *mv, const struct mv_region *r, struct mv_regio
 	b->mover_id = mv->mover_id;
 	b->region = r->id;
 	b->len = r->len;
+	if (r->is_gpu) {
+		b->flags = MV_BLOB_GPU | (mv->hmem ? 0 : MV_BLOB_NO_FABRIC);
+		memcpy(b->host, mv->host_id, sizeof(b->host));
+		b->gpu = r->gdesc;
+		snprintf(b->sock, sizeof(b->sock), "%s", mv->cfg.socket_path);
+	}
 	for (uint32_t s = 0; s < mv->nshards; s++) {
 		/* With FI_MR_VIRT_ADDR the target address is our virtual one;
 		 * otherwise it is an offset into the registration. */
@@ -214,8 +282,12 @@ void mv_addr_blob(struct mover *mv, struct mv_addr_blob *b)
 	b->mover_id = mv->mover_id;
 	snprintf(b->provider, sizeof(b->provider), "%s", mv->prov);
 	b->addrlen = (uint32_t)mv->shards[0].fab.addrlen;
-	for (uint32_t s = 0; s < mv->nshards; s++)
-		memcpy(b->addr[s], mv->shards[s].fab.addr, mv->shards[s].fab.addrlen);
+	for (uint32_t s = 0; s < mv->nshards; s++) {
+		struct mv_shard *sh = &mv->shards[s];
+		memcpy(b->addr[s], sh->fab.addr, sh->fab.addrlen);
+		b->bell[s].addr = sh->fab.virt_addr ? (uint64_t)(uintptr_t)sh->bell : 0;
+		b->bell[s].key = sh->bell_key;
+	}
 }
 
 int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blob *b, size_t len,
@@ -280,6 +352,7 @@ static void import_drop(struct mover *mv, struct mv_client *cl, uint32_t h)
 	if (!imp)
 		return;
 	mv_call_all(mv, MV_CMD_SYNC, NULL, tmp, sizeof(tmp));
+	mv_gpu_import_close(mv, imp);
 	free(imp);
 }
 
@@ -335,6 +408,25 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 	struct mv_import *imp = calloc(1, sizeof(*imp));
 	if (!imp)
 		return -ENOMEM;
+	imp->flags = b->flags;
+	if (b->flags & MV_BLOB_GPU) {
+		/* Same host: CUDA copies into it (path 2). Elsewhere the fabric
+		 * must reach it, which needs its mover to have registered it. */
+		if (!memcmp(b->host, mv->host_id, sizeof(b->host))) {
+			ret = mv_gpu_import_open(mv, imp, b, why, whylen);
+			if (ret) {
+				free(imp);
+				return ret;
+			}
+		} else if (b->flags & MV_BLOB_NO_FABRIC) {
+			snprintf(why, whylen,
+				 "peer region %u is GPU memory on another host that its mover cannot "
+				 "register (no FI_HMEM); receiver-side staging is not built yet",
+				 b->region);
+			free(imp);
+			return -EOPNOTSUPP;
+		}
+	}
 	imp->handle = h;
 	imp->peer = p;
 	imp->region = b->region;
@@ -368,7 +460,9 @@ void mv_client_release_all(struct mover *mv, struct mv_client *cl)
 
 	for (uint32_t h = 0; h < MV_CLIENT_MAX_IMPORTS; h++) {
 		struct mv_import *imp = atomic_exchange(&cl->imports[h], NULL);
-		free(imp); /* the detach was the grace period */
+		if (imp)
+			mv_gpu_import_close(mv, imp); /* the detach was the grace period */
+		free(imp);
 	}
 	for (uint32_t i = 0; i < MV_CLIENT_MAX_PEERS; i++)
 		if (cl->peers[i])

@@ -32,7 +32,12 @@
 #define STOP_DRAIN_NS 10000000000ll
 #define OVF_MAX 65536u	     /* completions held for a client whose ring is full */
 
-enum mv_op_kind { MV_OPK_WRITE = 1, MV_OPK_IMM = 2 };
+enum mv_op_kind {
+	MV_OPK_WRITE = 1, /* a fabric write */
+	MV_OPK_IMM = 2,	  /* a fabric write of remote CQ data, after a batch */
+	MV_OPK_COPY = 3,  /* a CUDA copy into a same-host peer's GPU memory (path 2) */
+	MV_OPK_STAGE = 4, /* GPU -> bounce chunk, then a fabric write (path 3) */
+};
 
 struct mv_wr {
 	struct fi_context2 ctx; /* first: the provider's scratch, and our cookie */
@@ -42,6 +47,12 @@ struct mv_wr {
 	int abandoned; /* reported as failed; waits for the provider to let go */
 	int retries;   /* re-posts after connection-level errors */
 	int64_t born;  /* first queued: the deadline runs from here */
+	void *ev;      /* GPU ops: the CUDA event after the copy */
+	int chunk;     /* staged: the bounce chunk it holds, or -1 */
+	int dev;       /* GPU ops: the device whose stream runs the copy */
+	int src_dev, dst_dev; /* -1: host memory */
+	uint8_t path;  /* enum mv_gpu_path, for the stats */
+	uint64_t csrc, cdst; /* GPU ops: copy source and destination */
 	struct mv_attach *at;
 	struct mv_peer *peer;
 	uint32_t batch;
@@ -98,6 +109,7 @@ static struct mv_wr *op_get(struct mv_shard *s)
 	s->free_ops = op->next;
 	s->nfree--;
 	memset(op, 0, offsetof(struct mv_wr, iov));
+	op->chunk = -1;
 	return op;
 }
 
@@ -129,6 +141,8 @@ static void posted_del(struct mv_shard *s, struct mv_wr *op)
 
 static void op_put(struct mv_shard *s, struct mv_wr *op)
 {
+	if (op->chunk >= 0)
+		s->gpu.free_chunks |= 1u << op->chunk;
 	op->next = s->free_ops;
 	s->free_ops = op;
 	s->nfree++;
@@ -313,8 +327,11 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 		op->cookie = end.cookie;
 		op->peer = imp->peer;
 		op->data = (uint64_t)imp->region << 32 | end.imm;
-		op->riov[0].addr = imp->addr[t];
-		op->riov[0].key = imp->key[t];
+		/* To the peer shard's doorbell, not the data region: that may be
+		 * GPU memory the fabric cannot reach. */
+		op->riov[0].addr = imp->peer->blob.bell[t].addr;
+		op->riov[0].key = imp->peer->blob.bell[t].key;
+		op->riov[0].len = 0;
 		at->outstanding++;
 		pend_push(s, op);
 		return;
@@ -366,6 +383,7 @@ static void op_report(struct mv_shard *s, struct mv_wr *op, int err, const char 
 		fail_part(p, err, cause, 0, text);
 	} else {
 		p->bytes += op->bytes;
+		s->st.path_bytes[op->path] += op->bytes;
 	}
 	check_part(s, at, op->batch);
 }
@@ -398,6 +416,137 @@ static int ops_needed(const struct mv_desc *d)
 	return (int)((d->len + MV_CHUNK - 1) / MV_CHUNK) + 1;
 }
 
+static void gq_push(struct mv_shard *s, struct mv_wr *op)
+{
+	op->next = NULL;
+	if (s->gq_tail)
+		s->gq_tail->next = op;
+	else
+		s->gq_head = op;
+	s->gq_tail = op;
+}
+
+/* Paths 2 and 3: one op per chunk, copies issued (or queued for a bounce
+ * chunk) at once, on the stream of the device that runs them. */
+static void take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
+		     const struct mv_region *src, const struct mv_import *dst, uint8_t path)
+{
+	struct mv_part *p = &at->parts[d->batch];
+	int dev = path == MV_PATH_COPY ? dst->remote->map.dev : src->gpu.dev;
+	uint32_t t = (uint32_t)s->id % dst->nshards;
+	char why[MV_ERRLEN];
+	int ret;
+
+	ret = mv_gpu_shard_ready(s, dev, why, sizeof(why));
+	if (ret) {
+		fail_part(p, ret, MV_CAUSE_PROVIDER, d->src, why);
+		return;
+	}
+	for (uint64_t off = 0; off < d->len;) {
+		/* A CUDA copy takes the whole descriptor at once; a staged write
+		 * goes chunk by chunk through the bounce pool. */
+		uint64_t n = path == MV_PATH_COPY || d->len - off < MV_CHUNK ? d->len - off : MV_CHUNK;
+		struct mv_wr *op = op_get(s);
+
+		op->kind = path == MV_PATH_COPY ? MV_OPK_COPY : MV_OPK_STAGE;
+		op->path = path;
+		op->at = at;
+		op->batch = d->batch;
+		op->peer = dst->peer;
+		op->bytes = n;
+		op->dev = dev;
+		op->src_dev = src->is_gpu ? src->gpu.dev : -1;
+		op->csrc = src->is_gpu ? src->gpu.dptr + d->src_off + off
+				       : (uint64_t)(uintptr_t)(src->base + d->src_off + off);
+		p->outstanding++;
+		at->outstanding++;
+		s->ngpu++;
+		if (path == MV_PATH_COPY) {
+			op->dst_dev = dst->remote->map.dev;
+			op->cdst = dst->remote->map.dptr + d->dst_off + off;
+			ret = mv_gpu_copy(s, dev, op->cdst, op->dst_dev, op->csrc, op->src_dev, n, why,
+					  sizeof(why));
+			if (!ret)
+				ret = mv_gpu_event(s, dev, &op->ev, why, sizeof(why));
+			if (ret) {
+				s->ngpu--;
+				op_done(s, op, ret, why);
+			} else {
+				gq_push(s, op);
+			}
+		} else {
+			op->dst_dev = -1;
+			op->niov = 1;
+			op->riov[0] = (struct fi_rma_iov){ .addr = dst->addr[t] + d->dst_off + off,
+							   .len = n, .key = dst->key[t] };
+			op->next = NULL;
+			if (s->sq_tail)
+				s->sq_tail->next = op;
+			else
+				s->sq_head = op;
+			s->sq_tail = op;
+		}
+		off += n;
+	}
+}
+
+/*
+ * GPU work of the shard: staged writes take a free bounce chunk and start
+ * their device-to-host copy; finished copies either complete (path 2) or
+ * become fabric writes from their chunk (path 3), so the copy of one chunk
+ * overlaps the RDMA write of the one before.
+ */
+static int gpu_progress(struct mv_shard *s)
+{
+	char why[MV_ERRLEN];
+	int n = 0;
+
+	while (s->sq_head && s->gpu.free_chunks) {
+		struct mv_wr *op = s->sq_head;
+		int c = __builtin_ctz(s->gpu.free_chunks);
+		uint64_t buf = (uint64_t)(uintptr_t)s->gpu.bounce + (uint64_t)c * MV_CHUNK;
+
+		s->sq_head = op->next;
+		if (!s->sq_head)
+			s->sq_tail = NULL;
+		s->gpu.free_chunks &= ~(1u << c);
+		op->chunk = c;
+		op->cdst = buf;
+		int ret = mv_gpu_copy(s, op->dev, buf, -1, op->csrc, op->src_dev, op->bytes, why,
+				      sizeof(why));
+		if (!ret)
+			ret = mv_gpu_event(s, op->dev, &op->ev, why, sizeof(why));
+		if (ret) {
+			s->ngpu--;
+			op_done(s, op, ret, why);
+		} else {
+			gq_push(s, op);
+		}
+		n++;
+	}
+	while (s->gq_head) {
+		struct mv_wr *op = s->gq_head;
+		int done = mv_gpu_event_done(s, op->dev, op->ev, why, sizeof(why));
+
+		if (done == 0)
+			break; /* one stream per device runs them in order */
+		s->gq_head = op->next;
+		if (!s->gq_head)
+			s->gq_tail = NULL;
+		s->ngpu--;
+		n++;
+		if (done < 0 || op->kind == MV_OPK_COPY) {
+			op_done(s, op, done < 0 ? -EIO : 0, why);
+			continue;
+		}
+		op->kind = MV_OPK_WRITE;
+		op->iov[0] = (struct iovec){ (void *)(uintptr_t)op->cdst, op->bytes };
+		op->desc[0] = s->gpu.bounce_desc;
+		pend_push(s, op);
+	}
+	return n;
+}
+
 /* Turns one WRITE into ops; the caller checked there are enough free. */
 static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
 {
@@ -424,6 +573,18 @@ static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv
 	uint64_t off = 0;
 
 	p->peer = dst->peer->mover_id;
+	/* GPU memory picks the path: a same-host peer's GPU region gets CUDA
+	 * copies; a GPU source the provider cannot register goes through the
+	 * bounce pool; whatever the fabric registered is written directly. */
+	uint8_t path = src->is_gpu || (dst->flags & MV_BLOB_GPU) ? MV_PATH_HMEM : MV_PATH_HOST;
+	if (dst->remote)
+		path = MV_PATH_COPY;
+	else if (src->is_gpu && !src->mr[s->id])
+		path = MV_PATH_STAGED;
+	if (path == MV_PATH_COPY || path == MV_PATH_STAGED) {
+		take_gpu(s, at, d, src, dst, path);
+		return;
+	}
 	while (off < d->len) {
 		uint64_t n = d->len - off < MV_CHUNK ? d->len - off : MV_CHUNK;
 		uint8_t *la = src->base + d->src_off + off;
@@ -432,7 +593,7 @@ static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv
 
 		/* Merge into the previous op of the same batch and peer: extend
 		 * its last iov when both sides are contiguous, else add an iov. */
-		if (tail && tail->kind == MV_OPK_WRITE && tail->at == at &&
+		if (tail && tail->kind == MV_OPK_WRITE && tail->path == path && tail->at == at &&
 		    tail->batch == d->batch && tail->peer == dst->peer &&
 		    tail->bytes + n <= MV_CHUNK && tail->riov[0].key == dst->key[t]) {
 			struct iovec *li = &tail->iov[tail->niov - 1];
@@ -458,6 +619,7 @@ static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv
 		}
 		struct mv_wr *op = op_get(s);
 		op->kind = MV_OPK_WRITE;
+		op->path = path;
 		op->at = at;
 		op->batch = d->batch;
 		op->peer = dst->peer;
@@ -782,7 +944,24 @@ static void attach_free(struct mv_attach *at)
 /* Pending (never posted) ops of a leaving client end as cancelled. */
 static void cancel_pending(struct mv_shard *s, struct mv_attach *at)
 {
-	struct mv_wr **pp = &s->pend_head, *keep_tail = NULL;
+	struct mv_wr **pp = &s->sq_head, *keep_tail = NULL;
+
+	/* Staged writes still waiting for a bounce chunk: nothing started. */
+	while (*pp) {
+		struct mv_wr *op = *pp;
+		if (op->at == at) {
+			*pp = op->next;
+			s->ngpu--;
+			at->outstanding--;
+			op_put(s, op);
+			continue;
+		}
+		keep_tail = op;
+		pp = &op->next;
+	}
+	s->sq_tail = keep_tail;
+	pp = &s->pend_head;
+	keep_tail = NULL;
 
 	while (*pp) {
 		struct mv_wr *op = *pp;
@@ -831,8 +1010,15 @@ static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 		if (s->fab.key_size >= 8)
 			want = (uint64_t)(uint32_t)random() << 32;
 		want |= r->id;
-		ret = mv_fabric_reg(&s->fab, r->base, r->len, want, &r->mr[s->id],
-				    &r->desc[s->id], &key, c->msg, sizeof(c->msg));
+		if (r->is_gpu && !s->mv->hmem)
+			break; /* not registrable here: paths 2 and 3 carry it */
+		if (r->is_gpu)
+			ret = mv_fabric_reg_hmem(&s->fab, r->gpu.dptr, r->len, r->gpu.dev, want,
+						 &r->mr[s->id], &r->desc[s->id], &key, c->msg,
+						 sizeof(c->msg));
+		else
+			ret = mv_fabric_reg(&s->fab, r->base, r->len, want, &r->mr[s->id],
+					    &r->desc[s->id], &key, c->msg, sizeof(c->msg));
 		r->key[s->id] = key;
 		break;
 	}
@@ -939,7 +1125,7 @@ static int sleep_once(struct mv_shard *s, int64_t idle_ns)
 		if (!at->dead && !at->detaching && shmring_arm_doorbell(&at->sub))
 			goto disarm;
 	}
-	if (s->posted > s->abandoned || s->npend) {
+	if (s->posted > s->abandoned || s->npend || s->ngpu) {
 		/* Work is in flight: yield the core briefly, never block long. */
 		timeout = s->fab.cq_fd >= 0 ? 1 : 0;
 	} else if (s->fab.cq_fd >= 0) {
@@ -985,6 +1171,8 @@ static void shard_loop(struct mv_shard *s)
 		work += consume(s);
 		work += post(s);
 		work += reap(s);
+		if (s->ngpu)
+			work += gpu_progress(s);
 		work += expire(s);
 		work += flush_all(s);
 		reap_detached(s);
@@ -992,7 +1180,7 @@ static void shard_loop(struct mv_shard *s)
 		if (s->stop_cmd) {
 			if (!stop_at)
 				stop_at = now_ns() + STOP_DRAIN_NS;
-			if ((rings_empty(s) && !s->npend && s->posted == s->abandoned) ||
+			if ((rings_empty(s) && !s->npend && !s->ngpu && s->posted == s->abandoned) ||
 			    now_ns() > stop_at) {
 				if (s->npend || s->posted)
 					mv_log("shard %d: stopping with %u queued and %u posted ops",
@@ -1037,7 +1225,7 @@ void *mv_shard_main(void *arg)
 	if (ret)
 		mv_log("shard %d: pinning to CPU %d failed: %s", s->id, s->cpu, strerror(-ret));
 	/* Everything the shard owns is allocated after pinning, on its node. */
-	ret = mv_fabric_open(&s->fab, s->mv->prov, s->iface);
+	ret = mv_fabric_open(&s->fab, s->mv->prov, s->iface, s->mv->hmem);
 	if (ret) {
 		s->start_status = ret;
 		snprintf(s->start_msg, sizeof(s->start_msg), "opening %s on %s: %s", s->mv->prov,
@@ -1053,8 +1241,23 @@ void *mv_shard_main(void *arg)
 		sem_post(&s->started);
 		return NULL;
 	}
-	for (uint32_t i = 0; i < MV_OPS_PER_SHARD; i++)
+	for (uint32_t i = 0; i < MV_OPS_PER_SHARD; i++) {
+		s->ops[i].chunk = -1;
 		op_put(s, &s->ops[i]);
+	}
+	s->bell = aligned_alloc(4096, 4096);
+	ret = s->bell ? mv_fabric_reg(&s->fab, s->bell, 4096, 0xbe11000000ull + (uint64_t)s->id,
+				      &s->bell_mr, (void **)&s->bell_desc, &s->bell_key, s->start_msg,
+				      sizeof(s->start_msg))
+		      : -ENOMEM;
+	if (ret) {
+		s->start_status = ret;
+		free(s->bell);
+		free(s->ops);
+		mv_fabric_close(&s->fab);
+		sem_post(&s->started);
+		return NULL;
+	}
 	sem_post(&s->started);
 
 	shard_loop(s);
@@ -1063,6 +1266,9 @@ void *mv_shard_main(void *arg)
 	for (uint32_t i = 0; i < s->natt; i++)
 		attach_free(s->att[i]);
 	s->natt = 0;
+	mv_gpu_shard_close(s);
+	fi_close(&s->bell_mr->fid);
+	free(s->bell);
 	/* Registrations before the domain they belong to. */
 	for (uint32_t i = 0; i < MV_MAX_REGIONS; i++) {
 		struct mv_region *r = atomic_load_explicit(&s->mv->regions[i], memory_order_acquire);

@@ -174,6 +174,8 @@ void mv_stats_publish(struct mv_shard *s, int force)
 	PUT(o->pending, s->npend);
 	PUT(o->inflight, s->posted);
 	PUT(o->sleeps, s->st.sleeps);
+	for (int i = 0; i < 4; i++)
+		PUT(o->path_bytes[i], s->st.path_bytes[i]);
 	PUT(o->heartbeat_ns, (uint64_t)s->now);
 	PUT(s->trace_dropped_pub, s->st.trace_dropped);
 	if (s->now >= s->next_rows) {

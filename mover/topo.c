@@ -120,3 +120,39 @@ int mv_topo_pin(int cpu)
 	CPU_SET(cpu, &set);
 	return sched_setaffinity(0, sizeof(set), &set) ? -errno : 0;
 }
+
+/*
+ * The shards near a GPU: those whose NIC shares the GPU's closest non-I/O
+ * ancestor (the same PCIe root, socket or NUMA node), else those pinned to a
+ * core there. 0 (any shard) when hwloc cannot place the GPU.
+ */
+uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid)
+{
+	hwloc_topology_t t;
+	uint64_t mask = 0;
+
+	if (hwloc_topology_init(&t) < 0)
+		return 0;
+	hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+	if (hwloc_topology_load(t) < 0) {
+		hwloc_topology_destroy(t);
+		return 0;
+	}
+	hwloc_obj_t gpu = hwloc_get_pcidev_by_busidstring(t, busid);
+	hwloc_obj_t anc = gpu ? hwloc_get_non_io_ancestor_obj(t, gpu) : NULL;
+	if (anc && anc->cpuset) {
+		for (uint32_t s = 0; s < mv->nshards && s < 64; s++) {
+			hwloc_obj_t nic = nic_object(t, &mv->shards[s]);
+			hwloc_obj_t na = nic ? hwloc_get_non_io_ancestor_obj(t, nic) : NULL;
+			if (na && na->cpuset) {
+				if (hwloc_bitmap_intersects(na->cpuset, anc->cpuset))
+					mask |= 1ull << s;
+			} else if (mv->shards[s].cpu >= 0 &&
+				   hwloc_bitmap_isset(anc->cpuset, (unsigned)mv->shards[s].cpu)) {
+				mask |= 1ull << s;
+			}
+		}
+	}
+	hwloc_topology_destroy(t);
+	return mask;
+}

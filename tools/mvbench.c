@@ -283,7 +283,7 @@ static void *drecv_main(void *arg)
 			 r->id, r->cpu, strerror(-ret));
 		goto out_start;
 	}
-	ret = mv_fabric_open(&r->fab, tg->prov, tg->iface[0] ? tg->iface : NULL);
+	ret = mv_fabric_open(&r->fab, tg->prov, tg->iface[0] ? tg->iface : NULL, 0);
 	if (ret) {
 		snprintf(r->msg, sizeof(r->msg), "receiver endpoint %u: opening %s%s%s: %s", r->id,
 			 tg->prov, tg->iface[0] ? " on " : "", tg->iface, fi_strerror(-ret));
@@ -1162,7 +1162,7 @@ static void *dsend_main(void *arg)
 		goto out_start;
 	}
 	/* Opened after pinning, like a shard's, so its memory is near it. */
-	ret = mv_fabric_open(&t->fab, p->prov, p->iface);
+	ret = mv_fabric_open(&t->fab, p->prov, p->iface, 0);
 	if (ret) {
 		snprintf(t->err, sizeof(t->err), "direct sender %u: opening %s: %s", t->id, p->prov,
 			 fi_strerror(-ret));

@@ -201,6 +201,18 @@ static void print_text(FILE *f, const struct view *v, const struct snap *a, cons
 			rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
 			GET(y->inflight), GET(y->eagain), GET(y->cq_errors), GET(y->timeouts));
 	}
+	uint64_t gpu = 0;
+	for (uint32_t s = 0; s < h->nshards; s++)
+		gpu += GET(b->shard[s].path_bytes[1]) + GET(b->shard[s].path_bytes[2]) +
+		       GET(b->shard[s].path_bytes[3]);
+	if (gpu) {
+		fprintf(f, "%-5s %16s %16s %16s %16s   (bytes by path)\n", "shard", "host", "FI_HMEM",
+			"CUDA copy", "staged");
+		for (uint32_t s = 0; s < h->nshards; s++)
+			fprintf(f, "%-5u %16" PRIu64 " %16" PRIu64 " %16" PRIu64 " %16" PRIu64 "\n", s,
+				GET(b->shard[s].path_bytes[0]), GET(b->shard[s].path_bytes[1]),
+				GET(b->shard[s].path_bytes[2]), GET(b->shard[s].path_bytes[3]));
+	}
 	int any = 0;
 	for (uint32_t s = 0; s < h->nshards; s++)
 		for (uint32_t i = 0; i < h->nrings; i++) {
@@ -258,13 +270,16 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 			   ",\"bytes\":%" PRIu64 ",\"descs\":%" PRIu64 ",\"batches\":%" PRIu64
 			   ",\"gbit_s\":%.6f,\"msg_s\":%.1f,\"pending\":%" PRIu64 ",\"inflight\":%" PRIu64
 			   ",\"eagain\":%" PRIu64 ",\"cq_errors\":%" PRIu64 ",\"retries\":%" PRIu64
-			   ",\"timeouts\":%" PRIu64 ",\"imm_rx\":%" PRIu64 "}",
+			   ",\"timeouts\":%" PRIu64 ",\"imm_rx\":%" PRIu64 ",\"host_bytes\":%" PRIu64
+			   ",\"hmem_bytes\":%" PRIu64 ",\"copy_bytes\":%" PRIu64
+			   ",\"staged_bytes\":%" PRIu64 "}",
 			s ? "," : "", s, y->provider, y->iface, y->cpu, y->numa, GET(y->posted),
 			GET(y->completed), GET(y->bytes), GET(y->descs), GET(y->batches),
 			rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
 			rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
 			GET(y->inflight), GET(y->eagain), GET(y->cq_errors), GET(y->retries),
-			GET(y->timeouts), GET(y->imm_rx));
+			GET(y->timeouts), GET(y->imm_rx), GET(y->path_bytes[0]), GET(y->path_bytes[1]),
+			GET(y->path_bytes[2]), GET(y->path_bytes[3]));
 	}
 	fprintf(f, "],\"rings\":[");
 	int any = 0;

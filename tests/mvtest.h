@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Helpers the end-to-end check suites share: starting and stopping real
+ * movers (they die with the test process), a sender/receiver client pair
+ * with a region each and the receiver's region imported, and waiting for
+ * batch completions. Include once per test program, after <check.h>.
+ */
+#ifndef MV_TEST_H
+#define MV_TEST_H
+
+#include <fcntl.h>
+#include <glob.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mvc.h"
+
+struct mvproc {
+	pid_t pid;
+	char sock[108];
+	char log[160];
+};
+
+static const char *prov = "tcp";
+static struct mvproc A, B, C;
+
+static inline double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline void mover_start(struct mvproc *m, const char *name, int shards)
+{
+	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
+	char bin[256], ns[16];
+
+	snprintf(m->sock, sizeof(m->sock), "/tmp/mvt.%d.%s.sock", getpid(), name);
+	snprintf(m->log, sizeof(m->log), "/tmp/mvt.%d.%s.log", getpid(), name);
+	snprintf(bin, sizeof(bin), "%s/bin/mover", b);
+	snprintf(ns, sizeof(ns), "%d", shards);
+	unlink(m->sock);
+	m->pid = fork();
+	ck_assert_int_ge(m->pid, 0);
+	if (m->pid == 0) {
+		/* A failed test must not leave movers behind. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int fd = open(m->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		/* A short deadline so a dead peer fails writes within the test. */
+		if (!strcmp(prov, "tcp"))
+			execl(bin, bin, "--provider", "tcp", "--iface", "lo", "--shards", ns,
+			      "--op-timeout", "3", "--socket", m->sock, (char *)NULL);
+		else
+			execl(bin, bin, "--provider", prov, "--shards", ns, "--op-timeout", "3",
+			      "--socket", m->sock, (char *)NULL);
+		_exit(127);
+	}
+	/* Up to 30 s: a mover on a GPU host starts CUDA before it listens. */
+	for (int i = 0; i < 1200; i++) {
+		struct stat st;
+		if (stat(m->sock, &st) == 0)
+			return;
+		int status;
+		if (waitpid(m->pid, &status, WNOHANG) == m->pid)
+			ck_abort_msg("mover %s exited at start; see %s", name, m->log);
+		usleep(25000);
+	}
+	ck_abort_msg("mover %s did not listen within 30 s; see %s", name, m->log);
+}
+
+/* A killed shm mover leaves its endpoint's segments behind: /dev/shm/PID:* */
+static inline void shm_cleanup(pid_t pid)
+{
+	char pat[64];
+	glob_t g;
+
+	snprintf(pat, sizeof(pat), "/dev/shm/%d:*", pid);
+	if (glob(pat, 0, NULL, &g) == 0) {
+		for (size_t i = 0; i < g.gl_pathc; i++)
+			unlink(g.gl_pathv[i]);
+		globfree(&g);
+	}
+}
+
+/* SIGTERM, then the exit status (or -1 if it had to be killed). */
+static inline int mover_stop(struct mvproc *m)
+{
+	int status = 0;
+
+	if (m->pid <= 0)
+		return 0;
+	kill(m->pid, SIGTERM);
+	for (int i = 0; i < 300; i++) {
+		if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
+			shm_cleanup(m->pid);
+			m->pid = 0;
+			return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+		}
+		usleep(20000);
+	}
+	kill(m->pid, SIGKILL);
+	waitpid(m->pid, &status, 0);
+	shm_cleanup(m->pid);
+	m->pid = 0;
+	return -1;
+}
+
+static inline void setup_tcp(void)
+{
+	prov = "tcp";
+	mover_start(&A, "a", 2);
+	mover_start(&B, "b", 2);
+}
+
+static inline void setup_shm(void)
+{
+	prov = "shm";
+	mover_start(&A, "a", 2);
+	mover_start(&B, "b", 2);
+}
+
+static inline void teardown(void)
+{
+	mover_stop(&A);
+	mover_stop(&B);
+	mover_stop(&C);
+}
+
+static inline void fill(void *p, size_t n, uint64_t seed)
+{
+	uint64_t *w = p, x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (size_t i = 0; i < n / 8; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		w[i] = x;
+	}
+}
+
+/* A sender on A and a receiver on B, src and dst regions, B imported by A. */
+struct pair {
+	struct mvc *a, *b;
+	struct mvc_mem src, dst;
+	uint32_t peer, imp;
+};
+
+static inline void pair_open_on(struct pair *p, struct mvproc *ma, struct mvproc *mb, uint64_t srclen,
+			 uint64_t dstlen)
+{
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+
+	ck_assert_int_eq(mvc_connect(&p->a, ma->sock), 0);
+	ck_assert_int_eq(mvc_connect(&p->b, mb->sock), 0);
+	ck_assert_msg(mvc_alloc(p->a, srclen, &p->src) == 0, "%s", mvc_error(p->a));
+	ck_assert_msg(mvc_alloc(p->b, dstlen, &p->dst) == 0, "%s", mvc_error(p->b));
+	ck_assert_int_eq(mvc_address(p->b, blob, &len), 0);
+	ck_assert_msg(mvc_peer_add(p->a, blob, len, &p->peer) == 0, "%s", mvc_error(p->a));
+	len = sizeof(blob);
+	ck_assert_int_eq(mvc_region_blob(p->b, p->dst.region, blob, &len), 0);
+	ck_assert_msg(mvc_import(p->a, p->peer, blob, len, &p->imp) == 0, "%s", mvc_error(p->a));
+}
+
+static inline void pair_open(struct pair *p, uint64_t srclen, uint64_t dstlen)
+{
+	pair_open_on(p, &A, &B, srclen, dstlen);
+}
+
+static inline void pair_close(struct pair *p)
+{
+	mvc_disconnect(p->a);
+	mvc_disconnect(p->b);
+}
+
+/* Waits for n batches, whatever their order; their events land in out. */
+static inline void wait_batches(struct mvc *c, const uint64_t *cookies, struct mvc_event *out, int n,
+			 double timeout)
+{
+	double end = now_s() + timeout;
+	int got = 0;
+
+	while (got < n && now_s() < end) {
+		struct mvc_event ev;
+		int k = mvc_wait(c, &ev, 1, 200);
+		ck_assert_msg(k >= 0, "mvc_wait: %s", mvc_error(c));
+		if (k == 0 || ev.type != MVC_EV_BATCH)
+			continue;
+		int i = 0;
+		while (i < n && cookies[i] != ev.cookie)
+			i++;
+		ck_assert_msg(i < n, "unexpected batch %llu", (unsigned long long)ev.cookie);
+		out[i] = ev;
+		got++;
+	}
+	ck_assert_msg(got == n, "%d of %d batches completed in %.0f s", got, n, timeout);
+}
+
+/* Waits for the batch with this cookie; other batch events fail the test. */
+static inline struct mvc_event wait_batch(struct mvc *c, uint64_t cookie, double timeout)
+{
+	struct mvc_event ev[8];
+	double end = now_s() + timeout;
+
+	while (now_s() < end) {
+		int n = mvc_wait(c, ev, 1, 200);
+		ck_assert_msg(n >= 0, "mvc_wait: %s", mvc_error(c));
+		if (n == 1 && ev[0].type == MVC_EV_BATCH) {
+			ck_assert_msg(ev[0].cookie == cookie, "batch %llu completed, waited for %llu",
+				      (unsigned long long)ev[0].cookie, (unsigned long long)cookie);
+			return ev[0];
+		}
+	}
+	ck_abort_msg("batch %llu did not complete in %.0f s", (unsigned long long)cookie, timeout);
+	return ev[0];
+}
+
+static inline void submit_ok(struct mvc *c, uint64_t cookie)
+{
+	ck_assert_msg(mvc_submit(c, cookie) == 0, "submit: %s", mvc_error(c));
+	struct mvc_event e = wait_batch(c, cookie, 20);
+	ck_assert_msg(e.status == 0, "batch %llu failed: %s", (unsigned long long)cookie, e.msg);
+}
+
+
+#endif

@@ -1,0 +1,359 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GPU memory through the mover, on a machine with a CUDA device (skipped
+ * with the reason elsewhere): cudaMalloc and VMM memory registered by their
+ * owners; GPU to GPU and host to GPU on one host (CUDA copies, path 2), GPU
+ * to host (staged through pinned bounce buffers, path 3), paged writes of
+ * scattered device pages, immediates after the data; data checked on the
+ * device side by copying it back; the path each transfer took read from the
+ * stats; a GPU destination no path reaches refused with the reason.
+ *
+ * The check parent never touches CUDA: a process forked after CUDA starts
+ * cannot use it, and every test runs in a forked child that starts CUDA
+ * itself.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+
+#include "mv_cuda.h"
+#include "mv_wire.h"
+#include "mvtest.h"
+
+#ifdef MV_HAVE_CUDA
+
+static struct mv_cuda *cu;
+
+static void gpu_setup(void)
+{
+	const char *why;
+	CUcontext ctx;
+	CUdevice dev;
+
+	setup_tcp(); /* movers first: fork+exec before this process starts CUDA */
+	cu = mv_cuda_load(&why);
+	ck_assert_msg(cu, "%s", why);
+	ck_assert_int_eq(cu->DeviceGet(&dev, 0), CUDA_SUCCESS);
+	ck_assert_int_eq(cu->DevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
+	ck_assert_int_eq(cu->CtxSetCurrent(ctx), CUDA_SUCCESS);
+}
+
+/* cudaMalloc-style memory: shared through an IPC handle. */
+static CUdeviceptr dev_alloc(size_t n)
+{
+	CUdeviceptr p;
+
+	ck_assert_int_eq(cu->MemAlloc(&p, n), CUDA_SUCCESS);
+	return p;
+}
+
+/* A VMM allocation that may be exported as a POSIX fd. */
+static CUdeviceptr vmm_alloc(size_t n, size_t *size)
+{
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+	size_t gran;
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr p;
+
+	ck_assert_int_eq(cu->MemGetAllocationGranularity(&gran, &prop,
+							  CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+			 CUDA_SUCCESS);
+	*size = (n + gran - 1) / gran * gran;
+	ck_assert_int_eq(cu->MemCreate(&h, *size, &prop, 0), CUDA_SUCCESS);
+	ck_assert_int_eq(cu->MemAddressReserve(&p, *size, 0, 0, 0), CUDA_SUCCESS);
+	ck_assert_int_eq(cu->MemMap(p, *size, 0, h, 0), CUDA_SUCCESS);
+	CUmemAccessDesc a = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+			      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	ck_assert_int_eq(cu->MemSetAccess(p, *size, &a, 1), CUDA_SUCCESS);
+	cu->MemRelease(h);
+	return p;
+}
+
+static void to_dev(CUdeviceptr d, const void *h, size_t n)
+{
+	ck_assert_int_eq(cu->MemcpyHtoD(d, h, n), CUDA_SUCCESS);
+}
+
+static void from_dev(void *h, CUdeviceptr d, size_t n)
+{
+	ck_assert_int_eq(cu->MemcpyDtoH(h, d, n), CUDA_SUCCESS);
+}
+
+/* A sender on A, a receiver on B, B's region imported by A. */
+struct gpair {
+	struct mvc *a, *b;
+	uint32_t peer, imp;
+};
+
+static void gpair_open(struct gpair *p)
+{
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+
+	ck_assert_int_eq(mvc_connect(&p->a, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&p->b, B.sock), 0);
+	ck_assert_int_eq(mvc_address(p->b, blob, &len), 0);
+	ck_assert_msg(mvc_peer_add(p->a, blob, len, &p->peer) == 0, "%s", mvc_error(p->a));
+}
+
+static uint32_t gpair_import(struct gpair *p, uint32_t region)
+{
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+	uint32_t h;
+
+	ck_assert_int_eq(mvc_region_blob(p->b, region, blob, &len), 0);
+	ck_assert_msg(mvc_import(p->a, p->peer, blob, len, &h) == 0, "%s", mvc_error(p->a));
+	return h;
+}
+
+/* Bytes the sending mover carried on one path, from mvstat --json. */
+static uint64_t path_bytes(struct mvproc *m, const char *field)
+{
+	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
+	char cmd[512], out[16384] = "";
+	uint64_t total = 0;
+
+	snprintf(cmd, sizeof(cmd), "%s/bin/mvstat --socket %s --json --interval 0.05", b, m->sock);
+	FILE *f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	size_t n = fread(out, 1, sizeof(out) - 1, f);
+	pclose(f);
+	out[n] = 0;
+	for (char *q = out; (q = strstr(q, field)); q += strlen(field))
+		total += strtoull(q + strlen(field) + 1, NULL, 10); /* past the ':' */
+	return total;
+}
+
+START_TEST(test_gpu_to_gpu_same_host_by_cuda_copy)
+{
+	struct gpair p;
+	struct mvc_mem src, dst;
+	const size_t n = 24u << 20;
+	size_t vsize;
+	uint8_t *want = malloc(n), *got = malloc(n);
+	struct mvc_event ev[4];
+
+	gpair_open(&p);
+	CUdeviceptr s = dev_alloc(n), d = vmm_alloc(n, &vsize);
+	fill(want, n, 7);
+	to_dev(s, want, n);
+	ck_assert_int_eq(cu->MemsetD8(d, 0, vsize), CUDA_SUCCESS);
+	ck_assert_msg(mvc_register_cuda(p.a, (void *)s, n, &src) == 0, "%s", mvc_error(p.a));
+	ck_assert_msg(mvc_register_cuda(p.b, (void *)d, n, &dst) == 0, "%s", mvc_error(p.b));
+	ck_assert_uint_eq(src.flags & MVC_MEM_GPU, MVC_MEM_GPU);
+	uint32_t imp = gpair_import(&p, dst.region);
+	ck_assert_int_eq(mvc_write(p.a, src.region, 0, imp, 0, n), 0);
+	ck_assert_int_eq(mvc_write_imm(p.a, imp, 99), 0);
+	ck_assert_int_eq(mvc_submit(p.a, 1), 0);
+	int got_imm = 0;
+	double end = now_s() + 20;
+	while (!got_imm && now_s() < end) {
+		int k = mvc_wait(p.b, ev, 4, 200);
+		for (int i = 0; i < k; i++)
+			got_imm |= ev[i].type == MVC_EV_IMM && ev[i].imm == 99;
+	}
+	ck_assert_msg(got_imm, "no immediate");
+	/* The immediate came after the data: it is all on the device now. */
+	from_dev(got, d, n);
+	ck_assert_msg(!memcmp(got, want, n), "device data differs after the immediate");
+	struct mvc_event e = wait_batch(p.a, 1, 20);
+	ck_assert_msg(e.status == 0, "%s", e.msg);
+	ck_assert_uint_eq(e.bytes, n);
+	usleep(50000);
+	ck_assert_uint_eq(path_bytes(&A, "\"copy_bytes\""), n);
+	mvc_disconnect(p.a);
+	mvc_disconnect(p.b);
+	free(want);
+	free(got);
+}
+END_TEST
+
+START_TEST(test_host_to_gpu_same_host)
+{
+	struct gpair p;
+	struct mvc_mem src, dst;
+	const size_t n = 5u << 20;
+	uint8_t *got = malloc(n);
+
+	gpair_open(&p);
+	CUdeviceptr d = dev_alloc(n);
+	ck_assert_int_eq(cu->MemsetD8(d, 0, n), CUDA_SUCCESS);
+	ck_assert_int_eq(mvc_alloc(p.a, n, &src), 0);
+	fill(src.addr, n, 11);
+	ck_assert_msg(mvc_register_cuda(p.b, (void *)d, n, &dst) == 0, "%s", mvc_error(p.b));
+	uint32_t imp = gpair_import(&p, dst.region);
+	ck_assert_int_eq(mvc_write(p.a, src.region, 4096, imp, 1000, n - 4096), 0);
+	submit_ok(p.a, 2);
+	from_dev(got, d, n);
+	ck_assert(!memcmp(got + 1000, (uint8_t *)src.addr + 4096, n - 4096));
+	for (int i = 0; i < 1000; i++)
+		ck_assert_msg(got[i] == 0, "byte %d before the write changed", i);
+	mvc_disconnect(p.a);
+	mvc_disconnect(p.b);
+	free(got);
+}
+END_TEST
+
+START_TEST(test_gpu_to_host_staged_through_bounce_buffers)
+{
+	struct gpair p;
+	struct mvc_mem src, dst;
+	const size_t n = 40u << 20; /* ten bounce chunks: the pool of 8 must cycle */
+	uint8_t *want = malloc(n);
+
+	gpair_open(&p);
+	CUdeviceptr s = dev_alloc(n);
+	fill(want, n, 13);
+	to_dev(s, want, n);
+	ck_assert_msg(mvc_register_cuda(p.a, (void *)s, n, &src) == 0, "%s", mvc_error(p.a));
+	ck_assert_int_eq(mvc_alloc(p.b, n, &dst), 0);
+	memset(dst.addr, 0, n);
+	uint32_t imp = gpair_import(&p, dst.region);
+	uint64_t before = path_bytes(&A, "\"staged_bytes\"");
+	for (uint64_t r = 0; r < 3; r++) {
+		ck_assert_int_eq(mvc_write(p.a, src.region, 0, imp, 0, n), 0);
+		submit_ok(p.a, 10 + r);
+		ck_assert_msg(!memcmp(dst.addr, want, n), "round %llu: host data differs",
+			      (unsigned long long)r);
+		memset(dst.addr, 0, n);
+	}
+	usleep(50000);
+	ck_assert_uint_eq(path_bytes(&A, "\"staged_bytes\"") - before, 3 * n);
+	mvc_disconnect(p.a);
+	mvc_disconnect(p.b);
+	free(want);
+}
+END_TEST
+
+START_TEST(test_paged_write_of_scattered_device_pages)
+{
+	struct gpair p;
+	struct mvc_mem src, dst;
+	enum { NP = 1500, PS = 16384 };
+	static uint32_t sp[NP], dp[NP];
+	const size_t n = (size_t)NP * PS * 2;
+	uint8_t *want = malloc(n), *got = malloc(n);
+
+	gpair_open(&p);
+	CUdeviceptr s = dev_alloc(n), d = dev_alloc(n);
+	fill(want, n, 17);
+	to_dev(s, want, n);
+	ck_assert_int_eq(cu->MemsetD8(d, 0, n), CUDA_SUCCESS);
+	ck_assert_int_eq(mvc_register_cuda(p.a, (void *)s, n, &src), 0);
+	ck_assert_int_eq(mvc_register_cuda(p.b, (void *)d, n, &dst), 0);
+	uint32_t imp = gpair_import(&p, dst.region);
+	for (uint32_t i = 0; i < NP; i++) {
+		sp[i] = (i * 7919) % (2 * NP);
+		dp[i] = (i * 104729 + 3) % (2 * NP);
+	}
+	/* Distinct destinations: 104729 and 2*NP share no factor. */
+	struct mvc_pages pg = { .src = src.region, .dst = imp, .src_stride = PS, .dst_stride = PS,
+				.page_size = PS, .src_pages = sp, .dst_pages = dp, .npages = NP };
+	ck_assert_int_eq(mvc_write_paged(p.a, &pg), 0);
+	ck_assert_int_eq(mvc_imm_expect(p.b, 5, 1, 55), 0);
+	ck_assert_int_eq(mvc_write_imm(p.a, imp, 5), 0);
+	submit_ok(p.a, 3);
+	struct mvc_event ev;
+	ck_assert_int_eq(mvc_wait(p.b, &ev, 1, 10000), 1);
+	ck_assert_int_eq(ev.type, MVC_EV_IMM_COUNT);
+	from_dev(got, d, n);
+	for (uint32_t i = 0; i < NP; i++)
+		ck_assert_msg(!memcmp(got + (size_t)dp[i] * PS, want + (size_t)sp[i] * PS, PS),
+			      "page %u (src %u -> dst %u) differs on the device", i, sp[i], dp[i]);
+	mvc_disconnect(p.a);
+	mvc_disconnect(p.b);
+	free(want);
+	free(got);
+}
+END_TEST
+
+START_TEST(test_gpu_destination_no_path_reaches_is_refused)
+{
+	struct gpair p;
+	struct mvc_mem dst;
+	struct mv_region_blob blob;
+	size_t len = sizeof(blob);
+	uint32_t h;
+
+	gpair_open(&p);
+	CUdeviceptr d = dev_alloc(1 << 20);
+	ck_assert_int_eq(mvc_register_cuda(p.b, (void *)d, 1 << 20, &dst), 0);
+	ck_assert_int_eq(mvc_region_blob(p.b, dst.region, &blob, &len), 0);
+	ck_assert(blob.flags & MV_BLOB_GPU);
+	if (!(blob.flags & MV_BLOB_NO_FABRIC)) {
+		fprintf(stderr, "the provider registers GPU memory: nothing to refuse\n");
+		return;
+	}
+	blob.host[0] ^= 0xff; /* as if it were on another host */
+	ck_assert_int_eq(mvc_import(p.a, p.peer, &blob, len, &h), -EOPNOTSUPP);
+	ck_assert_msg(strstr(mvc_error(p.a), "another host") && strstr(mvc_error(p.a), "FI_HMEM"),
+		      "%s", mvc_error(p.a));
+	/* Not CUDA memory at all: named. */
+	char host[64];
+	struct mvc_mem bad;
+	ck_assert_int_eq(mvc_register_cuda(p.a, host, sizeof(host), &bad), -EINVAL);
+	ck_assert_msg(strstr(mvc_error(p.a), "not CUDA device memory"), "%s", mvc_error(p.a));
+	mvc_disconnect(p.a);
+	mvc_disconnect(p.b);
+}
+END_TEST
+
+/* In a child, so the parent stays free of CUDA: "" if usable, else why not. */
+static int gpu_usable(char *why, size_t len)
+{
+	int fds[2];
+
+	if (pipe(fds))
+		return 0;
+	pid_t pid = fork();
+	if (pid == 0) {
+		const char *w = NULL;
+		struct mv_cuda *c = mv_cuda_load(&w);
+		if (!c && write(fds[1], w, strlen(w)) < 0)
+			_exit(2);
+		_exit(c ? 0 : 1);
+	}
+	close(fds[1]);
+	ssize_t n = read(fds[0], why, len - 1);
+	why[n > 0 ? n : 0] = 0;
+	close(fds[0]);
+	int st;
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+int main(void)
+{
+	char why[256];
+
+	if (!gpu_usable(why, sizeof(why))) {
+		printf("test_gpu: SKIPPED: %s\n", why);
+		return 0;
+	}
+	Suite *s = suite_create("gpu");
+	TCase *tc = tcase_create("paths");
+	tcase_add_checked_fixture(tc, gpu_setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_gpu_to_gpu_same_host_by_cuda_copy);
+	tcase_add_test(tc, test_host_to_gpu_same_host);
+	tcase_add_test(tc, test_gpu_to_host_staged_through_bounce_buffers);
+	tcase_add_test(tc, test_paged_write_of_scattered_device_pages);
+	tcase_add_test(tc, test_gpu_destination_no_path_reaches_is_refused);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
+
+#else
+int main(void)
+{
+	printf("test_gpu: SKIPPED: built without the CUDA toolkit (no cuda.h)\n");
+	return 0;
+}
+#endif
