@@ -26,12 +26,14 @@
 #include <unistd.h>
 
 #include "mv_cuda.h"
+#include "mv_host.h"
 #include "mv_wire.h"
 #include "shmring.h"
 #include "trace_format.h"
 
 #define STRIPE_MIN (256u << 10) /* writes from this size are split over shards */
 #define STRIPE_ALIGN 4096u
+#define LOCAL_GPU_STRIPE_MIN (64ull << 20) /* CUDA copies: split only large ones */
 
 struct mvc_shard {
 	struct shmring sub;
@@ -86,6 +88,12 @@ struct mvc {
 		uint64_t mask;
 	} near[64];
 	uint32_t nnear;
+
+	/* Imports of GPU regions on this host: the mover copies with CUDA, and
+	 * splitting a copy over shards only doubles its launch costs. */
+	uint32_t local_gpu[64];
+	uint32_t nlocal_gpu;
+	uint8_t host[16];
 
 	char err[256];
 };
@@ -322,6 +330,7 @@ int mvc_connect(struct mvc **out, const char *path)
 	for (uint32_t i = 0; i < nb; i++)
 		c->free_ids[i] = nb - 1 - i;
 	c->nfree = nb;
+	mv_host_id(c->host);
 	*out = c;
 	return 0;
 
@@ -618,6 +627,9 @@ int mvc_peer_remove(struct mvc *c, uint32_t peer)
 
 int mvc_unimport(struct mvc *c, uint32_t handle)
 {
+	for (uint32_t i = 0; i < c->nlocal_gpu; i++)
+		if (c->local_gpu[i] == handle)
+			c->local_gpu[i] = c->local_gpu[--c->nlocal_gpu];
 	return id_call(c, MV_MSG_UNIMPORT, handle);
 }
 
@@ -632,9 +644,18 @@ int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint3
 	memcpy(&req.blob, blob, len);
 	ret = call(c, MV_MSG_IMPORT, &req, offsetof(struct mv_import_req, blob) + len, NULL, 0,
 		   &rep, sizeof(rep), NULL, 0, NULL);
-	if (!ret)
-		*handle = rep.id;
-	return ret;
+	if (ret)
+		return ret;
+	*handle = rep.id;
+	/* A handle freed with its peer can come back for another region. */
+	for (uint32_t i = 0; i < c->nlocal_gpu; i++)
+		if (c->local_gpu[i] == rep.id)
+			c->local_gpu[i] = c->local_gpu[--c->nlocal_gpu];
+	if (len >= offsetof(struct mv_region_blob, shard) && (req.blob.flags & MV_BLOB_GPU) &&
+	    !memcmp(req.blob.host, c->host, sizeof(c->host)) &&
+	    c->nlocal_gpu < sizeof(c->local_gpu) / sizeof(c->local_gpu[0]))
+		c->local_gpu[c->nlocal_gpu++] = rep.id;
+	return 0;
 }
 
 /* ---- batches ---- */
@@ -740,7 +761,10 @@ int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint6
 	if (len == 0)
 		return fail(c, -EINVAL, "write of 0 bytes");
 	mark_take(c, &m);
-	if (len < STRIPE_MIN || n == 1) {
+	int local_gpu = 0;
+	for (uint32_t i = 0; i < c->nlocal_gpu; i++)
+		local_gpu |= c->local_gpu[i] == dst;
+	if (len < (local_gpu ? LOCAL_GPU_STRIPE_MIN : STRIPE_MIN) || n == 1) {
 		ret = put_span(c, pick(c, src, 0), src, src_off, dst, dst_off, len);
 		if (ret)
 			return mark_undo(c, &m, ret);

@@ -23,30 +23,7 @@
 #include <rdma/fi_errno.h>
 
 #include "mv_cuda.h"
-
-int mv_host_id(uint8_t id[16])
-{
-	char buf[64];
-	int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-
-	if (fd >= 0)
-		close(fd);
-	memset(id, 0, 16);
-	if (n <= 0)
-		return -EIO;
-	buf[n] = 0;
-	/* 36 characters of hex and dashes: keep the 32 hex digits as bytes. */
-	for (int i = 0, k = 0; buf[i] && k < 32; i++) {
-		char c = buf[i];
-		int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-		if (v < 0)
-			continue;
-		id[k / 2] |= (uint8_t)(k % 2 ? v : v << 4);
-		k++;
-	}
-	return 0;
-}
+#include "mv_host.h"
 
 #ifdef MV_HAVE_CUDA
 
@@ -377,6 +354,9 @@ int mv_gpu_event_done(struct mv_shard *s, int dev, void *ev, char *why, size_t w
 {
 	struct mv_cuda *cu = mv_cuda_load(NULL);
 	struct mv_gpu_shard *g = &s->gpu;
+
+	if (ev == MV_GPU_EV_DONE)
+		return 1; /* the stream was waited for instead */
 	CUresult r = cu->EventQuery((CUevent)ev);
 
 	if (r == CUDA_ERROR_NOT_READY)
@@ -402,6 +382,15 @@ int mv_gpu_copy(struct mv_shard *s, int dev, uint64_t dst, int dst_dev, uint64_t
 	else
 		r = cu->MemcpyDtoHAsync((void *)(uintptr_t)dst, (CUdeviceptr)src, len, st);
 	return r == CUDA_SUCCESS ? 0 : cu_fail(why, whylen, "cuMemcpyAsync", r);
+}
+
+/* Blocks until everything queued on the device's stream is done. */
+int mv_gpu_sync(struct mv_shard *s, int dev, char *why, size_t whylen)
+{
+	struct mv_cuda *cu = mv_cuda_load(NULL);
+	CUresult r = cu->StreamSynchronize((CUstream)s->gpu.stream[dev]);
+
+	return r == CUDA_SUCCESS ? 0 : cu_fail(why, whylen, "cuStreamSynchronize", r);
 }
 
 void mv_gpu_shard_close(struct mv_shard *s)
@@ -487,6 +476,10 @@ int mv_gpu_event_done(struct mv_shard *s, int dev, void *ev, char *why, size_t w
 }
 int mv_gpu_copy(struct mv_shard *s, int dev, uint64_t dst, int dst_dev, uint64_t src, int src_dev,
 		uint64_t len, char *why, size_t whylen)
+{
+	return -ENOTSUP;
+}
+int mv_gpu_sync(struct mv_shard *s, int dev, char *why, size_t whylen)
 {
 	return -ENOTSUP;
 }

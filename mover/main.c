@@ -6,6 +6,7 @@
  * socket until SIGTERM, when it drains what clients committed and exits.
  */
 #include "mover.h"
+#include "mv_host.h"
 
 #include <getopt.h>
 #include <stdalign.h>

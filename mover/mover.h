@@ -297,6 +297,7 @@ struct mv_shard {
 	struct mv_wr *gq_head, *gq_tail; /* GPU copies in flight, in stream order */
 	struct mv_wr *sq_head, *sq_tail; /* staged writes waiting for a bounce chunk */
 	uint32_t ngpu;			 /* ops in those two queues */
+	int gpu_open_dev;		 /* device of copies queued since the last fence, or -1 */
 	struct {
 		uint64_t bytes, writes, errors;
 	} pst[256]; /* per peer slot (first 256), for the stats */
@@ -357,7 +358,6 @@ int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dpt
 			 char *why, size_t whylen);
 
 /* gpu.c */
-int mv_host_id(uint8_t id[16]);
 int mv_gpu_region_open(struct mover *mv, struct mv_region *r, const struct mv_gpu_desc *g, int fd,
 		       char *why, size_t whylen);
 void mv_gpu_region_close(struct mover *mv, struct mv_region *r);
@@ -370,6 +370,8 @@ int mv_gpu_event_done(struct mv_shard *s, int dev, void *ev, char *why, size_t w
 int mv_gpu_copy(struct mv_shard *s, int dev, uint64_t dst, int dst_dev, uint64_t src, int src_dev,
 		uint64_t len, char *why, size_t whylen);
 void mv_gpu_shard_close(struct mv_shard *s);
+int mv_gpu_sync(struct mv_shard *s, int dev, char *why, size_t whylen);
+#define MV_GPU_EV_DONE ((void *)1) /* a group whose stream was waited for */
 int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen);
 uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid);
 

@@ -426,6 +426,30 @@ static void gq_push(struct mv_shard *s, struct mv_wr *op)
 	s->gq_tail = op;
 }
 
+/*
+ * Copies on one stream finish in order, so one event can stand for many:
+ * the copies queued since the last fence form a group, and the event
+ * recorded after the group's last copy tells when all of them are done.
+ * Groups stay contiguous in the queue, one device each.
+ */
+static int fence(struct mv_shard *s, char *why, size_t whylen)
+{
+	int dev = s->gpu_open_dev, ret;
+
+	if (dev < 0)
+		return 0;
+	s->gpu_open_dev = -1;
+	ret = mv_gpu_event(s, dev, &s->gq_tail->ev, why, whylen);
+	if (ret) {
+		/* Without an event nobody learns the group finished: wait for
+		 * the stream here instead (a stall, never a hang). */
+		mv_log("shard %d: %s; waiting for device %d", s->id, why, dev);
+		mv_gpu_sync(s, dev, why, whylen);
+		s->gq_tail->ev = MV_GPU_EV_DONE;
+	}
+	return ret;
+}
+
 /* Paths 2 and 3: one op per chunk, copies issued (or queued for a bounce
  * chunk) at once, on the stream of the device that runs them. */
 static void take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
@@ -464,15 +488,16 @@ static void take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 		if (path == MV_PATH_COPY) {
 			op->dst_dev = dst->remote->map.dev;
 			op->cdst = dst->remote->map.dptr + d->dst_off + off;
+			if (s->gpu_open_dev >= 0 && s->gpu_open_dev != dev)
+				fence(s, why, sizeof(why));
 			ret = mv_gpu_copy(s, dev, op->cdst, op->dst_dev, op->csrc, op->src_dev, n, why,
 					  sizeof(why));
-			if (!ret)
-				ret = mv_gpu_event(s, dev, &op->ev, why, sizeof(why));
 			if (ret) {
 				s->ngpu--;
 				op_done(s, op, ret, why);
 			} else {
 				gq_push(s, op);
+				s->gpu_open_dev = dev; /* fenced after this consume round */
 			}
 		} else {
 			op->dst_dev = -1;
@@ -512,6 +537,7 @@ static int gpu_progress(struct mv_shard *s)
 		s->gpu.free_chunks &= ~(1u << c);
 		op->chunk = c;
 		op->cdst = buf;
+		fence(s, why, sizeof(why)); /* a staged op is a group of its own */
 		int ret = mv_gpu_copy(s, op->dev, buf, -1, op->csrc, op->src_dev, op->bytes, why,
 				      sizeof(why));
 		if (!ret)
@@ -525,24 +551,35 @@ static int gpu_progress(struct mv_shard *s)
 		n++;
 	}
 	while (s->gq_head) {
-		struct mv_wr *op = s->gq_head;
-		int done = mv_gpu_event_done(s, op->dev, op->ev, why, sizeof(why));
+		struct mv_wr *f = s->gq_head;
 
+		while (f && !f->ev)
+			f = f->next; /* the group's fence: its last op */
+		if (!f)
+			break; /* the open group is fenced after this round */
+		int done = mv_gpu_event_done(s, f->dev, f->ev, why, sizeof(why));
 		if (done == 0)
 			break; /* one stream per device runs them in order */
-		s->gq_head = op->next;
-		if (!s->gq_head)
-			s->gq_tail = NULL;
-		s->ngpu--;
-		n++;
-		if (done < 0 || op->kind == MV_OPK_COPY) {
-			op_done(s, op, done < 0 ? -EIO : 0, why);
-			continue;
+		/* The whole group, head through the fence, is done. */
+		for (struct mv_wr *op = s->gq_head, *next; ; op = next) {
+			next = op->next;
+			s->gq_head = next;
+			if (!next)
+				s->gq_tail = NULL;
+			s->ngpu--;
+			n++;
+			int last = op == f;
+			if (done < 0 || op->kind == MV_OPK_COPY) {
+				op_done(s, op, done < 0 ? -EIO : 0, why);
+			} else {
+				op->kind = MV_OPK_WRITE;
+				op->iov[0] = (struct iovec){ (void *)(uintptr_t)op->cdst, op->bytes };
+				op->desc[0] = s->gpu.bounce_desc;
+				pend_push(s, op);
+			}
+			if (last)
+				break;
 		}
-		op->kind = MV_OPK_WRITE;
-		op->iov[0] = (struct iovec){ (void *)(uintptr_t)op->cdst, op->bytes };
-		op->desc[0] = s->gpu.bounce_desc;
-		pend_push(s, op);
 	}
 	return n;
 }
@@ -1169,6 +1206,10 @@ static void shard_loop(struct mv_shard *s)
 		s->now = now_ns();
 		mailbox(s);
 		work += consume(s);
+		if (s->gpu_open_dev >= 0) {
+			char why[MV_ERRLEN];
+			fence(s, why, sizeof(why));
+		}
 		work += post(s);
 		work += reap(s);
 		if (s->ngpu)
@@ -1221,6 +1262,7 @@ void *mv_shard_main(void *arg)
 	struct mv_shard *s = arg;
 	int ret;
 
+	s->gpu_open_dev = -1;
 	ret = mv_topo_pin(s->cpu);
 	if (ret)
 		mv_log("shard %d: pinning to CPU %d failed: %s", s->id, s->cpu, strerror(-ret));
