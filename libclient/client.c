@@ -31,23 +31,23 @@
 #include "shmring.h"
 #include "trace_format.h"
 
-#define STRIPE_MIN (256u << 10) /* writes from this size are split over shards */
-#define STRIPE_ALIGN 4096u
+#define STRIPE_MIN           (256u << 10) /* writes from this size are split over shards */
+#define STRIPE_ALIGN         4096u
 #define LOCAL_GPU_STRIPE_MIN (64ull << 20) /* CUDA copies: split only large ones */
 
 struct mvc_shard {
 	struct shmring sub;
 	struct shmring comp;
-	int doorbell;	/* the mover shard's eventfd */
-	uint32_t ndesc; /* WRITEs of the open batch on this shard */
-	uint64_t nbytes; /* bytes of the open batch on this shard */
+	int doorbell;          /* the mover shard's eventfd */
+	uint32_t ndesc;        /* WRITEs of the open batch on this shard */
+	uint64_t nbytes;       /* bytes of the open batch on this shard */
 	uint64_t bytes, descs; /* submitted, all time */
 };
 
 struct imm_ent {
 	uint32_t value;
 	uint32_t count; /* arrived, not yet handed to an expectation */
-	uint32_t want;	/* > 0 while an expectation is open */
+	uint32_t want;  /* > 0 while an expectation is open */
 	uint32_t used;
 	uint64_t cookie;
 };
@@ -69,8 +69,8 @@ struct mvc {
 	uint32_t home; /* shard for small writes, rotates per batch */
 	int has_imm;
 	uint32_t imm_dst, imm;
-	uint32_t kind;	    /* MV_TK_* bits of the open batch, for the trace */
-	uint64_t nops;	    /* writes, segments or pages asked for */
+	uint32_t kind;      /* MV_TK_* bits of the open batch, for the trace */
+	uint64_t nops;      /* writes, segments or pages asked for */
 	uint64_t page_size; /* of its paged writes */
 
 	uint32_t *free_ids;
@@ -136,15 +136,15 @@ uint32_t mvc_inflight(const struct mvc *c)
 
 /* One request, one reply: the control path is synchronous and rare. */
 static int call(struct mvc *c, uint16_t type, const void *payload, size_t len, const int *fds,
-		int nfds, void *rep, size_t replen, int *rfds, int maxrfds, int *nrfds)
+                int nfds, void *rep, size_t replen, int *rfds, int maxrfds, int *nrfds)
 {
-	struct mv_msg_hdr h = { .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = type };
+	struct mv_msg_hdr h = {.magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = type};
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * (2 * MV_MAX_SHARDS + 1))];
 		struct cmsghdr align;
 	} u;
-	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)payload, len } };
-	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
+	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
 	ssize_t n;
 
 	if (c->dead)
@@ -166,9 +166,11 @@ static int call(struct mvc *c, uint16_t type, const void *payload, size_t len, c
 	}
 
 	struct mv_msg_hdr rh;
-	struct iovec riov[2] = { { &rh, sizeof(rh) }, { rep, replen } };
-	struct msghdr rm = { .msg_iov = riov, .msg_iovlen = 2, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
+	struct iovec riov[2] = {{&rh, sizeof(rh)}, {rep, replen}};
+	struct msghdr rm = {.msg_iov = riov,
+	                    .msg_iovlen = 2,
+	                    .msg_control = u.buf,
+	                    .msg_controllen = sizeof(u.buf)};
 	do
 		n = recvmsg(c->sock, &rm, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
@@ -235,7 +237,7 @@ const char *mvc_connect_error(void)
 
 int mvc_connect(struct mvc **out, const char *path)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	struct mv_hello_rep hello;
 	int fds[2 * MV_MAX_SHARDS + 1], nfds = 0, ret;
 	char buf[sizeof(a.sun_path)];
@@ -261,19 +263,20 @@ int mvc_connect(struct mvc **out, const char *path)
 	if (c->sock < 0 || connect(c->sock, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		ret = -errno;
 		snprintf(c->err, sizeof(c->err), "connecting to the mover at %s: %s", path,
-			 strerror(errno));
+		         strerror(errno));
 		goto err_sock;
 	}
-	ret = call(c, MV_MSG_HELLO, NULL, 0, NULL, 0, &hello, sizeof(hello), fds,
-		   MV_MAX_SHARDS, &nfds);
+	ret = call(c, MV_MSG_HELLO, NULL, 0, NULL, 0, &hello, sizeof(hello), fds, MV_MAX_SHARDS,
+	           &nfds);
 	if (ret)
 		goto err_sock;
-	if (hello.nshards == 0 || hello.nshards > MV_MAX_SHARDS || (uint32_t)nfds != hello.nshards ||
-	    hello.max_batches == 0 || hello.max_batches > 1u << 20) {
+	if (hello.nshards == 0 || hello.nshards > MV_MAX_SHARDS ||
+	    (uint32_t)nfds != hello.nshards || hello.max_batches == 0 ||
+	    hello.max_batches > 1u << 20) {
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
 		ret = fail(c, -EPROTO, "the mover's hello is malformed (%u shards, %d fds)",
-			   hello.nshards, nfds);
+		           hello.nshards, nfds);
 		goto err_sock;
 	}
 	c->info.client_id = hello.client_id;
@@ -287,10 +290,10 @@ int mvc_connect(struct mvc **out, const char *path)
 	c->max_write = hello.max_write;
 
 	for (uint32_t s = 0; s < hello.nshards; s++) {
-		struct shmring_opts so = { .capacity = hello.sub_capacity, .slot_size = 64,
-					   .name = "mvc-sub" };
-		struct shmring_opts co = { .capacity = hello.comp_capacity, .slot_size = 128,
-					   .name = "mvc-comp" };
+		struct shmring_opts so = {
+		    .capacity = hello.sub_capacity, .slot_size = 64, .name = "mvc-sub"};
+		struct shmring_opts co = {
+		    .capacity = hello.comp_capacity, .slot_size = 128, .name = "mvc-comp"};
 		c->sh[s].doorbell = fds[s];
 		ret = shmring_create(&c->sh[s].sub, &so, SHMRING_PRODUCER);
 		if (!ret)
@@ -307,7 +310,7 @@ int mvc_connect(struct mvc **out, const char *path)
 		ret = -errno;
 		goto err_rings;
 	}
-	struct mv_attach_req req = { .nshards = hello.nshards };
+	struct mv_attach_req req = {.nshards = hello.nshards};
 	struct mv_reply_hdr rep;
 	for (uint32_t s = 0; s < hello.nshards; s++) {
 		fds[s] = shmring_fd(&c->sh[s].sub);
@@ -315,7 +318,7 @@ int mvc_connect(struct mvc **out, const char *path)
 	}
 	fds[2 * hello.nshards] = c->efd;
 	ret = call(c, MV_MSG_ATTACH, &req, sizeof(req), fds, (int)(2 * hello.nshards + 1), &rep,
-		   sizeof(rep), NULL, 0, NULL);
+	           sizeof(rep), NULL, 0, NULL);
 	if (ret)
 		goto err_rings;
 
@@ -385,7 +388,7 @@ static uint32_t pick(const struct mvc *c, uint32_t src, uint32_t k)
 
 static int reg(struct mvc *c, int fd, uint64_t off, uint64_t len, struct mvc_mem *m)
 {
-	struct mv_reg_req req = { .offset = off, .len = len };
+	struct mv_reg_req req = {.offset = off, .len = len};
 	struct mv_reg_rep rep;
 	int ret = call(c, MV_MSG_REG, &req, sizeof(req), &fd, 1, &rep, sizeof(rep), NULL, 0, NULL);
 
@@ -411,13 +414,13 @@ int mvc_alloc(struct mvc *c, uint64_t len, struct mvc_mem *out)
 	if (ftruncate(fd, (off_t)size) < 0 ||
 	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
 		ret = fail(c, -errno, "sizing the region memfd to %llu bytes: %s",
-			   (unsigned long long)size, strerror(errno));
+		           (unsigned long long)size, strerror(errno));
 		goto err_close;
 	}
 	out->addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
 	if (out->addr == MAP_FAILED) {
 		ret = fail(c, -errno, "mapping %llu bytes: %s", (unsigned long long)size,
-			   strerror(errno));
+		           strerror(errno));
 		goto err_close;
 	}
 	ret = reg(c, fd, 0, len, out);
@@ -449,11 +452,11 @@ int mvc_register_fd(struct mvc *c, int fd, uint64_t offset, uint64_t len, struct
 	ret = reg(c, own, offset, len, out);
 	if (ret)
 		goto err_close;
-	uint8_t *p = mmap(NULL, len + (offset - moff), PROT_READ | PROT_WRITE, MAP_SHARED, own,
-			  (off_t)moff);
+	uint8_t *p =
+	    mmap(NULL, len + (offset - moff), PROT_READ | PROT_WRITE, MAP_SHARED, own, (off_t)moff);
 	if (p == MAP_FAILED) {
 		ret = fail(c, -errno, "mapping the registered range: %s", strerror(errno));
-		struct mv_id_req dr = { .id = out->region };
+		struct mv_id_req dr = {.id = out->region};
 		struct mv_reply_hdr rep;
 		call(c, MV_MSG_DEREG, &dr, sizeof(dr), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 		goto err_close;
@@ -471,10 +474,10 @@ err_close:
 int mvc_free(struct mvc *c, struct mvc_mem *m)
 {
 	long page = sysconf(_SC_PAGESIZE);
-	struct mv_id_req req = { .id = m->region };
+	struct mv_id_req req = {.id = m->region};
 	struct mv_reply_hdr rep;
-	int ret = call(c, MV_MSG_DEREG, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0,
-		       NULL);
+	int ret =
+	    call(c, MV_MSG_DEREG, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 	uintptr_t a = (uintptr_t)m->addr, base = a & ~(uintptr_t)(page - 1);
 
 	for (uint32_t i = 0; i < c->nnear; i++)
@@ -496,7 +499,7 @@ int mvc_register_cuda(struct mvc *c, void *dptr, uint64_t len, struct mvc_mem *o
 #ifdef MV_HAVE_CUDA
 	const char *nocuda;
 	struct mv_cuda *cu = mv_cuda_load(&nocuda);
-	struct mv_reg_gpu_req req = { .len = len };
+	struct mv_reg_gpu_req req = {.len = len};
 	struct mv_reg_rep rep;
 	CUdeviceptr base = 0, p = (CUdeviceptr)(uintptr_t)dptr;
 	size_t size = 0;
@@ -514,7 +517,7 @@ int mvc_register_cuda(struct mvc *c, void *dptr, uint64_t len, struct mvc_mem *o
 		return fail(c, -EINVAL, "%p is not CUDA device memory: %s", dptr, mv_cuda_err(r));
 	if (p - base > size || size - (p - base) < len)
 		return fail(c, -ERANGE, "%llu bytes at %p run past its %zu-byte allocation",
-			    (unsigned long long)len, dptr, size);
+		            (unsigned long long)len, dptr, size);
 	r = cu->DeviceGetPCIBusId(req.gpu.busid, sizeof(req.gpu.busid), dev);
 	if (r != CUDA_SUCCESS)
 		return fail(c, -EIO, "naming device %d: %s", dev, mv_cuda_err(r));
@@ -524,25 +527,27 @@ int mvc_register_cuda(struct mvc *c, void *dptr, uint64_t len, struct mvc_mem *o
 	/* A VMM allocation is shared by its fd; cudaMalloc memory by IPC handle. */
 	CUmemGenericAllocationHandle h;
 	if (cu->MemRetainAllocationHandle(&h, dptr) == CUDA_SUCCESS) {
-		r = cu->MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		r = cu->MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+		                                   0);
 		cu->MemRelease(h);
 		if (r != CUDA_SUCCESS)
 			return fail(c, -EINVAL,
-				    "VMM memory at %p cannot be exported as an fd (%s): create it "
-				    "with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR allowed",
-				    dptr, mv_cuda_err(r));
+			            "VMM memory at %p cannot be exported as an fd (%s): create it "
+			            "with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR allowed",
+			            dptr, mv_cuda_err(r));
 		req.gpu.kind = MV_GPU_VMM;
 	} else {
 		CUipcMemHandle ih;
 		r = cu->IpcGetMemHandle(&ih, base);
 		if (r != CUDA_SUCCESS)
-			return fail(c, -EINVAL, "no CUDA IPC handle for %p: %s", dptr, mv_cuda_err(r));
-		memcpy(req.gpu.ipc, &ih, sizeof(ih) < sizeof(req.gpu.ipc) ? sizeof(ih)
-									  : sizeof(req.gpu.ipc));
+			return fail(c, -EINVAL, "no CUDA IPC handle for %p: %s", dptr,
+			            mv_cuda_err(r));
+		memcpy(req.gpu.ipc, &ih,
+		       sizeof(ih) < sizeof(req.gpu.ipc) ? sizeof(ih) : sizeof(req.gpu.ipc));
 		req.gpu.kind = MV_GPU_IPC;
 	}
 	ret = call(c, MV_MSG_REG_GPU, &req, sizeof(req), fd >= 0 ? &fd : NULL, fd >= 0, &rep,
-		   sizeof(rep), NULL, 0, NULL);
+	           sizeof(rep), NULL, 0, NULL);
 	if (fd >= 0)
 		close(fd); /* the mover holds its own copy */
 	if (ret)
@@ -583,7 +588,7 @@ int mvc_address(struct mvc *c, void *buf, size_t *len)
 int mvc_region_blob(struct mvc *c, uint32_t region, void *buf, size_t *len)
 {
 	/* Asking again is cheap and keeps the client free of per-region state. */
-	struct mv_id_req req = { .id = region };
+	struct mv_id_req req = {.id = region};
 	struct mv_reg_rep rep;
 	int ret;
 
@@ -593,7 +598,7 @@ int mvc_region_blob(struct mvc *c, uint32_t region, void *buf, size_t *len)
 		return ret;
 	if (*len < rep.blob_len)
 		return fail(c, -ENOSPC, "region blob needs %u bytes, buffer has %zu", rep.blob_len,
-			    *len);
+		            *len);
 	memcpy(buf, &rep.blob, rep.blob_len);
 	*len = rep.blob_len;
 	return 0;
@@ -605,7 +610,8 @@ int mvc_peer_add(struct mvc *c, const void *addr, size_t len, uint32_t *peer)
 	int ret;
 
 	if (len > sizeof(struct mv_addr_blob))
-		return fail(c, -EINVAL, "address blob of %zu bytes is larger than any mover's", len);
+		return fail(c, -EINVAL, "address blob of %zu bytes is larger than any mover's",
+		            len);
 	ret = call(c, MV_MSG_PEER_ADD, addr, len, NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 	if (!ret)
 		*peer = rep.id;
@@ -614,7 +620,7 @@ int mvc_peer_add(struct mvc *c, const void *addr, size_t len, uint32_t *peer)
 
 static int id_call(struct mvc *c, uint16_t type, uint32_t id)
 {
-	struct mv_id_req req = { .id = id };
+	struct mv_id_req req = {.id = id};
 	struct mv_reply_hdr rep;
 
 	return call(c, type, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
@@ -635,7 +641,7 @@ int mvc_unimport(struct mvc *c, uint32_t handle)
 
 int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint32_t *handle)
 {
-	struct mv_import_req req = { .peer = peer, .blob_len = (uint32_t)len };
+	struct mv_import_req req = {.peer = peer, .blob_len = (uint32_t)len};
 	struct mv_id_rep rep;
 	int ret;
 
@@ -643,7 +649,7 @@ int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint3
 		return fail(c, -EINVAL, "region blob of %zu bytes is larger than any mover's", len);
 	memcpy(&req.blob, blob, len);
 	ret = call(c, MV_MSG_IMPORT, &req, offsetof(struct mv_import_req, blob) + len, NULL, 0,
-		   &rep, sizeof(rep), NULL, 0, NULL);
+	           &rep, sizeof(rep), NULL, 0, NULL);
 	if (ret)
 		return ret;
 	*handle = rep.id;
@@ -668,7 +674,7 @@ static int batch_open(struct mvc *c)
 		return fail(c, -EPIPE, "the mover is gone");
 	if (!c->nfree)
 		return fail(c, -EAGAIN, "all %u batch ids are in flight; reap completions",
-			    c->info.max_batches);
+		            c->info.max_batches);
 	c->batch = c->free_ids[--c->nfree];
 	c->open = 1;
 	c->has_imm = 0;
@@ -708,7 +714,7 @@ static int mark_undo(struct mvc *c, const struct mark *m, int err)
 
 /* One WRITE descriptor on shard s; always leaves room for that shard's END. */
 static int put_write(struct mvc *c, uint32_t s, uint32_t src, uint64_t src_off, uint32_t dst,
-		     uint64_t dst_off, uint64_t len)
+                     uint64_t dst_off, uint64_t len)
 {
 	struct mvc_shard *sh = &c->sh[s];
 	uint32_t pos;
@@ -720,14 +726,19 @@ static int put_write(struct mvc *c, uint32_t s, uint32_t src, uint64_t src_off, 
 		shmring_unreserve(&sh->sub, (uint32_t)n);
 		if (shmring_reserved(&sh->sub) + 2 > sh->sub.capacity)
 			return fail(c, -E2BIG,
-				    "batch needs more than %u descriptors on shard %u; split it",
-				    sh->sub.capacity - 1, s);
+			            "batch needs more than %u descriptors on shard %u; split it",
+			            sh->sub.capacity - 1, s);
 		return fail(c, -EAGAIN, "submission ring of shard %u is full", s);
 	}
 	shmring_unreserve(&sh->sub, 1);
 	struct mv_desc *d = shmring_slot(&sh->sub, pos);
-	*d = (struct mv_desc){ .op = MV_OP_WRITE, .batch = c->batch, .src = src, .dst = dst,
-			       .src_off = src_off, .dst_off = dst_off, .len = len };
+	*d = (struct mv_desc){.op = MV_OP_WRITE,
+	                      .batch = c->batch,
+	                      .src = src,
+	                      .dst = dst,
+	                      .src_off = src_off,
+	                      .dst_off = dst_off,
+	                      .len = len};
 	sh->ndesc++;
 	sh->nbytes += len;
 	return 0;
@@ -735,7 +746,7 @@ static int put_write(struct mvc *c, uint32_t s, uint32_t src, uint64_t src_off, 
 
 /* A contiguous write on one shard, cut to the mover's largest descriptor. */
 static int put_span(struct mvc *c, uint32_t s, uint32_t src, uint64_t so, uint32_t dst,
-		    uint64_t doff, uint64_t len)
+                    uint64_t doff, uint64_t len)
 {
 	while (len) {
 		uint64_t n = len < c->max_write ? len : c->max_write;
@@ -750,7 +761,7 @@ static int put_span(struct mvc *c, uint32_t s, uint32_t src, uint64_t so, uint32
 }
 
 int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint64_t dst_off,
-	      uint64_t len)
+              uint64_t len)
 {
 	struct mark m;
 	uint32_t n = c->info.nshards;
@@ -798,8 +809,8 @@ int mvc_writev(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc_seg *
 	for (uint32_t i = 0; i < n; i++) {
 		if (segs[i].len == 0)
 			return mark_undo(c, &m, fail(c, -EINVAL, "segment %u has length 0", i));
-		ret = put_span(c, pick(c, src, i / per), src, segs[i].src_off, dst,
-			       segs[i].dst_off, segs[i].len);
+		ret = put_span(c, pick(c, src, i / per), src, segs[i].src_off, dst, segs[i].dst_off,
+		               segs[i].len);
 		if (ret)
 			return mark_undo(c, &m, ret);
 	}
@@ -818,13 +829,13 @@ int mvc_write_paged(struct mvc *c, const struct mvc_pages *p)
 		return ret;
 	if (p->page_size == 0 || p->npages == 0)
 		return fail(c, -EINVAL, "paged write of %u pages of %llu bytes", p->npages,
-			    (unsigned long long)p->page_size);
+		            (unsigned long long)p->page_size);
 	/* Runs of pages adjacent on both sides become one descriptor. */
 	int contig_src = p->src_stride == p->page_size, contig_dst = p->dst_stride == p->page_size;
 	for (i = 0; i < p->npages; i = k) {
 		for (k = i + 1; k < p->npages && contig_src && contig_dst &&
-				p->src_pages[k] == p->src_pages[k - 1] + 1 &&
-				p->dst_pages[k] == p->dst_pages[k - 1] + 1;
+		                p->src_pages[k] == p->src_pages[k - 1] + 1 &&
+		                p->dst_pages[k] == p->dst_pages[k - 1] + 1;
 		     k++)
 			;
 		runs++;
@@ -833,14 +844,14 @@ int mvc_write_paged(struct mvc *c, const struct mvc_pages *p)
 	mark_take(c, &m);
 	for (i = 0; i < p->npages; i = k, run++) {
 		for (k = i + 1; k < p->npages && contig_src && contig_dst &&
-				p->src_pages[k] == p->src_pages[k - 1] + 1 &&
-				p->dst_pages[k] == p->dst_pages[k - 1] + 1;
+		                p->src_pages[k] == p->src_pages[k - 1] + 1 &&
+		                p->dst_pages[k] == p->dst_pages[k - 1] + 1;
 		     k++)
 			;
 		uint64_t so = p->src_base + (uint64_t)p->src_pages[i] * p->src_stride;
 		uint64_t doff = p->dst_base + (uint64_t)p->dst_pages[i] * p->dst_stride;
 		ret = put_span(c, pick(c, p->src, run / per), p->src, so, p->dst, doff,
-			       (uint64_t)(k - i) * p->page_size);
+		               (uint64_t)(k - i) * p->page_size);
 		if (ret)
 			return mark_undo(c, &m, ret);
 	}
@@ -892,13 +903,15 @@ static int gather_home(struct mvc *c)
 	/* Room for them and the END the home shard still owes. */
 	int n = shmring_reserve(&h->sub, need + 1, &pos);
 	if (n < 0)
-		return fail(c, n, "submission ring of shard %u: %s", c->home, shmring_error(&h->sub));
+		return fail(c, n, "submission ring of shard %u: %s", c->home,
+		            shmring_error(&h->sub));
 	if ((uint32_t)n < need + 1) {
 		shmring_unreserve(&h->sub, (uint32_t)n);
 		if (shmring_reserved(&h->sub) + need + 2 > h->sub.capacity)
-			return fail(c, -E2BIG, "a batch with an immediate must fit one shard's ring "
-					       "(%u descriptors) on this provider",
-				    h->sub.capacity - 1);
+			return fail(c, -E2BIG,
+			            "a batch with an immediate must fit one shard's ring "
+			            "(%u descriptors) on this provider",
+			            h->sub.capacity - 1);
 		return fail(c, -EAGAIN, "submission ring of shard %u is full", c->home);
 	}
 	shmring_unreserve(&h->sub, 1);
@@ -948,10 +961,16 @@ int mvc_submit(struct mvc *c, uint64_t cookie)
 		if (shmring_reserve(&sh->sub, 1, &pos) != 1)
 			return fail(c, -EAGAIN, "submission ring of shard %u is full", s);
 		struct mv_desc *d = shmring_slot(&sh->sub, pos);
-		*d = (struct mv_desc){ .op = MV_OP_END, .batch = c->batch, .nparts = (uint16_t)parts,
-				       .cookie = cookie, .ndesc = sh->ndesc, .src = c->kind,
-				       .src_off = c->nops, .dst_off = c->page_size, .len = total,
-				       .stamp = stamp };
+		*d = (struct mv_desc){.op = MV_OP_END,
+		                      .batch = c->batch,
+		                      .nparts = (uint16_t)parts,
+		                      .cookie = cookie,
+		                      .ndesc = sh->ndesc,
+		                      .src = c->kind,
+		                      .src_off = c->nops,
+		                      .dst_off = c->page_size,
+		                      .len = total,
+		                      .stamp = stamp};
 		if (c->has_imm) {
 			d->flags = MV_END_IMM;
 			d->dst = c->imm_dst;
@@ -1005,7 +1024,7 @@ static struct imm_ent *imm_find(struct mvc *c, uint32_t value, int add)
 	}
 	if (!add)
 		return NULL;
-	c->imm_tab[h] = (struct imm_ent){ .value = value, .used = 1 };
+	c->imm_tab[h] = (struct imm_ent){.value = value, .used = 1};
 	c->imm_used++;
 	return &c->imm_tab[h];
 }
@@ -1014,8 +1033,8 @@ static int imm_ready(struct imm_ent *e, struct mvc_event *ev)
 {
 	if (!e->want || e->count < e->want)
 		return 0;
-	*ev = (struct mvc_event){ .type = MVC_EV_IMM_COUNT, .cookie = e->cookie, .imm = e->value,
-				  .count = e->want };
+	*ev = (struct mvc_event){
+	    .type = MVC_EV_IMM_COUNT, .cookie = e->cookie, .imm = e->value, .count = e->want};
 	e->count -= e->want;
 	e->want = 0;
 	return 1;
@@ -1049,11 +1068,14 @@ static int translate(struct mvc *c, const struct mv_cqe *q, struct mvc_event *ev
 			if (t->want)
 				return imm_ready(t, ev);
 		}
-		*ev = (struct mvc_event){ .type = MVC_EV_IMM, .imm = e.imm, .region = e.region };
+		*ev = (struct mvc_event){.type = MVC_EV_IMM, .imm = e.imm, .region = e.region};
 		return 1;
 	}
-	*ev = (struct mvc_event){ .type = MVC_EV_BATCH, .status = e.status, .bytes = e.bytes,
-				  .region = e.region, .cause = e.cause };
+	*ev = (struct mvc_event){.type = MVC_EV_BATCH,
+	                         .status = e.status,
+	                         .bytes = e.bytes,
+	                         .region = e.region,
+	                         .cause = e.cause};
 	memcpy(ev->msg, e.msg, sizeof(ev->msg));
 	ev->msg[sizeof(ev->msg) - 1] = 0;
 	if (e.batch < c->info.max_batches && c->busy[e.batch]) {
@@ -1073,11 +1095,12 @@ static int mover_gone(struct mvc *c, struct mvc_event *ev, int max)
 	for (uint32_t b = 0; b < c->info.max_batches && n < max; b++) {
 		if (!c->busy[b])
 			continue;
-		ev[n++] = (struct mvc_event){ .type = MVC_EV_BATCH, .status = -EPIPE,
-					      .cookie = c->cookies[b],
-					      .cause = MVC_CAUSE_MOVER_GONE };
+		ev[n++] = (struct mvc_event){.type = MVC_EV_BATCH,
+		                             .status = -EPIPE,
+		                             .cookie = c->cookies[b],
+		                             .cause = MVC_CAUSE_MOVER_GONE};
 		snprintf(ev[n - 1].msg, sizeof(ev[n - 1].msg),
-			 "the mover exited before the batch completed");
+		         "the mover exited before the batch completed");
 		c->busy[b] = 0;
 		c->inflight--;
 	}
@@ -1135,8 +1158,8 @@ int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms)
 					shmring_disarm(&c->sh[s].comp);
 				return 0;
 			}
-			struct pollfd pf[2] = { { .fd = c->efd, .events = POLLIN },
-						{ .fd = c->sock, .events = POLLRDHUP } };
+			struct pollfd pf[2] = {{.fd = c->efd, .events = POLLIN},
+			                       {.fd = c->sock, .events = POLLRDHUP}};
 			int p = poll(pf, 2, left > 1000000 ? 1000000 : (int)left);
 			if (p > 0 && (pf[0].revents & POLLIN)) {
 				uint64_t v;

@@ -20,58 +20,58 @@
 #include <pthread.h>
 
 struct mv_cuda {
-	int ok;	      /* loaded and cuInit succeeded */
+	int ok;        /* loaded and cuInit succeeded */
 	char why[160]; /* otherwise, why not */
-#define MV_CU_FNS(X)                                                                              \
-	X(Init, cuInit, "cuInit")                                                                 \
-	X(GetErrorString, cuGetErrorString, "cuGetErrorString")                                   \
-	X(DeviceGet, cuDeviceGet, "cuDeviceGet")                                                  \
-	X(DeviceGetCount, cuDeviceGetCount, "cuDeviceGetCount")                                   \
-	X(DeviceGetPCIBusId, cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId")                          \
-	X(DeviceGetByPCIBusId, cuDeviceGetByPCIBusId, "cuDeviceGetByPCIBusId")                    \
-	X(DeviceGetAttribute, cuDeviceGetAttribute, "cuDeviceGetAttribute")                       \
-	X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")           \
-	X(CtxSetCurrent, cuCtxSetCurrent, "cuCtxSetCurrent")                                      \
-	X(CtxSynchronize, cuCtxSynchronize, "cuCtxSynchronize")                                   \
-	X(PointerGetAttribute, cuPointerGetAttribute, "cuPointerGetAttribute")                    \
-	X(MemGetAddressRange, cuMemGetAddressRange, "cuMemGetAddressRange_v2")                    \
-	X(MemAlloc, cuMemAlloc, "cuMemAlloc_v2")                                                  \
-	X(MemFree, cuMemFree, "cuMemFree_v2")                                                     \
-	X(MemAllocHost, cuMemAllocHost, "cuMemAllocHost_v2")                                      \
-	X(MemFreeHost, cuMemFreeHost, "cuMemFreeHost")                                            \
-	X(MemHostRegister, cuMemHostRegister, "cuMemHostRegister_v2")                             \
-	X(MemHostUnregister, cuMemHostUnregister, "cuMemHostUnregister")                          \
-	X(MemcpyHtoD, cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                            \
-	X(MemcpyDtoH, cuMemcpyDtoH, "cuMemcpyDtoH_v2")                                            \
-	X(MemcpyDtoD, cuMemcpyDtoD, "cuMemcpyDtoD_v2")                                            \
-	X(MemcpyHtoDAsync, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                             \
-	X(MemcpyDtoHAsync, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")                             \
-	X(MemcpyDtoDAsync, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")                             \
-	X(MemsetD8, cuMemsetD8, "cuMemsetD8_v2")                                                  \
-	X(IpcGetMemHandle, cuIpcGetMemHandle, "cuIpcGetMemHandle")                                \
-	X(IpcOpenMemHandle, cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2")                          \
-	X(IpcCloseMemHandle, cuIpcCloseMemHandle, "cuIpcCloseMemHandle")                          \
-	X(MemCreate, cuMemCreate, "cuMemCreate")                                                  \
-	X(MemRelease, cuMemRelease, "cuMemRelease")                                               \
-	X(MemRetainAllocationHandle, cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle")  \
-	X(MemExportToShareableHandle, cuMemExportToShareableHandle,                               \
-	  "cuMemExportToShareableHandle")                                                         \
-	X(MemImportFromShareableHandle, cuMemImportFromShareableHandle,                           \
-	  "cuMemImportFromShareableHandle")                                                       \
-	X(MemGetAllocationGranularity, cuMemGetAllocationGranularity,                             \
-	  "cuMemGetAllocationGranularity")                                                        \
-	X(MemAddressReserve, cuMemAddressReserve, "cuMemAddressReserve")                          \
-	X(MemAddressFree, cuMemAddressFree, "cuMemAddressFree")                                   \
-	X(MemMap, cuMemMap, "cuMemMap")                                                           \
-	X(MemUnmap, cuMemUnmap, "cuMemUnmap")                                                     \
-	X(MemSetAccess, cuMemSetAccess, "cuMemSetAccess")                                         \
-	X(StreamCreate, cuStreamCreate, "cuStreamCreate")                                         \
-	X(StreamSynchronize, cuStreamSynchronize, "cuStreamSynchronize")                          \
-	X(EventCreate, cuEventCreate, "cuEventCreate")                                            \
-	X(EventRecord, cuEventRecord, "cuEventRecord")                                            \
-	X(EventQuery, cuEventQuery, "cuEventQuery")                                               \
-	X(EventSynchronize, cuEventSynchronize, "cuEventSynchronize")                             \
-	X(EventDestroy, cuEventDestroy, "cuEventDestroy_v2")                                      \
+#define MV_CU_FNS(X)                                                                               \
+	X(Init, cuInit, "cuInit")                                                                  \
+	X(GetErrorString, cuGetErrorString, "cuGetErrorString")                                    \
+	X(DeviceGet, cuDeviceGet, "cuDeviceGet")                                                   \
+	X(DeviceGetCount, cuDeviceGetCount, "cuDeviceGetCount")                                    \
+	X(DeviceGetPCIBusId, cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId")                           \
+	X(DeviceGetByPCIBusId, cuDeviceGetByPCIBusId, "cuDeviceGetByPCIBusId")                     \
+	X(DeviceGetAttribute, cuDeviceGetAttribute, "cuDeviceGetAttribute")                        \
+	X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")            \
+	X(CtxSetCurrent, cuCtxSetCurrent, "cuCtxSetCurrent")                                       \
+	X(CtxSynchronize, cuCtxSynchronize, "cuCtxSynchronize")                                    \
+	X(PointerGetAttribute, cuPointerGetAttribute, "cuPointerGetAttribute")                     \
+	X(MemGetAddressRange, cuMemGetAddressRange, "cuMemGetAddressRange_v2")                     \
+	X(MemAlloc, cuMemAlloc, "cuMemAlloc_v2")                                                   \
+	X(MemFree, cuMemFree, "cuMemFree_v2")                                                      \
+	X(MemAllocHost, cuMemAllocHost, "cuMemAllocHost_v2")                                       \
+	X(MemFreeHost, cuMemFreeHost, "cuMemFreeHost")                                             \
+	X(MemHostRegister, cuMemHostRegister, "cuMemHostRegister_v2")                              \
+	X(MemHostUnregister, cuMemHostUnregister, "cuMemHostUnregister")                           \
+	X(MemcpyHtoD, cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                             \
+	X(MemcpyDtoH, cuMemcpyDtoH, "cuMemcpyDtoH_v2")                                             \
+	X(MemcpyDtoD, cuMemcpyDtoD, "cuMemcpyDtoD_v2")                                             \
+	X(MemcpyHtoDAsync, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")                              \
+	X(MemcpyDtoHAsync, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")                              \
+	X(MemcpyDtoDAsync, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")                              \
+	X(MemsetD8, cuMemsetD8, "cuMemsetD8_v2")                                                   \
+	X(IpcGetMemHandle, cuIpcGetMemHandle, "cuIpcGetMemHandle")                                 \
+	X(IpcOpenMemHandle, cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2")                           \
+	X(IpcCloseMemHandle, cuIpcCloseMemHandle, "cuIpcCloseMemHandle")                           \
+	X(MemCreate, cuMemCreate, "cuMemCreate")                                                   \
+	X(MemRelease, cuMemRelease, "cuMemRelease")                                                \
+	X(MemRetainAllocationHandle, cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle")   \
+	X(MemExportToShareableHandle, cuMemExportToShareableHandle,                                \
+	  "cuMemExportToShareableHandle")                                                          \
+	X(MemImportFromShareableHandle, cuMemImportFromShareableHandle,                            \
+	  "cuMemImportFromShareableHandle")                                                        \
+	X(MemGetAllocationGranularity, cuMemGetAllocationGranularity,                              \
+	  "cuMemGetAllocationGranularity")                                                         \
+	X(MemAddressReserve, cuMemAddressReserve, "cuMemAddressReserve")                           \
+	X(MemAddressFree, cuMemAddressFree, "cuMemAddressFree")                                    \
+	X(MemMap, cuMemMap, "cuMemMap")                                                            \
+	X(MemUnmap, cuMemUnmap, "cuMemUnmap")                                                      \
+	X(MemSetAccess, cuMemSetAccess, "cuMemSetAccess")                                          \
+	X(StreamCreate, cuStreamCreate, "cuStreamCreate")                                          \
+	X(StreamSynchronize, cuStreamSynchronize, "cuStreamSynchronize")                           \
+	X(EventCreate, cuEventCreate, "cuEventCreate")                                             \
+	X(EventRecord, cuEventRecord, "cuEventRecord")                                             \
+	X(EventQuery, cuEventQuery, "cuEventQuery")                                                \
+	X(EventSynchronize, cuEventSynchronize, "cuEventSynchronize")                              \
+	X(EventDestroy, cuEventDestroy, "cuEventDestroy_v2")                                       \
 	X(EventElapsedTime, cuEventElapsedTime, "cuEventElapsedTime_v2")
 #define MV_CU_FIELD(field, decl, sym) __typeof__(&decl) field;
 	MV_CU_FNS(MV_CU_FIELD)
@@ -86,7 +86,8 @@ static void mv_cuda_load_once(void)
 	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 
 	if (!h) {
-		snprintf(mv_cu.why, sizeof(mv_cu.why), "no CUDA driver (libcuda.so.1): %s", dlerror());
+		snprintf(mv_cu.why, sizeof(mv_cu.why), "no CUDA driver (libcuda.so.1): %s",
+		         dlerror());
 		return;
 	}
 #define MV_CU_LOAD(field, decl, sym)                                                               \
@@ -105,7 +106,7 @@ static void mv_cuda_load_once(void)
 		const char *s = NULL;
 		mv_cu.GetErrorString(r, &s);
 		snprintf(mv_cu.why, sizeof(mv_cu.why), "no CUDA device: %s",
-			 r != CUDA_SUCCESS ? (s ? s : "cuInit failed") : "the driver sees none");
+		         r != CUDA_SUCCESS ? (s ? s : "cuInit failed") : "the driver sees none");
 		return;
 	}
 	mv_cu.ok = 1;

@@ -24,12 +24,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MV_WIRE_MAGIC 0x3143564du /* "MVC1" */
+#define MV_WIRE_MAGIC   0x3143564du /* "MVC1" */
 #define MV_WIRE_VERSION 1u
-#define MV_MAX_MSG 65536u
-#define MV_MAX_SHARDS 64u
-#define MV_MAX_ADDRLEN 64u
-#define MV_ERRLEN 88u
+#define MV_MAX_MSG      65536u
+#define MV_MAX_SHARDS   64u
+#define MV_MAX_ADDRLEN  64u
+#define MV_ERRLEN       88u
 
 /* Control message types; a reply carries the request's type | MV_MSG_REPLY. */
 enum mv_msg_type {
@@ -42,20 +42,20 @@ enum mv_msg_type {
 	MV_MSG_PEER_DEL = 7,
 	MV_MSG_IMPORT = 8,
 	MV_MSG_UNIMPORT = 9,
-	MV_MSG_BLOB = 10,  /* the blob of one of our regions */
-	MV_MSG_STATS = 11, /* tools: the stats segment's fd (allowed before HELLO) */
-	MV_MSG_TRACE = 12, /* tools: start or stop the trace (allowed before HELLO) */
+	MV_MSG_BLOB = 10,    /* the blob of one of our regions */
+	MV_MSG_STATS = 11,   /* tools: the stats segment's fd (allowed before HELLO) */
+	MV_MSG_TRACE = 12,   /* tools: start or stop the trace (allowed before HELLO) */
 	MV_MSG_REG_GPU = 13, /* register CUDA device memory (IPC handle or VMM fd) */
 	MV_MSG_GPU_FD = 14,  /* same-host movers: the fd behind a VMM region */
 	MV_MSG_REPLY = 0x8000,
 };
 
 struct mv_msg_hdr {
-	uint32_t magic;	  /* MV_WIRE_MAGIC */
+	uint32_t magic;   /* MV_WIRE_MAGIC */
 	uint16_t version; /* MV_WIRE_VERSION */
-	uint16_t type;	  /* enum mv_msg_type */
-	uint32_t len;	  /* payload bytes after this header, <= MV_MAX_MSG */
-	uint32_t seq;	  /* echoed in the reply */
+	uint16_t type;    /* enum mv_msg_type */
+	uint32_t len;     /* payload bytes after this header, <= MV_MAX_MSG */
+	uint32_t seq;     /* echoed in the reply */
 };
 
 /* Every reply payload starts with this; on failure msg says why. */
@@ -68,14 +68,14 @@ struct mv_hello_rep {
 	struct mv_reply_hdr r;
 	uint32_t client_id;
 	uint32_t nshards;
-	uint32_t sub_capacity;	/* slots per submission ring the mover accepts (max) */
+	uint32_t sub_capacity;  /* slots per submission ring the mover accepts (max) */
 	uint32_t comp_capacity; /* slots per completion ring it expects (min) */
-	uint32_t max_batches;	/* batch ids 0..max_batches-1 */
-	uint32_t max_iov;	/* page writes merged per fabric write */
-	uint32_t flags;		/* MV_HELLO_* */
+	uint32_t max_batches;   /* batch ids 0..max_batches-1 */
+	uint32_t max_iov;       /* page writes merged per fabric write */
+	uint32_t flags;         /* MV_HELLO_* */
 	uint32_t rsvd;
 	uint64_t mover_id;
-	uint64_t max_write;	/* bytes one WRITE descriptor may carry */
+	uint64_t max_write; /* bytes one WRITE descriptor may carry */
 	char provider[32];
 	/* fds: one doorbell eventfd per shard, for the submission rings */
 };
@@ -98,9 +98,9 @@ enum mv_gpu_kind {
 };
 
 struct mv_gpu_desc {
-	uint32_t kind;	     /* enum mv_gpu_kind */
+	uint32_t kind; /* enum mv_gpu_kind */
 	uint32_t rsvd;
-	char busid[16];	     /* PCI bus id of the device, "0000:00:06.0" */
+	char busid[16];      /* PCI bus id of the device, "0000:00:06.0" */
 	uint64_t alloc_size; /* of the whole allocation the handle names */
 	uint64_t alloc_off;  /* where the region starts in it */
 	uint8_t ipc[64];     /* MV_GPU_IPC: the CUipcMemHandle bytes */
@@ -120,7 +120,7 @@ struct mv_reg_req {
 	/* fd: a memfd or hugetlbfs file */
 };
 
-#define MV_BLOB_GPU 1u	    /* the region is GPU memory (see gpu below) */
+#define MV_BLOB_GPU       1u /* the region is GPU memory (see gpu below) */
 #define MV_BLOB_NO_FABRIC 2u /* ... that the owner's provider could not register */
 
 struct mv_region_blob {
@@ -129,7 +129,7 @@ struct mv_region_blob {
 	uint16_t nshards;
 	uint64_t mover_id;
 	uint32_t region; /* id on the owning mover */
-	uint32_t flags;	 /* MV_BLOB_* */
+	uint32_t flags;  /* MV_BLOB_* */
 	uint64_t len;
 	/* For GPU regions: a mover on the same host (same boot id) copies into
 	 * them with CUDA instead of the fabric, opening the IPC handle, or
@@ -143,8 +143,8 @@ struct mv_region_blob {
 		uint64_t key;
 	} shard[MV_MAX_SHARDS];
 };
-#define MV_BLOB_MAGIC_REGION 0x4e474552u /* "REGN" */
-#define MV_REGION_BLOB_SIZE(n) (offsetof(struct mv_region_blob, shard) + (n) * 16u)
+#define MV_BLOB_MAGIC_REGION   0x4e474552u /* "REGN" */
+#define MV_REGION_BLOB_SIZE(n) (offsetof(struct mv_region_blob, shard) + (n)*16u)
 static_assert(sizeof(struct mv_region_blob) <= 8192, "a region blob fits MVC_BLOB_MAX");
 
 struct mv_reg_rep {
@@ -152,7 +152,7 @@ struct mv_reg_rep {
 	uint32_t region;
 	uint32_t blob_len;
 	uint64_t shard_mask; /* shards near the memory (GPU: hwloc); 0: any */
-	uint32_t path;	     /* GPU: enum mv_gpu_path the mover can use here */
+	uint32_t path;       /* GPU: enum mv_gpu_path the mover can use here */
 	uint32_t rsvd;
 	struct mv_region_blob blob;
 };
@@ -232,7 +232,7 @@ struct mv_trace_req {
 /* Submission descriptors: 64-byte slots. */
 enum mv_op {
 	MV_OP_WRITE = 1, /* src region+off -> dst import+off, len bytes */
-	MV_OP_END = 2,	 /* ends this shard's part of a batch */
+	MV_OP_END = 2,   /* ends this shard's part of a batch */
 };
 
 #define MV_END_IMM 1u /* after all parts landed, send imm to dst */
@@ -247,36 +247,36 @@ enum mv_op {
 struct mv_desc {
 	uint8_t op;
 	uint8_t flags;
-	uint16_t nparts; /* END: parts in the batch, one per shard used */
-	uint32_t batch;	 /* batch id < max_batches */
-	uint32_t src;	 /* WRITE: local region id; END: kind bits */
-	uint32_t dst;	 /* WRITE, END+IMM: import handle */
+	uint16_t nparts;  /* END: parts in the batch, one per shard used */
+	uint32_t batch;   /* batch id < max_batches */
+	uint32_t src;     /* WRITE: local region id; END: kind bits */
+	uint32_t dst;     /* WRITE, END+IMM: import handle */
 	uint64_t src_off; /* END: ops asked for */
 	uint64_t dst_off; /* END: page size */
-	uint64_t len;	  /* END: bytes of the whole batch */
+	uint64_t len;     /* END: bytes of the whole batch */
 	uint64_t cookie;  /* END: returned in the batch completion */
-	uint32_t imm;	  /* END+IMM: 32-bit value the target receives */
-	uint32_t ndesc;	  /* END: WRITE descriptors in this part */
-	uint64_t stamp;	  /* END: submit time, CLOCK_MONOTONIC ns */
+	uint32_t imm;     /* END+IMM: 32-bit value the target receives */
+	uint32_t ndesc;   /* END: WRITE descriptors in this part */
+	uint64_t stamp;   /* END: submit time, CLOCK_MONOTONIC ns */
 };
 static_assert(sizeof(struct mv_desc) == 64, "descriptors fill one 64-byte slot");
 
 /* Completion entries: 128-byte slots. */
 enum mv_cqe_type {
 	MV_CQE_BATCH = 1, /* a batch finished: cookie, status, bytes */
-	MV_CQE_IMM = 2,	  /* an immediate landed in one of our regions */
+	MV_CQE_IMM = 2,   /* an immediate landed in one of our regions */
 };
 
 /* Causes, so a program can branch without parsing text. */
 enum mv_cause {
 	MV_CAUSE_NONE = 0,
-	MV_CAUSE_BAD_DESC,    /* malformed descriptor */
-	MV_CAUSE_NO_REGION,   /* unknown local region */
-	MV_CAUSE_NO_IMPORT,   /* unknown import handle */
-	MV_CAUSE_BOUNDS,      /* offset/length outside a region */
-	MV_CAUSE_PEER_GONE,   /* peer removed or unreachable */
-	MV_CAUSE_PROVIDER,    /* the fabric reported an error */
-	MV_CAUSE_CANCELLED,   /* client detached before the batch ran */
+	MV_CAUSE_BAD_DESC,  /* malformed descriptor */
+	MV_CAUSE_NO_REGION, /* unknown local region */
+	MV_CAUSE_NO_IMPORT, /* unknown import handle */
+	MV_CAUSE_BOUNDS,    /* offset/length outside a region */
+	MV_CAUSE_PEER_GONE, /* peer removed or unreachable */
+	MV_CAUSE_PROVIDER,  /* the fabric reported an error */
+	MV_CAUSE_CANCELLED, /* client detached before the batch ran */
 };
 
 struct mv_cqe {

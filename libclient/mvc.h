@@ -32,11 +32,11 @@ struct mvc;
 
 struct mvc_mem {
 	uint32_t region; /* id for writes and for mvc_region_blob */
-	void *addr;	 /* this process's mapping; for GPU memory the device pointer */
+	void *addr;      /* this process's mapping; for GPU memory the device pointer */
 	uint64_t len;
-	int fd;		 /* the memfd behind it (owned by the library) */
-	uint32_t flags;	 /* MVC_MEM_* */
-	uint32_t path;	 /* GPU: how the mover can move it: enum mvc_gpu_path */
+	int fd;         /* the memfd behind it (owned by the library) */
+	uint32_t flags; /* MVC_MEM_* */
+	uint32_t path;  /* GPU: how the mover can move it: enum mvc_gpu_path */
 };
 
 #define MVC_MEM_GPU 1u /* CUDA device memory */
@@ -51,20 +51,20 @@ enum mvc_gpu_path {
 
 enum mvc_event_type {
 	MVC_EV_BATCH = 1,     /* a submitted batch finished; status says how */
-	MVC_EV_IMM = 2,	      /* an immediate arrived in one of our regions */
+	MVC_EV_IMM = 2,       /* an immediate arrived in one of our regions */
 	MVC_EV_IMM_COUNT = 3, /* the count asked for with mvc_imm_expect arrived */
 };
 
 struct mvc_event {
 	int type;
-	int status;	 /* 0 or -errno */
+	int status;      /* 0 or -errno */
 	uint64_t cookie; /* BATCH: mvc_submit's; IMM_COUNT: mvc_imm_expect's */
-	uint64_t bytes;	 /* BATCH: bytes written */
-	uint32_t imm;	 /* IMM, IMM_COUNT: the value */
+	uint64_t bytes;  /* BATCH: bytes written */
+	uint32_t imm;    /* IMM, IMM_COUNT: the value */
 	uint32_t region; /* IMM: the region written; errors: the region at fault */
-	uint32_t count;	 /* IMM_COUNT: how many arrived */
-	int cause;	 /* why it failed: see MVC_CAUSE_* */
-	char msg[88];	 /* the failure in words */
+	uint32_t count;  /* IMM_COUNT: how many arrived */
+	int cause;       /* why it failed: see MVC_CAUSE_* */
+	char msg[88];    /* the failure in words */
 };
 
 enum mvc_cause {
@@ -89,8 +89,8 @@ struct mvc_seg {
 /* A paged write: page src_pages[i] of the source goes to page dst_pages[i]
  * of the destination; page k starts at base + k * stride, page_size long. */
 struct mvc_pages {
-	uint32_t src;	     /* local region */
-	uint32_t dst;	     /* import handle */
+	uint32_t src; /* local region */
+	uint32_t dst; /* import handle */
 	uint64_t src_base;
 	uint64_t dst_base;
 	uint64_t src_stride;
@@ -153,7 +153,7 @@ int mvc_unimport(struct mvc *c, uint32_t handle);
  * -E2BIG: it can never fit; split it.
  */
 int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint64_t dst_off,
-	      uint64_t len);
+              uint64_t len);
 int mvc_writev(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc_seg *segs, uint32_t n);
 int mvc_write_paged(struct mvc *c, const struct mvc_pages *p);
 /* After every write of the batch has landed, the target's client receives imm. */

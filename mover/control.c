@@ -23,11 +23,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define MAX_FDS (2 * MV_MAX_SHARDS + 1)
+#define MAX_FDS    (2 * MV_MAX_SHARDS + 1)
 #define TAG_LISTEN 0xffffff01u
 #define TAG_SIGNAL 0xffffff02u
 #define TAG_SHARDS 0xffffff03u
-#define TAG_PIDFD 0x01000000u
+#define TAG_PIDFD  0x01000000u
 
 struct rx {
 	struct mv_msg_hdr h;
@@ -48,15 +48,15 @@ static void close_fds(struct rx *m)
 }
 
 static int send_reply(int sock, const struct mv_msg_hdr *req, const void *payload, size_t len,
-		      const int *fds, int nfds)
+                      const int *fds, int nfds)
 {
-	struct mv_msg_hdr h = { .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION };
-	struct iovec iov[2] = { { &h, sizeof(h) }, { (void *)payload, len } };
+	struct mv_msg_hdr h = {.magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION};
+	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
 		struct cmsghdr align;
 	} u;
-	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
 
 	h.type = (uint16_t)(req->type | MV_MSG_REPLY);
 	h.len = (uint32_t)len;
@@ -75,7 +75,7 @@ static int send_reply(int sock, const struct mv_msg_hdr *req, const void *payloa
 
 static int send_error(int sock, const struct mv_msg_hdr *req, int status, const char *msg)
 {
-	struct mv_reply_hdr r = { .status = status };
+	struct mv_reply_hdr r = {.status = status};
 
 	snprintf(r.msg, sizeof(r.msg), "%s", msg);
 	return send_reply(sock, req, &r, sizeof(r), NULL, 0);
@@ -88,9 +88,9 @@ static int recv_msg(int sock, struct rx *m, char *why, size_t whylen)
 		char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
 		struct cmsghdr align;
 	} u;
-	struct iovec iov[2] = { { &m->h, sizeof(m->h) }, { m->payload, sizeof(m->payload) } };
-	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
+	struct iovec iov[2] = {{&m->h, sizeof(m->h)}, {m->payload, sizeof(m->payload)}};
+	struct msghdr mh = {
+	    .msg_iov = iov, .msg_iovlen = 2, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
 	ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 
 	m->nfds = 0;
@@ -107,12 +107,12 @@ static int recv_msg(int sock, struct rx *m, char *why, size_t whylen)
 		return 0;
 	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
 		snprintf(why, whylen, "message larger than %zu bytes or with too many fds",
-			 sizeof(m->h) + sizeof(m->payload));
+		         sizeof(m->h) + sizeof(m->payload));
 		return -EMSGSIZE;
 	}
 	if ((size_t)n < sizeof(m->h)) {
 		snprintf(why, whylen, "message of %zd bytes is shorter than the %zu-byte header", n,
-			 sizeof(m->h));
+		         sizeof(m->h));
 		return -EBADMSG;
 	}
 	if (m->h.magic != MV_WIRE_MAGIC) {
@@ -121,12 +121,13 @@ static int recv_msg(int sock, struct rx *m, char *why, size_t whylen)
 	}
 	if (m->h.version != MV_WIRE_VERSION) {
 		snprintf(why, whylen, "protocol version %u; this mover speaks %u", m->h.version,
-			 MV_WIRE_VERSION);
+		         MV_WIRE_VERSION);
 		return -EPROTONOSUPPORT;
 	}
 	m->len = (size_t)n - sizeof(m->h);
 	if (m->h.len != m->len) {
-		snprintf(why, whylen, "header says %u payload bytes, %zu arrived", m->h.len, m->len);
+		snprintf(why, whylen, "header says %u payload bytes, %zu arrived", m->h.len,
+		         m->len);
 		return -EBADMSG;
 	}
 	return 1;
@@ -136,21 +137,20 @@ static int need(const struct rx *m, size_t len, int nfds, char *why, size_t whyl
 {
 	if (m->len < len) {
 		snprintf(why, whylen, "message type %u needs %zu payload bytes, got %zu", m->h.type,
-			 len, m->len);
+		         len, m->len);
 		return -EBADMSG;
 	}
 	if (m->nfds != nfds) {
 		snprintf(why, whylen, "message type %u needs %d fds, got %d", m->h.type, nfds,
-			 m->nfds);
+		         m->nfds);
 		return -EBADMSG;
 	}
 	return 0;
 }
 
-static int do_hello(struct mover *mv, struct mv_client *cl, struct rx *m, char *why,
-		    size_t whylen)
+static int do_hello(struct mover *mv, struct mv_client *cl, struct rx *m, char *why, size_t whylen)
 {
-	struct mv_hello_rep rep = { 0 };
+	struct mv_hello_rep rep = {0};
 	int fds[MV_MAX_SHARDS];
 	int ret = need(m, 0, 0, why, whylen);
 
@@ -175,8 +175,7 @@ static int do_hello(struct mover *mv, struct mv_client *cl, struct rx *m, char *
 	return send_reply(cl->sock, &m->h, &rep, sizeof(rep), fds, (int)mv->nshards) ?: 1;
 }
 
-static int do_attach(struct mover *mv, struct mv_client *cl, struct rx *m, char *why,
-		     size_t whylen)
+static int do_attach(struct mover *mv, struct mv_client *cl, struct rx *m, char *why, size_t whylen)
 {
 	const struct mv_attach_req *req = (const void *)m->payload;
 	int ret = need(m, sizeof(*req), (int)(2 * mv->nshards + 1), why, whylen);
@@ -186,7 +185,7 @@ static int do_attach(struct mover *mv, struct mv_client *cl, struct rx *m, char 
 		return ret;
 	if (cl->state != MV_CL_NEW || req->nshards != mv->nshards) {
 		snprintf(why, whylen, "ATTACH for %u shards; this mover has %u", req->nshards,
-			 mv->nshards);
+		         mv->nshards);
 		return -EBADMSG;
 	}
 	cl->batches = calloc(MV_MAX_BATCHES, sizeof(*cl->batches));
@@ -213,17 +212,19 @@ static int do_attach(struct mover *mv, struct mv_client *cl, struct rx *m, char 
 		m->fds[s] = -1;
 		ret = shmring_attach(&at->comp, m->fds[mv->nshards + s], SHMRING_PRODUCER);
 		if (ret) {
-			snprintf(why, whylen, "completion ring %u: %s", s, shmring_error(&at->comp));
+			snprintf(why, whylen, "completion ring %u: %s", s,
+			         shmring_error(&at->comp));
 			goto err_rings;
 		}
 		m->fds[mv->nshards + s] = -1;
 		if (at->sub.slot_size != sizeof(struct mv_desc) ||
 		    at->comp.slot_size != sizeof(struct mv_cqe) ||
 		    at->sub.capacity > MV_SUB_CAPACITY || at->comp.capacity < 64) {
-			snprintf(why, whylen,
-				 "rings of shard %u: slots %u/%u bytes (want %zu/%zu), capacity %u/%u",
-				 s, at->sub.slot_size, at->comp.slot_size, sizeof(struct mv_desc),
-				 sizeof(struct mv_cqe), at->sub.capacity, at->comp.capacity);
+			snprintf(
+			    why, whylen,
+			    "rings of shard %u: slots %u/%u bytes (want %zu/%zu), capacity %u/%u",
+			    s, at->sub.slot_size, at->comp.slot_size, sizeof(struct mv_desc),
+			    sizeof(struct mv_cqe), at->sub.capacity, at->comp.capacity);
 			ret = -EINVAL;
 			goto err_rings;
 		}
@@ -267,7 +268,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 	case MV_MSG_HELLO:
 		return do_hello(mv, cl, m, why, whylen);
 	case MV_MSG_STATS: {
-		struct mv_stats_rep rep = { .seg_size = mv->stats_size };
+		struct mv_stats_rep rep = {.seg_size = mv->stats_size};
 		if ((ret = need(m, 0, 0, why, whylen)))
 			return ret;
 		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), &mv->stats_fd, 1) ?: 1;
@@ -290,7 +291,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		return do_attach(mv, cl, m, why, whylen);
 	case MV_MSG_REG: {
 		const struct mv_reg_req *req = (const void *)m->payload;
-		struct mv_reg_rep rep = { 0 };
+		struct mv_reg_rep rep = {0};
 		struct mv_region *r;
 
 		if ((ret = need(m, sizeof(*req), 1, why, whylen)))
@@ -305,14 +306,14 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 	}
 	case MV_MSG_REG_GPU: {
 		const struct mv_reg_gpu_req *req = (const void *)m->payload;
-		struct mv_reg_rep rep = { 0 };
+		struct mv_reg_rep rep = {0};
 		struct mv_region *r;
 		int fds = m->len >= sizeof(*req) && req->gpu.kind == MV_GPU_VMM;
 
 		if ((ret = need(m, sizeof(*req), fds, why, whylen)))
 			return ret;
 		ret = mv_region_add_gpu(mv, cl, &req->gpu, fds ? m->fds[0] : -1, req->len, &r, why,
-					whylen);
+		                        whylen);
 		if (ret)
 			return ret;
 		rep.region = r->id;
@@ -326,14 +327,15 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		/* A mover on this host (same uid: checked at accept) copying
 		 * straight into one of our clients' VMM regions (path 2). */
 		const struct mv_id_req *req = (const void *)m->payload;
-		struct mv_gpu_fd_rep rep = { 0 };
+		struct mv_gpu_fd_rep rep = {0};
 		struct mv_region *r;
 
 		if ((ret = need(m, sizeof(*req), 0, why, whylen)))
 			return ret;
 		r = mv_region_get(mv, req->id);
 		if (!r || !r->is_gpu || r->gpu_fd < 0) {
-			snprintf(why, whylen, "region %u is not a VMM GPU region of this mover", req->id);
+			snprintf(why, whylen, "region %u is not a VMM GPU region of this mover",
+			         req->id);
 			return -ENOENT;
 		}
 		rep.gpu = r->gdesc;
@@ -341,14 +343,15 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 	}
 	case MV_MSG_BLOB: {
 		const struct mv_id_req *req = (const void *)m->payload;
-		struct mv_reg_rep rep = { 0 };
+		struct mv_reg_rep rep = {0};
 		struct mv_region *r;
 
 		if ((ret = need(m, sizeof(*req), 0, why, whylen)))
 			return ret;
 		r = mv_region_get(mv, req->id);
 		if (!r || r->owner != cl->id) {
-			snprintf(why, whylen, "region %u is not one of this client's regions", req->id);
+			snprintf(why, whylen, "region %u is not one of this client's regions",
+			         req->id);
 			return -ENOENT;
 		}
 		rep.region = r->id;
@@ -364,7 +367,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		return mv_region_del(mv, cl, req->id, why, whylen);
 	}
 	case MV_MSG_ADDR: {
-		struct mv_addr_rep rep = { 0 };
+		struct mv_addr_rep rep = {0};
 		if ((ret = need(m, 0, 0, why, whylen)))
 			return ret;
 		mv_addr_blob(mv, &rep.blob);
@@ -372,8 +375,8 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
 	}
 	case MV_MSG_PEER_ADD: {
-		struct mv_id_rep rep = { 0 };
-		struct mv_addr_blob b = { 0 };
+		struct mv_id_rep rep = {0};
+		struct mv_addr_blob b = {0};
 		/* A short blob is a bad argument, checked with its reason below. */
 		if ((ret = need(m, 0, 0, why, whylen)))
 			return ret;
@@ -393,8 +396,8 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		return mv_import_del(mv, cl, req->id, why, whylen);
 	}
 	case MV_MSG_IMPORT: {
-		struct mv_import_req req = { 0 };
-		struct mv_id_rep rep = { 0 };
+		struct mv_import_req req = {0};
+		struct mv_id_rep rep = {0};
 		if ((ret = need(m, offsetof(struct mv_import_req, blob), 0, why, whylen)))
 			return ret;
 		memcpy(&req, m->payload, m->len < sizeof(req) ? m->len : sizeof(req));
@@ -419,7 +422,7 @@ static struct mv_client *client_new(struct mover *mv, int sock, int ep)
 	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
 		return NULL;
 	if (!mv->cfg.allow_any_uid && cred.uid != getuid()) {
-		struct mv_msg_hdr h = { .type = MV_MSG_HELLO };
+		struct mv_msg_hdr h = {.type = MV_MSG_HELLO};
 		mv_log("refusing client pid %d: uid %u is not the mover's uid %u", cred.pid,
 		       cred.uid, getuid());
 		send_error(sock, &h, -EACCES, "the mover serves its own uid only");
@@ -429,7 +432,7 @@ static struct mv_client *client_new(struct mover *mv, int sock, int ep)
 		if (!mv->clients[slot])
 			break;
 	if (slot == MV_MAX_CLIENTS) {
-		struct mv_msg_hdr h = { .type = MV_MSG_HELLO };
+		struct mv_msg_hdr h = {.type = MV_MSG_HELLO};
 		send_error(sock, &h, -ENOSPC, "the mover serves its maximum of clients");
 		return NULL;
 	}
@@ -442,7 +445,7 @@ static struct mv_client *client_new(struct mover *mv, int sock, int ep)
 	cl->uid = cred.uid;
 	cl->efd = -1;
 	cl->pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.u32 = slot };
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u32 = slot};
 	epoll_ctl(ep, EPOLL_CTL_ADD, sock, &ev);
 	if (cl->pidfd >= 0) {
 		ev.events = EPOLLIN;
@@ -507,7 +510,7 @@ static void reap_clients(struct mover *mv)
 		struct mv_client *cl = mv->clients[i];
 		if (cl && cl->state == MV_CL_DETACHING &&
 		    atomic_load_explicit(&cl->shards_detached, memory_order_acquire) ==
-			    mv->nshards) {
+		        mv->nshards) {
 			mv_dbg("client %u: released", cl->id);
 			client_free(mv, cl);
 		}
@@ -516,12 +519,12 @@ static void reap_clients(struct mover *mv)
 
 static int listen_on(const char *path, char *why, size_t whylen)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	int fd;
 
 	if (strlen(path) >= sizeof(a.sun_path)) {
 		snprintf(why, whylen, "socket path '%s' is longer than %zu bytes", path,
-			 sizeof(a.sun_path) - 1);
+		         sizeof(a.sun_path) - 1);
 		return -ENAMETOOLONG;
 	}
 	strcpy(a.sun_path, path);
@@ -581,7 +584,7 @@ static void serve(struct mover *mv, struct mv_client *cl, int ep, struct rx *m)
 		ret = handle(mv, cl, m, why, sizeof(why));
 		close_fds(m);
 		if (ret == 0) {
-			struct mv_reply_hdr ok = { 0 };
+			struct mv_reply_hdr ok = {0};
 			send_reply(cl->sock, &m->h, &ok, sizeof(ok), NULL, 0);
 		} else if (ret < 0) {
 			send_error(cl->sock, &m->h, ret, why[0] ? why : strerror(-ret));
@@ -613,7 +616,7 @@ int mv_control_run(struct mover *mv)
 	sigaddset(&sigs, SIGINT);
 	sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
 	ep = epoll_create1(EPOLL_CLOEXEC);
-	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = TAG_LISTEN };
+	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = TAG_LISTEN};
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
 	ev.data.u32 = TAG_SIGNAL;
 	epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
@@ -629,7 +632,8 @@ int mv_control_run(struct mover *mv)
 			uint32_t tag = evs[i].data.u32;
 			if (tag == TAG_LISTEN) {
 				int c;
-				while ((c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0)
+				while ((c = accept4(lfd, NULL, NULL,
+				                    SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0)
 					if (!client_new(mv, c, ep))
 						close(c);
 			} else if (tag == TAG_SIGNAL) {

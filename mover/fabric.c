@@ -38,8 +38,7 @@ static struct fi_info *make_hints(const char *prov, const char *iface)
 	h->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
 	h->ep_attr->type = FI_EP_RDM;
 	h->mode = FI_CONTEXT | FI_CONTEXT2;
-	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-				  FI_MR_PROV_KEY;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 	h->domain_attr->threading = FI_THREAD_DOMAIN;
 	h->domain_attr->data_progress = FI_PROGRESS_MANUAL;
 	if (prov_filter(prov))
@@ -76,8 +75,8 @@ static int usable(const struct fi_info *i)
 }
 
 /* Every usable (provider, interface) of the best provider, deduplicated. */
-int mv_fabric_list(const char *prov, const char *iface, char names[][64], char pci[][32],
-		   int max, char *chosen, size_t chosen_len)
+int mv_fabric_list(const char *prov, const char *iface, char names[][64], char pci[][32], int max,
+                   char *chosen, size_t chosen_len)
 {
 	struct fi_info *h = make_hints(prov, iface), *info = NULL, *i;
 	int n = 0, best = 99, ret;
@@ -107,7 +106,7 @@ int mv_fabric_list(const char *prov, const char *iface, char names[][64], char p
 		if (i->nic && i->nic->bus_attr && i->nic->bus_attr->bus_type == FI_BUS_PCI) {
 			struct fi_pci_attr *p = &i->nic->bus_attr->attr.pci;
 			snprintf(pci[n], 32, "%04x:%02x:%02x.%x", p->domain_id, p->bus_id,
-				 p->device_id, p->function_id);
+			         p->device_id, p->function_id);
 		}
 		snprintf(chosen, chosen_len, "%s", i->fabric_attr->prov_name);
 		n++;
@@ -123,8 +122,8 @@ int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int
 
 	if (h && hmem)
 		h->caps |= FI_HMEM; /* the probe found GPU registration works */
-	struct fi_cq_attr cqa = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD };
-	struct fi_av_attr ava = { .type = FI_AV_TABLE };
+	struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD};
+	struct fi_av_attr ava = {.type = FI_AV_TABLE};
 	int ret;
 
 	memset(f, 0, sizeof(*f));
@@ -188,7 +187,7 @@ int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int
 	if (!ret)
 		ret = fi_ep_bind(f->ep, &f->av->fid, 0);
 	if (!ret && rma_event && (info->caps & FI_RMA_EVENT)) {
-		struct fi_cntr_attr ca = { .events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE };
+		struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP, .wait_obj = FI_WAIT_NONE};
 		if (fi_cntr_open(f->domain, &ca, &f->rx_cntr, NULL) == 0 &&
 		    fi_ep_bind(f->ep, &f->rx_cntr->fid, FI_REMOTE_WRITE) != 0) {
 			fi_close(&f->rx_cntr->fid);
@@ -229,7 +228,7 @@ int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int
 	if (info->nic && info->nic->bus_attr && info->nic->bus_attr->bus_type == FI_BUS_PCI) {
 		struct fi_pci_attr *p = &info->nic->bus_attr->attr.pci;
 		snprintf(f->pci, sizeof(f->pci), "%04x:%02x:%02x.%x", p->domain_id, p->bus_id,
-			 p->device_id, p->function_id);
+		         p->device_id, p->function_id);
 	}
 	return 0;
 
@@ -273,13 +272,13 @@ void mv_fabric_close(struct mv_fabric *f)
 }
 
 int mv_fabric_reg(struct mv_fabric *f, void *buf, size_t len, uint64_t key, struct fid_mr **mr,
-		  void **desc, uint64_t *out_key, char *why, size_t whylen)
+                  void **desc, uint64_t *out_key, char *why, size_t whylen)
 {
 	int ret = fi_mr_reg(f->domain, buf, len, FI_REMOTE_WRITE | FI_WRITE, 0, key, 0, mr, NULL);
 
 	if (ret) {
 		snprintf(why, whylen, "fi_mr_reg of %zu bytes on %s: %s", len, f->prov,
-			 fi_strerror(-ret));
+		         fi_strerror(-ret));
 		return ret;
 	}
 	*desc = fi_mr_desc(*mr);
@@ -289,19 +288,21 @@ int mv_fabric_reg(struct mv_fabric *f, void *buf, size_t len, uint64_t key, stru
 
 #ifdef MV_HAVE_CUDA
 int mv_fabric_reg_hmem(struct mv_fabric *f, uint64_t dptr, size_t len, int dev, uint64_t key,
-		       struct fid_mr **mr, void **desc, uint64_t *out_key, char *why, size_t whylen)
+                       struct fid_mr **mr, void **desc, uint64_t *out_key, char *why, size_t whylen)
 {
-	struct iovec iov = { (void *)(uintptr_t)dptr, len };
-	struct fi_mr_attr a = { .mr_iov = &iov, .iov_count = 1,
-				.access = FI_REMOTE_WRITE | FI_WRITE, .requested_key = key,
-				.iface = FI_HMEM_CUDA };
+	struct iovec iov = {(void *)(uintptr_t)dptr, len};
+	struct fi_mr_attr a = {.mr_iov = &iov,
+	                       .iov_count = 1,
+	                       .access = FI_REMOTE_WRITE | FI_WRITE,
+	                       .requested_key = key,
+	                       .iface = FI_HMEM_CUDA};
 	int ret;
 
 	a.device.cuda = dev;
 	ret = fi_mr_regattr(f->domain, &a, 0, mr);
 	if (ret) {
 		snprintf(why, whylen, "fi_mr_regattr(FI_HMEM_CUDA) of %zu bytes on %s: %s", len,
-			 f->prov, fi_strerror(-ret));
+		         f->prov, fi_strerror(-ret));
 		return ret;
 	}
 	*desc = fi_mr_desc(*mr);
@@ -311,7 +312,7 @@ int mv_fabric_reg_hmem(struct mv_fabric *f, uint64_t dptr, size_t len, int dev, 
 
 /* Path 1 is real only if a domain opened with FI_HMEM registers GPU memory. */
 int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dptr, size_t len,
-			 char *why, size_t whylen)
+                         char *why, size_t whylen)
 {
 	struct fi_info *h = make_hints(prov, iface), *info = NULL;
 	struct fid_fabric *fab = NULL;
@@ -331,13 +332,13 @@ int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dpt
 	if (!ret)
 		ret = fi_domain(fab, info, &dom, NULL);
 	if (!ret) {
-		struct mv_fabric f = { .domain = dom };
+		struct mv_fabric f = {.domain = dom};
 		struct fid_mr *mr;
 		void *desc;
 		uint64_t key;
 		snprintf(f.prov, sizeof(f.prov), "%s", info->fabric_attr->prov_name);
 		ret = mv_fabric_reg_hmem(&f, (uint64_t)(uintptr_t)dptr, len, dev, 1, &mr, &desc,
-					 &key, why, whylen);
+		                         &key, why, whylen);
 		if (!ret)
 			fi_close(&mr->fid);
 	} else {
@@ -352,13 +353,13 @@ int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dpt
 }
 #else
 int mv_fabric_reg_hmem(struct mv_fabric *f, uint64_t dptr, size_t len, int dev, uint64_t key,
-		       struct fid_mr **mr, void **desc, uint64_t *out_key, char *why, size_t whylen)
+                       struct fid_mr **mr, void **desc, uint64_t *out_key, char *why, size_t whylen)
 {
 	snprintf(why, whylen, "built without CUDA");
 	return -ENOTSUP;
 }
 int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dptr, size_t len,
-			 char *why, size_t whylen)
+                         char *why, size_t whylen)
 {
 	snprintf(why, whylen, "built without CUDA");
 	return -ENOTSUP;

@@ -49,7 +49,8 @@ static int device_ctx(struct mover *mv, const char *busid, int *dev_out, char *w
 	if (r != CUDA_SUCCESS)
 		return cu_fail(why, whylen, "no device of that PCI bus id in the mover", r);
 	if (dev < 0 || dev >= MV_MAX_GPUS) {
-		snprintf(why, whylen, "device %d is beyond the %d the mover handles", dev, MV_MAX_GPUS);
+		snprintf(why, whylen, "device %d is beyond the %d the mover handles", dev,
+		         MV_MAX_GPUS);
 		return -ENOTSUP;
 	}
 	if (!mv->gpu_ctx[dev]) {
@@ -75,15 +76,15 @@ static int import_vmm(int fd, int dev, uint64_t size, CUdeviceptr *base, char *w
 	CUresult r;
 
 	r = cu->MemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
-					     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	if (r != CUDA_SUCCESS)
 		return cu_fail(why, whylen, "importing the VMM fd", r);
 	r = cu->MemAddressReserve(&va, size, 0, 0, 0);
 	if (r == CUDA_SUCCESS)
 		r = cu->MemMap(va, size, 0, h, 0);
 	if (r == CUDA_SUCCESS) {
-		CUmemAccessDesc a = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev },
-				      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+		CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+		                     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 		r = cu->MemSetAccess(va, size, &a, 1);
 	}
 	/* The mapping holds the allocation from here on. */
@@ -98,7 +99,7 @@ static int import_vmm(int fd, int dev, uint64_t size, CUdeviceptr *base, char *w
 }
 
 static int open_desc(struct mover *mv, const struct mv_gpu_desc *g, int fd, struct mv_gpu_map *m,
-		     char *why, size_t whylen)
+                     char *why, size_t whylen)
 {
 	struct mv_cuda *cu;
 	char busid[sizeof(g->busid) + 1];
@@ -114,7 +115,7 @@ static int open_desc(struct mover *mv, const struct mv_gpu_desc *g, int fd, stru
 	cu = mv_cuda_load(NULL);
 	if (g->alloc_size == 0 || g->alloc_off > g->alloc_size) {
 		snprintf(why, whylen, "GPU allocation of %llu bytes, region at %llu",
-			 (unsigned long long)g->alloc_size, (unsigned long long)g->alloc_off);
+		         (unsigned long long)g->alloc_size, (unsigned long long)g->alloc_off);
 		return -EINVAL;
 	}
 	if (g->kind == MV_GPU_IPC) {
@@ -159,14 +160,15 @@ static void close_map(struct mv_gpu_map *m)
 }
 
 int mv_gpu_region_open(struct mover *mv, struct mv_region *r, const struct mv_gpu_desc *g, int fd,
-		       char *why, size_t whylen)
+                       char *why, size_t whylen)
 {
 	int ret;
 
 	if (r->len > g->alloc_size - g->alloc_off) {
-		snprintf(why, whylen, "GPU region of %llu bytes at %llu exceeds its %llu-byte allocation",
-			 (unsigned long long)r->len, (unsigned long long)g->alloc_off,
-			 (unsigned long long)g->alloc_size);
+		snprintf(why, whylen,
+		         "GPU region of %llu bytes at %llu exceeds its %llu-byte allocation",
+		         (unsigned long long)r->len, (unsigned long long)g->alloc_off,
+		         (unsigned long long)g->alloc_size);
 		return -ERANGE;
 	}
 	ret = open_desc(mv, g, fd, &r->gpu, why, whylen);
@@ -186,12 +188,12 @@ void mv_gpu_region_close(struct mover *mv, struct mv_region *r)
 /* Asks the peer mover on this host for the fd behind one of its VMM regions. */
 static int fetch_vmm_fd(const char *sock, uint32_t region, char *why, size_t whylen)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	struct {
 		struct mv_msg_hdr h;
 		struct mv_id_req r;
-	} req = { { MV_WIRE_MAGIC, MV_WIRE_VERSION, MV_MSG_GPU_FD, sizeof(struct mv_id_req), 1 },
-		  { .id = region } };
+	} req = {{MV_WIRE_MAGIC, MV_WIRE_VERSION, MV_MSG_GPU_FD, sizeof(struct mv_id_req), 1},
+	         {.id = region}};
 	struct {
 		struct mv_msg_hdr h;
 		struct mv_gpu_fd_rep r;
@@ -200,16 +202,18 @@ static int fetch_vmm_fd(const char *sock, uint32_t region, char *why, size_t why
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} u;
-	struct iovec iov = { &rep, sizeof(rep) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
+	struct iovec iov = {&rep, sizeof(rep)};
+	struct msghdr mh = {.msg_iov = &iov,
+	                    .msg_iovlen = 1,
+	                    .msg_control = u.buf,
+	                    .msg_controllen = sizeof(u.buf)};
 	int fd = -1, s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
 	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock);
 	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) < 0 ||
 	    send(s, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
 		snprintf(why, whylen, "asking the peer mover at %s for GPU memory: %s", sock,
-			 strerror(errno));
+		         strerror(errno));
 		if (s >= 0)
 			close(s);
 		return -EHOSTUNREACH;
@@ -221,7 +225,7 @@ static int fetch_vmm_fd(const char *sock, uint32_t region, char *why, size_t why
 			memcpy(&fd, CMSG_DATA(c), sizeof(int));
 	if (n < (ssize_t)sizeof(rep) || rep.r.r.status || fd < 0) {
 		snprintf(why, whylen, "the peer mover at %s refused its GPU memory: %.80s", sock,
-			 n >= (ssize_t)sizeof(rep) ? rep.r.r.msg : "short reply");
+		         n >= (ssize_t)sizeof(rep) ? rep.r.r.msg : "short reply");
 		if (fd >= 0)
 			close(fd);
 		return -EACCES;
@@ -230,7 +234,7 @@ static int fetch_vmm_fd(const char *sock, uint32_t region, char *why, size_t why
 }
 
 int mv_gpu_import_open(struct mover *mv, struct mv_import *imp, const struct mv_region_blob *b,
-		       char *why, size_t whylen)
+                       char *why, size_t whylen)
 {
 	int fd = -1, ret;
 
@@ -313,8 +317,8 @@ int mv_gpu_shard_ready(struct mv_shard *s, int dev, char *why, size_t whylen)
 			return cu_fail(why, whylen, "pinning the bounce pool", r);
 		uint64_t key = 0;
 		int ret = mv_fabric_reg(&s->fab, p, (size_t)MV_BOUNCE_CHUNKS * MV_CHUNK,
-					0xb0000000u + (uint32_t)s->id, &g->bounce_mr, &g->bounce_desc,
-					&key, why, whylen);
+		                        0xb0000000u + (uint32_t)s->id, &g->bounce_mr,
+		                        &g->bounce_desc, &key, why, whylen);
 		if (ret) {
 			cu->MemFreeHost(p);
 			return ret;
@@ -369,7 +373,7 @@ int mv_gpu_event_done(struct mv_shard *s, int dev, void *ev, char *why, size_t w
 }
 
 int mv_gpu_copy(struct mv_shard *s, int dev, uint64_t dst, int dst_dev, uint64_t src, int src_dev,
-		uint64_t len, char *why, size_t whylen)
+                uint64_t len, char *why, size_t whylen)
 {
 	struct mv_cuda *cu = mv_cuda_load(NULL);
 	CUstream st = (CUstream)s->gpu.stream[dev];
@@ -436,7 +440,7 @@ int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen)
 	if (r != CUDA_SUCCESS)
 		return cu_fail(why, whylen, "cuMemAlloc for the FI_HMEM probe", r);
 	ret = mv_fabric_hmem_probe(mv->prov, mv->shards[0].iface, d, (void *)(uintptr_t)p, 1 << 20,
-				   why, whylen);
+	                           why, whylen);
 	cu->MemFree(p);
 	return ret;
 }
@@ -444,7 +448,7 @@ int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen)
 #else /* !MV_HAVE_CUDA */
 
 int mv_gpu_region_open(struct mover *mv, struct mv_region *r, const struct mv_gpu_desc *g, int fd,
-		       char *why, size_t whylen)
+                       char *why, size_t whylen)
 {
 	snprintf(why, whylen, "this mover was built without CUDA");
 	return -ENOTSUP;
@@ -453,7 +457,7 @@ void mv_gpu_region_close(struct mover *mv, struct mv_region *r)
 {
 }
 int mv_gpu_import_open(struct mover *mv, struct mv_import *imp, const struct mv_region_blob *b,
-		       char *why, size_t whylen)
+                       char *why, size_t whylen)
 {
 	snprintf(why, whylen, "this mover was built without CUDA");
 	return -ENOTSUP;
@@ -475,7 +479,7 @@ int mv_gpu_event_done(struct mv_shard *s, int dev, void *ev, char *why, size_t w
 	return -ENOTSUP;
 }
 int mv_gpu_copy(struct mv_shard *s, int dev, uint64_t dst, int dst_dev, uint64_t src, int src_dev,
-		uint64_t len, char *why, size_t whylen)
+                uint64_t len, char *why, size_t whylen)
 {
 	return -ENOTSUP;
 }

@@ -32,8 +32,8 @@ static void vlog(const char *fmt, va_list ap)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
-	fprintf(stderr, "mover[%d] %ld.%03ld %s\n", getpid(), (long)ts.tv_sec,
-		ts.tv_nsec / 1000000, buf);
+	fprintf(stderr, "mover[%d] %ld.%03ld %s\n", getpid(), (long)ts.tv_sec, ts.tv_nsec / 1000000,
+	        buf);
 }
 
 void mv_log(const char *fmt, ...)
@@ -58,21 +58,20 @@ void mv_dbg(const char *fmt, ...)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: mover [options]\n"
-		"  --socket PATH     control socket (default $XDG_RUNTIME_DIR/mover.sock,\n"
-		"                    else /tmp/mover-UID.sock), mode 0600\n"
-		"  --provider P      auto|efa|verbs|tcp|shm (default auto: efa, verbs, tcp)\n"
-		"  --iface NAME      use this interface/domain only (e.g. lo, veth0)\n"
-		"  --shards N        N shards; NICs are reused round-robin when fewer\n"
-		"                    (default: one shard per NIC)\n"
-		"  --cpus LIST       pin shard i to the i-th CPU of LIST (default: hwloc)\n"
-		"  --op-timeout S    fail a write the fabric has not completed in S seconds\n"
-		"                    (default 10: a peer that died or never answered)\n"
-		"  --trace FILE      record every batch to FILE (see mvtrace; also switched\n"
-		"                    at run time with 'mvtrace start|stop')\n"
-		"  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
-		"  -v, --verbose     log client events\n");
+	fprintf(f, "usage: mover [options]\n"
+	           "  --socket PATH     control socket (default $XDG_RUNTIME_DIR/mover.sock,\n"
+	           "                    else /tmp/mover-UID.sock), mode 0600\n"
+	           "  --provider P      auto|efa|verbs|tcp|shm (default auto: efa, verbs, tcp)\n"
+	           "  --iface NAME      use this interface/domain only (e.g. lo, veth0)\n"
+	           "  --shards N        N shards; NICs are reused round-robin when fewer\n"
+	           "                    (default: one shard per NIC)\n"
+	           "  --cpus LIST       pin shard i to the i-th CPU of LIST (default: hwloc)\n"
+	           "  --op-timeout S    fail a write the fabric has not completed in S seconds\n"
+	           "                    (default 10: a peer that died or never answered)\n"
+	           "  --trace FILE      record every batch to FILE (see mvtrace; also switched\n"
+	           "                    at run time with 'mvtrace start|stop')\n"
+	           "  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
+	           "  -v, --verbose     log client events\n");
 }
 
 static const char *default_socket(char *buf, size_t len)
@@ -89,12 +88,17 @@ static const char *default_socket(char *buf, size_t len)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "socket", required_argument, 0, 's' },   { "provider", required_argument, 0, 'p' },
-		{ "iface", required_argument, 0, 'i' },	   { "shards", required_argument, 0, 'n' },
-		{ "cpus", required_argument, 0, 'c' },	   { "allow-any-uid", no_argument, 0, 'u' },
-		{ "verbose", no_argument, 0, 'v' },	   { "op-timeout", required_argument, 0, 't' },
-		{ "trace", required_argument, 0, 'T' },	   { "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
+	    {"socket", required_argument, 0, 's'},
+	    {"provider", required_argument, 0, 'p'},
+	    {"iface", required_argument, 0, 'i'},
+	    {"shards", required_argument, 0, 'n'},
+	    {"cpus", required_argument, 0, 'c'},
+	    {"allow-any-uid", no_argument, 0, 'u'},
+	    {"verbose", no_argument, 0, 'v'},
+	    {"op-timeout", required_argument, 0, 't'},
+	    {"trace", required_argument, 0, 'T'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	struct mover *mv = calloc(1, sizeof(*mv));
 	char sockbuf[256], why[MV_ERRLEN] = "";
@@ -120,7 +124,7 @@ int main(int argc, char **argv)
 			mv->cfg.nshards = atoi(optarg);
 			if (mv->cfg.nshards < 1 || mv->cfg.nshards > (int)MV_MAX_SHARDS) {
 				fprintf(stderr, "mover: --shards %s: give 1 to %u\n", optarg,
-					MV_MAX_SHARDS);
+				        MV_MAX_SHARDS);
 				return 2;
 			}
 			break;
@@ -130,7 +134,8 @@ int main(int argc, char **argv)
 		case 't':
 			mv->cfg.op_timeout_ms = (int)(atof(optarg) * 1000);
 			if (mv->cfg.op_timeout_ms <= 0) {
-				fprintf(stderr, "mover: --op-timeout %s: give seconds > 0\n", optarg);
+				fprintf(stderr, "mover: --op-timeout %s: give seconds > 0\n",
+				        optarg);
 				return 2;
 			}
 			break;
@@ -166,15 +171,15 @@ int main(int argc, char **argv)
 		mv->mover_id = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
 	srandom((unsigned)(mv->mover_id ^ (mv->mover_id >> 32)));
 
-	nnic = mv_fabric_list(mv->cfg.provider, mv->cfg.iface, names, pci, MV_MAX_SHARDS,
-			      mv->prov, sizeof(mv->prov));
+	nnic = mv_fabric_list(mv->cfg.provider, mv->cfg.iface, names, pci, MV_MAX_SHARDS, mv->prov,
+	                      sizeof(mv->prov));
 	if (nnic <= 0) {
 		fprintf(stderr,
-			"mover: no usable provider for --provider %s%s%s: %s\n"
-			"mover: it needs RDM endpoints with RMA writes and remote CQ data; "
-			"'fi_info -l' lists what this host has\n",
-			mv->cfg.provider, mv->cfg.iface ? " --iface " : "",
-			mv->cfg.iface ? mv->cfg.iface : "", fi_strerror(-nnic));
+		        "mover: no usable provider for --provider %s%s%s: %s\n"
+		        "mover: it needs RDM endpoints with RMA writes and remote CQ data; "
+		        "'fi_info -l' lists what this host has\n",
+		        mv->cfg.provider, mv->cfg.iface ? " --iface " : "",
+		        mv->cfg.iface ? mv->cfg.iface : "", fi_strerror(-nnic));
 		return 1;
 	}
 	mv->nshards = mv->cfg.nshards ? (uint32_t)mv->cfg.nshards : (uint32_t)nnic;
@@ -198,8 +203,8 @@ int main(int argc, char **argv)
 	/* Path 1 only if the provider really registers GPU memory: try it. */
 	if (mv_gpu_hmem_probe(mv, mv->hmem_why, sizeof(mv->hmem_why)) == 0)
 		mv->hmem = 1;
-	mv_log("GPU memory: %s", mv->hmem ? "the provider registers it (FI_HMEM, path 1)"
-					  : mv->hmem_why);
+	mv_log("GPU memory: %s",
+	       mv->hmem ? "the provider registers it (FI_HMEM, path 1)" : mv->hmem_why);
 	ret = mv_topo_place(mv, why, sizeof(why));
 	if (ret) {
 		fprintf(stderr, "mover: topology: %s\n", why);
@@ -226,9 +231,8 @@ int main(int argc, char **argv)
 		       started, sh->fab.prov, sh->fab.iface, sh->numa, sh->cpu,
 		       sh->fab.cq_fd >= 0 ? "fd-wait"
 		       : sh->fab.rx_cntr  ? "polled, receive counter"
-					  : "polled",
-		       sh->fab.iov_limit,
-		       sh->fab.tx_size);
+		                          : "polled",
+		       sh->fab.iov_limit, sh->fab.tx_size);
 	}
 	if (started == mv->nshards) {
 		mv_log("mover %016llx: %u shards on %s", (unsigned long long)mv->mover_id,

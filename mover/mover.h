@@ -28,19 +28,19 @@
 #include "mv_wire.h"
 #include "shmring.h"
 
-#define MV_MAX_CLIENTS 256u
-#define MV_MAX_REGIONS 65536u /* mover-wide region table, index part of an id */
+#define MV_MAX_CLIENTS        256u
+#define MV_MAX_REGIONS        65536u /* mover-wide region table, index part of an id */
 #define MV_CLIENT_MAX_IMPORTS 4096u
-#define MV_CLIENT_MAX_PEERS 1024u
-#define MV_MAX_PEERS 4096u
-#define MV_IOV_MAX 4u
-#define MV_SUB_CAPACITY 8192u
-#define MV_COMP_CAPACITY 4096u
-#define MV_MAX_BATCHES 1024u
-#define MV_OPS_PER_SHARD 4096u
-#define MV_CHUNK (4u << 20) /* bytes one fabric write carries at most */
-#define MV_MAX_GPUS 16
-#define MV_BOUNCE_CHUNKS 8 /* pinned MV_CHUNK bounce buffers per shard (path 3) */
+#define MV_CLIENT_MAX_PEERS   1024u
+#define MV_MAX_PEERS          4096u
+#define MV_IOV_MAX            4u
+#define MV_SUB_CAPACITY       8192u
+#define MV_COMP_CAPACITY      4096u
+#define MV_MAX_BATCHES        1024u
+#define MV_OPS_PER_SHARD      4096u
+#define MV_CHUNK              (4u << 20) /* bytes one fabric write carries at most */
+#define MV_MAX_GPUS           16
+#define MV_BOUNCE_CHUNKS      8 /* pinned MV_CHUNK bounce buffers per shard (path 3) */
 
 extern int mv_verbose;
 void mv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -55,12 +55,12 @@ struct mv_fabric {
 	struct fid_cq *cq;
 	struct fid_av *av;
 	struct fid_cntr *rx_cntr; /* remote writes received, where offered (shm) */
-	int cq_fd;	   /* wait fd of the CQ, or -1 when the provider has none */
-	int virt_addr;	   /* FI_MR_VIRT_ADDR: remote addresses are virtual */
-	int mr_local;	   /* FI_MR_LOCAL: local buffers need a descriptor */
-	int prov_key;	   /* FI_MR_PROV_KEY: the provider picks keys */
-	uint64_t dc_flag;  /* FI_DELIVERY_COMPLETE where the provider honours it, else 0 */
-	size_t iov_limit;  /* min(iov_limit, rma_iov_limit, MV_IOV_MAX) */
+	int cq_fd;                /* wait fd of the CQ, or -1 when the provider has none */
+	int virt_addr;            /* FI_MR_VIRT_ADDR: remote addresses are virtual */
+	int mr_local;             /* FI_MR_LOCAL: local buffers need a descriptor */
+	int prov_key;             /* FI_MR_PROV_KEY: the provider picks keys */
+	uint64_t dc_flag;         /* FI_DELIVERY_COMPLETE where the provider honours it, else 0 */
+	size_t iov_limit;         /* min(iov_limit, rma_iov_limit, MV_IOV_MAX) */
 	size_t tx_size;
 	size_t max_msg;
 	size_t key_size;
@@ -73,11 +73,11 @@ struct mv_fabric {
 
 /* GPU memory opened in this process. */
 struct mv_gpu_map {
-	uint32_t kind;	/* MV_GPU_IPC or MV_GPU_VMM */
-	int dev;	/* CUDA ordinal in the mover */
-	uint64_t base;	/* of the allocation, as mapped here */
+	uint32_t kind; /* MV_GPU_IPC or MV_GPU_VMM */
+	int dev;       /* CUDA ordinal in the mover */
+	uint64_t base; /* of the allocation, as mapped here */
 	uint64_t size;
-	uint64_t dptr;	/* the region's start */
+	uint64_t dptr; /* the region's start */
 };
 
 /* A same-host peer's GPU region, opened for CUDA copies (path 2). */
@@ -95,7 +95,7 @@ struct mv_gpu_shard {
 	void *bounce; /* MV_BOUNCE_CHUNKS x MV_CHUNK pinned bytes */
 	struct fid_mr *bounce_mr;
 	void *bounce_desc;
-	uint32_t free_chunks; /* bit i: chunk i is free */
+	uint32_t free_chunks;           /* bit i: chunk i is free */
 	void *ev_free[MV_MAX_GPUS][64]; /* finished events, for reuse */
 	uint32_t nev_free[MV_MAX_GPUS];
 };
@@ -113,11 +113,11 @@ struct mv_region {
 	uint64_t key[MV_MAX_SHARDS];
 	int64_t expires; /* freed: unmapped at this CLOCK_MONOTONIC second */
 	struct mv_region *next_dead;
-	int is_gpu;		  /* GPU memory: gpu, not base/map */
+	int is_gpu; /* GPU memory: gpu, not base/map */
 	struct mv_gpu_map gpu;
 	struct mv_gpu_desc gdesc; /* as the client described it, for same-host peers */
-	uint64_t shard_mask;	  /* shards near the memory (hwloc); 0: any */
-	int gpu_fd;		  /* VMM: the exported fd, for same-host peers; else -1 */
+	uint64_t shard_mask;      /* shards near the memory (hwloc); 0: any */
+	int gpu_fd;               /* VMM: the exported fd, for same-host peers; else -1 */
 };
 
 /* Another mover, known by its address blob. */
@@ -125,8 +125,8 @@ struct mv_peer {
 	uint64_t mover_id;
 	uint32_t nshards;
 	uint32_t index;
-	int refs;		/* clients using it (main thread) */
-	_Atomic int gone;	/* removed: refuse new work */
+	int refs;         /* clients using it (main thread) */
+	_Atomic int gone; /* removed: refuse new work */
 	struct mv_addr_blob blob;
 	/* Per local shard, written by that shard once (PEER_ADD) and read on
 	 * every post. Nothing here is written per op: shards would share it. */
@@ -139,7 +139,7 @@ struct mv_import {
 	struct mv_peer *peer;
 	uint32_t region;
 	uint32_t nshards;
-	uint32_t flags;		      /* MV_BLOB_* of the peer's region */
+	uint32_t flags;               /* MV_BLOB_* of the peer's region */
 	struct mv_gpu_remote *remote; /* same-host GPU region, opened here (path 2) */
 	uint64_t len;
 	uint64_t addr[MV_MAX_SHARDS];
@@ -151,10 +151,10 @@ struct mv_batch {
 	_Atomic uint32_t parts_done;
 	_Atomic int32_t status;
 	_Atomic uint64_t bytes;
-	_Atomic uint32_t ndesc;	     /* for the trace: WRITEs over all parts */
+	_Atomic uint32_t ndesc;      /* for the trace: WRITEs over all parts */
 	_Atomic uint32_t shard_mask; /* for the trace: shards that took part */
-	_Atomic uint64_t peer;	     /* for the trace: the peer mover written to */
-	uint8_t cause; /* written by whoever won the status CAS */
+	_Atomic uint64_t peer;       /* for the trace: the peer mover written to */
+	uint8_t cause;               /* written by whoever won the status CAS */
 	uint32_t region;
 	char msg[MV_ERRLEN];
 	struct mv_desc end; /* the last part's END, written by the finisher */
@@ -163,8 +163,8 @@ struct mv_batch {
 /* One shard's part of one batch: shard-local. */
 struct mv_part {
 	uint32_t outstanding; /* ops not yet completed */
-	uint32_t ndesc;	      /* WRITE descriptors seen */
-	uint64_t peer;	      /* mover id of the peer its writes went to */
+	uint32_t ndesc;       /* WRITE descriptors seen */
+	uint64_t peer;        /* mover id of the peer its writes went to */
 	uint8_t ended;
 	uint8_t failed;
 	uint8_t cause;
@@ -187,7 +187,7 @@ struct mv_attach {
 	uint32_t ovf_head, ovf_tail, ovf_cap;
 	uint32_t outstanding; /* ops pending or posted */
 	int detaching;
-	int dead;	      /* ring corrupt or client gone: consume nothing more */
+	int dead; /* ring corrupt or client gone: consume nothing more */
 	uint64_t descs, batches;
 	uint32_t sub_hwm, comp_hwm; /* highest occupancy seen, for the stats */
 };
@@ -212,13 +212,13 @@ struct mv_client {
 };
 
 enum mv_cmd_type {
-	MV_CMD_ATTACH,	   /* start polling a client's rings */
-	MV_CMD_DETACH,	   /* drain a client, then drop it */
-	MV_CMD_REG,	   /* register a region on this shard's domain */
-	MV_CMD_DEREG,	   /* close this shard's MR of a region */
-	MV_CMD_PEER_ADD,   /* insert the peer's address into the AV */
-	MV_CMD_SYNC,	   /* a grace period: acknowledged at a loop boundary */
-	MV_CMD_STOP,	   /* drain everything and leave the loop */
+	MV_CMD_ATTACH,   /* start polling a client's rings */
+	MV_CMD_DETACH,   /* drain a client, then drop it */
+	MV_CMD_REG,      /* register a region on this shard's domain */
+	MV_CMD_DEREG,    /* close this shard's MR of a region */
+	MV_CMD_PEER_ADD, /* insert the peer's address into the AV */
+	MV_CMD_SYNC,     /* a grace period: acknowledged at a loop boundary */
+	MV_CMD_STOP,     /* drain everything and leave the loop */
 };
 
 /* A mailbox command; the main thread waits on done. */
@@ -280,24 +280,24 @@ struct mv_shard {
 	uint32_t nfree;
 	struct mv_wr *pend_head, *pend_tail;
 	uint32_t npend;
-	uint32_t posted; /* ops handed to the provider, not yet completed */
+	uint32_t posted;    /* ops handed to the provider, not yet completed */
 	uint32_t abandoned; /* of those, failed at their deadline */
 	struct mv_wr *posted_head, *posted_tail;
 	int64_t next_expire;
-	int64_t now; /* CLOCK_MONOTONIC ns at the start of this loop turn */
+	int64_t now;      /* CLOCK_MONOTONIC ns at the start of this loop turn */
 	uint64_t rx_seen; /* rx_cntr's value when last read */
 	uint32_t idle_spins;
 
 	struct mv_shard_counters st;
-	uint8_t *bell;		/* the doorbell immediates land on (see mv_addr_blob) */
+	uint8_t *bell; /* the doorbell immediates land on (see mv_addr_blob) */
 	struct fid_mr *bell_mr;
 	void *bell_desc;
 	uint64_t bell_key;
 	struct mv_gpu_shard gpu;
 	struct mv_wr *gq_head, *gq_tail; /* GPU copies in flight, in stream order */
 	struct mv_wr *sq_head, *sq_tail; /* staged writes waiting for a bounce chunk */
-	uint32_t ngpu;			 /* ops in those two queues */
-	int gpu_open_dev;		 /* device of copies queued since the last fence, or -1 */
+	uint32_t ngpu;                   /* ops in those two queues */
+	int gpu_open_dev;                /* device of copies queued since the last fence, or -1 */
 	struct {
 		uint64_t bytes, writes, errors;
 	} pst[256]; /* per peer slot (first 256), for the stats */
@@ -313,10 +313,10 @@ struct mv_config {
 	const char *provider; /* auto, efa, verbs, tcp, shm */
 	const char *iface;    /* domain/interface name, e.g. lo or veth0 */
 	const char *cpus;     /* comma list overriding topology */
-	int nshards;	      /* 0: one per NIC */
+	int nshards;          /* 0: one per NIC */
 	int allow_any_uid;
 	int op_timeout_ms; /* a write not completed by then fails its batch */
-	const char *trace;  /* --trace FILE */
+	const char *trace; /* --trace FILE */
 };
 
 struct mover {
@@ -336,39 +336,40 @@ struct mover {
 	int stats_fd;
 	size_t stats_size;
 	_Atomic(struct mv_tracer *) tracer; /* non-NULL while tracing */
-	void *gpu_ctx[MV_MAX_GPUS];	    /* primary contexts, retained on first use */
+	void *gpu_ctx[MV_MAX_GPUS];         /* primary contexts, retained on first use */
 	struct mv_gpu_remote *gpu_remote;   /* same-host peers' GPU regions (main thread) */
-	int hmem;			    /* path 1: the provider registers GPU memory */
-	char hmem_why[160];		    /* ... or why not */
-	uint8_t host_id[16];		    /* boot id: who shares this host */
+	int hmem;                           /* path 1: the provider registers GPU memory */
+	char hmem_why[160];                 /* ... or why not */
+	uint8_t host_id[16];                /* boot id: who shares this host */
 	char prov[32];
 };
 
 /* fabric.c */
 int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int hmem);
 void mv_fabric_close(struct mv_fabric *f);
-int mv_fabric_list(const char *prov, const char *iface, char names[][64], char pci[][32],
-		   int max, char *chosen, size_t chosen_len);
+int mv_fabric_list(const char *prov, const char *iface, char names[][64], char pci[][32], int max,
+                   char *chosen, size_t chosen_len);
 int mv_fabric_reg(struct mv_fabric *f, void *buf, size_t len, uint64_t key, struct fid_mr **mr,
-		  void **desc, uint64_t *out_key, char *why, size_t whylen);
+                  void **desc, uint64_t *out_key, char *why, size_t whylen);
 int mv_fabric_av_insert(struct mv_fabric *f, const void *addr, fi_addr_t *out);
 int mv_fabric_reg_hmem(struct mv_fabric *f, uint64_t dptr, size_t len, int dev, uint64_t key,
-		       struct fid_mr **mr, void **desc, uint64_t *out_key, char *why, size_t whylen);
+                       struct fid_mr **mr, void **desc, uint64_t *out_key, char *why,
+                       size_t whylen);
 int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dptr, size_t len,
-			 char *why, size_t whylen);
+                         char *why, size_t whylen);
 
 /* gpu.c */
 int mv_gpu_region_open(struct mover *mv, struct mv_region *r, const struct mv_gpu_desc *g, int fd,
-		       char *why, size_t whylen);
+                       char *why, size_t whylen);
 void mv_gpu_region_close(struct mover *mv, struct mv_region *r);
 int mv_gpu_import_open(struct mover *mv, struct mv_import *imp, const struct mv_region_blob *b,
-		       char *why, size_t whylen);
+                       char *why, size_t whylen);
 void mv_gpu_import_close(struct mover *mv, struct mv_import *imp);
 int mv_gpu_shard_ready(struct mv_shard *s, int dev, char *why, size_t whylen);
 int mv_gpu_event(struct mv_shard *s, int dev, void **ev, char *why, size_t whylen);
 int mv_gpu_event_done(struct mv_shard *s, int dev, void *ev, char *why, size_t whylen);
 int mv_gpu_copy(struct mv_shard *s, int dev, uint64_t dst, int dst_dev, uint64_t src, int src_dev,
-		uint64_t len, char *why, size_t whylen);
+                uint64_t len, char *why, size_t whylen);
 void mv_gpu_shard_close(struct mv_shard *s);
 int mv_gpu_sync(struct mv_shard *s, int dev, char *why, size_t whylen);
 #define MV_GPU_EV_DONE ((void *)1) /* a group whose stream was waited for */
@@ -386,31 +387,31 @@ void *mv_shard_main(void *arg);
 
 /* registry.c */
 int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, uint64_t len,
-		  struct mv_region **out, char *why, size_t whylen);
+                  struct mv_region **out, char *why, size_t whylen);
 int mv_region_add_gpu(struct mover *mv, struct mv_client *cl, const struct mv_gpu_desc *g, int fd,
-		      uint64_t len, struct mv_region **out, char *why, size_t whylen);
+                      uint64_t len, struct mv_region **out, char *why, size_t whylen);
 int mv_region_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, size_t whylen);
 struct mv_region *mv_region_get(struct mover *mv, uint32_t id);
 void mv_region_reap(struct mover *mv, int all);
 void mv_region_blob(struct mover *mv, const struct mv_region *r, struct mv_region_blob *b);
-int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blob *b,
-		size_t len, uint32_t *out, char *why, size_t whylen);
+int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blob *b, size_t len,
+                uint32_t *out, char *why, size_t whylen);
 int mv_peer_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, size_t whylen);
 int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
-		  const struct mv_region_blob *b, size_t len, uint32_t *out, char *why,
-		  size_t whylen);
+                  const struct mv_region_blob *b, size_t len, uint32_t *out, char *why,
+                  size_t whylen);
 int mv_import_del(struct mover *mv, struct mv_client *cl, uint32_t handle, char *why,
-		  size_t whylen);
+                  size_t whylen);
 void mv_addr_blob(struct mover *mv, struct mv_addr_blob *b);
 int mv_call_all(struct mover *mv, enum mv_cmd_type type, void *arg, char *why, size_t whylen);
 void mv_client_release_all(struct mover *mv, struct mv_client *cl);
 
 /* validate.c: descriptor checks, pure functions so tests can drive them */
 int mv_check_write(const struct mv_desc *d, const struct mv_region *src,
-		   const struct mv_import *dst, uint32_t owner, char *why, size_t whylen,
-		   uint8_t *cause);
-int mv_check_addr_blob(const struct mv_addr_blob *b, size_t len, const char *prov,
-		       char *why, size_t whylen);
+                   const struct mv_import *dst, uint32_t owner, char *why, size_t whylen,
+                   uint8_t *cause);
+int mv_check_addr_blob(const struct mv_addr_blob *b, size_t len, const char *prov, char *why,
+                       size_t whylen);
 int mv_check_region_blob(const struct mv_region_blob *b, size_t len, char *why, size_t whylen);
 
 /* stats.c */

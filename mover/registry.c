@@ -50,7 +50,7 @@ struct mv_region *mv_region_get(struct mover *mv, uint32_t id)
 {
 	/* A6 pairs with R6 in mv_region_add(): the region is complete */
 	struct mv_region *r =
-		atomic_load_explicit(&mv->regions[id % MV_MAX_REGIONS], memory_order_acquire);
+	    atomic_load_explicit(&mv->regions[id % MV_MAX_REGIONS], memory_order_acquire);
 
 	return r && r->id == id ? r : NULL;
 }
@@ -76,7 +76,7 @@ static void region_free(struct mover *mv, struct mv_region *r)
 		return;
 	}
 	if (mmap(r->map, r->map_len, PROT_READ | PROT_WRITE,
-		 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
+	         MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
 		munmap(r->map, r->map_len);
 		free(r);
 		return;
@@ -107,7 +107,7 @@ void mv_region_reap(struct mover *mv, int all)
 }
 
 int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, uint64_t len,
-		  struct mv_region **out, char *why, size_t whylen)
+                  struct mv_region **out, char *why, size_t whylen)
 {
 	struct stat st;
 	long page = sysconf(_SC_PAGESIZE);
@@ -123,8 +123,9 @@ int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, 
 		return -EBADF;
 	}
 	if (len == 0 || off > (uint64_t)st.st_size || (uint64_t)st.st_size - off < len) {
-		snprintf(why, whylen, "region of %llu bytes at offset %llu does not fit a %lld-byte file",
-			 (unsigned long long)len, (unsigned long long)off, (long long)st.st_size);
+		snprintf(why, whylen,
+		         "region of %llu bytes at offset %llu does not fit a %lld-byte file",
+		         (unsigned long long)len, (unsigned long long)off, (long long)st.st_size);
 		return -ERANGE;
 	}
 	/* A client that shrinks its memfd later would fault us: demand sealing,
@@ -132,7 +133,8 @@ int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, 
 	 * mapped pages without the mapping's consent). */
 	int seals = fcntl(fd, F_GET_SEALS);
 	if (seals >= 0 && !(seals & F_SEAL_SHRINK)) {
-		snprintf(why, whylen, "region memfd must be sealed against shrinking (F_SEAL_SHRINK)");
+		snprintf(why, whylen,
+		         "region memfd must be sealed against shrinking (F_SEAL_SHRINK)");
 		return -EPERM;
 	}
 	for (idx = 1; idx < MV_MAX_REGIONS; idx++)
@@ -149,7 +151,7 @@ int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, 
 	uint64_t moff = off & ~(uint64_t)(page - 1);
 	r->map_len = (size_t)(len + (off - moff));
 	r->map = mmap(NULL, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
-		      (off_t)moff);
+	              (off_t)moff);
 	if (r->map == MAP_FAILED) {
 		ret = -errno;
 		snprintf(why, whylen, "mapping the region: %s", strerror(errno));
@@ -187,7 +189,7 @@ static int region_slot(struct mover *mv, char *why, size_t whylen)
 }
 
 int mv_region_add_gpu(struct mover *mv, struct mv_client *cl, const struct mv_gpu_desc *g, int fd,
-		      uint64_t len, struct mv_region **out, char *why, size_t whylen)
+                      uint64_t len, struct mv_region **out, char *why, size_t whylen)
 {
 	int idx = region_slot(mv, why, whylen), ret;
 
@@ -291,7 +293,7 @@ void mv_addr_blob(struct mover *mv, struct mv_addr_blob *b)
 }
 
 int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blob *b, size_t len,
-		uint32_t *out, char *why, size_t whylen)
+                uint32_t *out, char *why, size_t whylen)
 {
 	struct mv_peer *p = NULL;
 	uint32_t slot, free_slot = MV_MAX_PEERS;
@@ -377,8 +379,8 @@ int mv_peer_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, 
 }
 
 int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
-		  const struct mv_region_blob *b, size_t len, uint32_t *out, char *why,
-		  size_t whylen)
+                  const struct mv_region_blob *b, size_t len, uint32_t *out, char *why,
+                  size_t whylen)
 {
 	struct mv_peer *p = peer < MV_CLIENT_MAX_PEERS ? cl->peers[peer] : NULL;
 	uint32_t h;
@@ -393,9 +395,10 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 		return ret;
 	if (b->mover_id != p->mover_id || b->nshards != p->nshards) {
 		snprintf(why, whylen,
-			 "region blob is from mover %016llx (%u shards); peer %u is mover %016llx (%u shards)",
-			 (unsigned long long)b->mover_id, b->nshards, peer,
-			 (unsigned long long)p->mover_id, p->nshards);
+		         "region blob is from mover %016llx (%u shards); peer %u is mover %016llx "
+		         "(%u shards)",
+		         (unsigned long long)b->mover_id, b->nshards, peer,
+		         (unsigned long long)p->mover_id, p->nshards);
 		return -EXDEV;
 	}
 	for (h = 0; h < MV_CLIENT_MAX_IMPORTS; h++)
@@ -419,10 +422,11 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 				return ret;
 			}
 		} else if (b->flags & MV_BLOB_NO_FABRIC) {
-			snprintf(why, whylen,
-				 "peer region %u is GPU memory on another host that its mover cannot "
-				 "register (no FI_HMEM); receiver-side staging is not built yet",
-				 b->region);
+			snprintf(
+			    why, whylen,
+			    "peer region %u is GPU memory on another host that its mover cannot "
+			    "register (no FI_HMEM); receiver-side staging is not built yet",
+			    b->region);
 			free(imp);
 			return -EOPNOTSUPP;
 		}
@@ -442,8 +446,7 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 	return 0;
 }
 
-int mv_import_del(struct mover *mv, struct mv_client *cl, uint32_t handle, char *why,
-		  size_t whylen)
+int mv_import_del(struct mover *mv, struct mv_client *cl, uint32_t handle, char *why, size_t whylen)
 {
 	if (handle >= MV_CLIENT_MAX_IMPORTS || !atomic_load(&cl->imports[handle])) {
 		snprintf(why, whylen, "import %u is not one of this client's imports", handle);

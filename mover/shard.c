@@ -26,15 +26,15 @@
 #include "stats_layout.h"
 #include "trace_format.h"
 
-#define RING_BUDGET 256u     /* descriptors from one ring per turn */
-#define CQ_BATCH 64
-#define SPIN_NS 200000	     /* busy-poll this long after the last work */
+#define RING_BUDGET   256u /* descriptors from one ring per turn */
+#define CQ_BATCH      64
+#define SPIN_NS       200000 /* busy-poll this long after the last work */
 #define STOP_DRAIN_NS 10000000000ll
-#define OVF_MAX 65536u	     /* completions held for a client whose ring is full */
+#define OVF_MAX       65536u /* completions held for a client whose ring is full */
 
 enum mv_op_kind {
 	MV_OPK_WRITE = 1, /* a fabric write */
-	MV_OPK_IMM = 2,	  /* a fabric write of remote CQ data, after a batch */
+	MV_OPK_IMM = 2,   /* a fabric write of remote CQ data, after a batch */
 	MV_OPK_COPY = 3,  /* a CUDA copy into a same-host peer's GPU memory (path 2) */
 	MV_OPK_STAGE = 4, /* GPU -> bounce chunk, then a fabric write (path 3) */
 };
@@ -44,15 +44,15 @@ struct mv_wr {
 	struct mv_wr *next;
 	struct mv_wr *pprev, *pnext; /* the posted list, oldest first */
 	int64_t posted_at;
-	int abandoned; /* reported as failed; waits for the provider to let go */
-	int retries;   /* re-posts after connection-level errors */
-	int64_t born;  /* first queued: the deadline runs from here */
-	void *ev;      /* GPU ops: the CUDA event after the copy */
-	int chunk;     /* staged: the bounce chunk it holds, or -1 */
-	int dev;       /* GPU ops: the device whose stream runs the copy */
+	int abandoned;        /* reported as failed; waits for the provider to let go */
+	int retries;          /* re-posts after connection-level errors */
+	int64_t born;         /* first queued: the deadline runs from here */
+	void *ev;             /* GPU ops: the CUDA event after the copy */
+	int chunk;            /* staged: the bounce chunk it holds, or -1 */
+	int dev;              /* GPU ops: the device whose stream runs the copy */
 	int src_dev, dst_dev; /* -1: host memory */
-	uint8_t path;  /* enum mv_gpu_path, for the stats */
-	uint64_t csrc, cdst; /* GPU ops: copy source and destination */
+	uint8_t path;         /* enum mv_gpu_path, for the stats */
+	uint64_t csrc, cdst;  /* GPU ops: copy source and destination */
 	struct mv_attach *at;
 	struct mv_peer *peer;
 	uint32_t batch;
@@ -220,7 +220,7 @@ static int flush_ovf(struct mv_attach *at)
 }
 
 static void fail_part(struct mv_part *p, int status, uint8_t cause, uint32_t region,
-		      const char *msg)
+                      const char *msg)
 {
 	if (p->failed)
 		return;
@@ -232,10 +232,10 @@ static void fail_part(struct mv_part *p, int status, uint8_t cause, uint32_t reg
 }
 
 static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, uint64_t cookie,
-			  int status, uint8_t cause, const char *msg)
+                          int status, uint8_t cause, const char *msg)
 {
 	struct mv_batch *B = &at->cl->batches[b];
-	struct mv_cqe c = { .type = MV_CQE_BATCH, .batch = b, .cookie = cookie };
+	struct mv_cqe c = {.type = MV_CQE_BATCH, .batch = b, .cookie = cookie};
 
 	c.status = status;
 	c.cause = cause;
@@ -247,16 +247,22 @@ static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, 
 	if (atomic_load_explicit(&s->mv->tracer, memory_order_relaxed)) {
 		const struct mv_desc *e = &B->end;
 		struct mv_trace_rec t = {
-			.type = MV_TR_BATCH, .nparts = e->nparts, .client = at->cl->id,
-			.submit_ns = e->stamp, .complete_ns = (uint64_t)now_ns(),
-			.bytes = status ? e->len : c.bytes,
-			.peer = atomic_load_explicit(&B->peer, memory_order_relaxed),
-			.nops = e->src_off > UINT32_MAX ? UINT32_MAX : (uint32_t)e->src_off,
-			.ndesc = atomic_load_explicit(&B->ndesc, memory_order_relaxed),
-			.page_size = (uint32_t)e->dst_off, .kind = (uint8_t)e->src, .cause = cause,
-			.shard_mask = (uint16_t)atomic_load_explicit(&B->shard_mask,
-								   memory_order_relaxed),
-			.status = status, .imm = e->imm,
+		    .type = MV_TR_BATCH,
+		    .nparts = e->nparts,
+		    .client = at->cl->id,
+		    .submit_ns = e->stamp,
+		    .complete_ns = (uint64_t)now_ns(),
+		    .bytes = status ? e->len : c.bytes,
+		    .peer = atomic_load_explicit(&B->peer, memory_order_relaxed),
+		    .nops = e->src_off > UINT32_MAX ? UINT32_MAX : (uint32_t)e->src_off,
+		    .ndesc = atomic_load_explicit(&B->ndesc, memory_order_relaxed),
+		    .page_size = (uint32_t)e->dst_off,
+		    .kind = (uint8_t)e->src,
+		    .cause = cause,
+		    .shard_mask =
+		        (uint16_t)atomic_load_explicit(&B->shard_mask, memory_order_relaxed),
+		    .status = status,
+		    .imm = e->imm,
 		};
 		mv_trace_batch(s, &t);
 	}
@@ -314,9 +320,9 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 			if (op)
 				op_put(s, op);
 			publish_batch(s, at, b, end.cookie, -ENOENT,
-				      imp ? MV_CAUSE_PEER_GONE : MV_CAUSE_NO_IMPORT,
-				      imp ? "peer was removed before the immediate"
-					  : "immediate names an unknown import handle");
+			              imp ? MV_CAUSE_PEER_GONE : MV_CAUSE_NO_IMPORT,
+			              imp ? "peer was removed before the immediate"
+			                  : "immediate names an unknown import handle");
 			return;
 		}
 		uint32_t t = (uint32_t)s->id % imp->nshards;
@@ -337,7 +343,7 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 		return;
 	}
 	publish_batch(s, at, b, end.cookie, status, status ? B->cause : MV_CAUSE_NONE,
-		      status ? B->msg : NULL);
+	              status ? B->msg : NULL);
 }
 
 static void check_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
@@ -369,17 +375,17 @@ static void op_report(struct mv_shard *s, struct mv_wr *op, int err, const char 
 		if (err)
 			snprintf(msg, sizeof(msg), "immediate: %s", text);
 		publish_batch(s, at, op->batch, op->cookie, err,
-			      err ? (err == -ETIMEDOUT ? MV_CAUSE_PEER_GONE : MV_CAUSE_PROVIDER)
-				  : MV_CAUSE_NONE,
-			      err ? msg : NULL);
+		              err ? (err == -ETIMEDOUT ? MV_CAUSE_PEER_GONE : MV_CAUSE_PROVIDER)
+		                  : MV_CAUSE_NONE,
+		              err ? msg : NULL);
 		return;
 	}
 	struct mv_part *p = &at->parts[op->batch];
 	p->outstanding--;
 	if (err) {
-		uint8_t cause = err == -ECANCELED			 ? MV_CAUSE_CANCELLED
-				: err == -EHOSTUNREACH || err == -ETIMEDOUT ? MV_CAUSE_PEER_GONE
-									     : MV_CAUSE_PROVIDER;
+		uint8_t cause = err == -ECANCELED                           ? MV_CAUSE_CANCELLED
+		                : err == -EHOSTUNREACH || err == -ETIMEDOUT ? MV_CAUSE_PEER_GONE
+		                                                            : MV_CAUSE_PROVIDER;
 		fail_part(p, err, cause, 0, text);
 	} else {
 		p->bytes += op->bytes;
@@ -399,9 +405,9 @@ static void op_done(struct mv_shard *s, struct mv_wr *op, int err, const char *t
 
 /* A descriptor that cannot be tied to a batch: report it on its own. */
 static void bad_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
-		     const char *why)
+                     const char *why)
 {
-	struct mv_cqe c = { .type = MV_CQE_BATCH, .status = -EINVAL, .cause = MV_CAUSE_BAD_DESC };
+	struct mv_cqe c = {.type = MV_CQE_BATCH, .status = -EINVAL, .cause = MV_CAUSE_BAD_DESC};
 
 	c.batch = d->batch;
 	c.shard = (uint32_t)s->id;
@@ -453,7 +459,7 @@ static int fence(struct mv_shard *s, char *why, size_t whylen)
 /* Paths 2 and 3: one op per chunk, copies issued (or queued for a bounce
  * chunk) at once, on the stream of the device that runs them. */
 static void take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
-		     const struct mv_region *src, const struct mv_import *dst, uint8_t path)
+                     const struct mv_region *src, const struct mv_import *dst, uint8_t path)
 {
 	struct mv_part *p = &at->parts[d->batch];
 	int dev = path == MV_PATH_COPY ? dst->remote->map.dev : src->gpu.dev;
@@ -469,7 +475,8 @@ static void take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 	for (uint64_t off = 0; off < d->len;) {
 		/* A CUDA copy takes the whole descriptor at once; a staged write
 		 * goes chunk by chunk through the bounce pool. */
-		uint64_t n = path == MV_PATH_COPY || d->len - off < MV_CHUNK ? d->len - off : MV_CHUNK;
+		uint64_t n =
+		    path == MV_PATH_COPY || d->len - off < MV_CHUNK ? d->len - off : MV_CHUNK;
 		struct mv_wr *op = op_get(s);
 
 		op->kind = path == MV_PATH_COPY ? MV_OPK_COPY : MV_OPK_STAGE;
@@ -481,7 +488,7 @@ static void take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 		op->dev = dev;
 		op->src_dev = src->is_gpu ? src->gpu.dev : -1;
 		op->csrc = src->is_gpu ? src->gpu.dptr + d->src_off + off
-				       : (uint64_t)(uintptr_t)(src->base + d->src_off + off);
+		                       : (uint64_t)(uintptr_t)(src->base + d->src_off + off);
 		p->outstanding++;
 		at->outstanding++;
 		s->ngpu++;
@@ -490,8 +497,8 @@ static void take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 			op->cdst = dst->remote->map.dptr + d->dst_off + off;
 			if (s->gpu_open_dev >= 0 && s->gpu_open_dev != dev)
 				fence(s, why, sizeof(why));
-			ret = mv_gpu_copy(s, dev, op->cdst, op->dst_dev, op->csrc, op->src_dev, n, why,
-					  sizeof(why));
+			ret = mv_gpu_copy(s, dev, op->cdst, op->dst_dev, op->csrc, op->src_dev, n,
+			                  why, sizeof(why));
 			if (ret) {
 				s->ngpu--;
 				op_done(s, op, ret, why);
@@ -502,8 +509,8 @@ static void take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 		} else {
 			op->dst_dev = -1;
 			op->niov = 1;
-			op->riov[0] = (struct fi_rma_iov){ .addr = dst->addr[t] + d->dst_off + off,
-							   .len = n, .key = dst->key[t] };
+			op->riov[0] = (struct fi_rma_iov){
+			    .addr = dst->addr[t] + d->dst_off + off, .len = n, .key = dst->key[t]};
 			op->next = NULL;
 			if (s->sq_tail)
 				s->sq_tail->next = op;
@@ -539,7 +546,7 @@ static int gpu_progress(struct mv_shard *s)
 		op->cdst = buf;
 		fence(s, why, sizeof(why)); /* a staged op is a group of its own */
 		int ret = mv_gpu_copy(s, op->dev, buf, -1, op->csrc, op->src_dev, op->bytes, why,
-				      sizeof(why));
+		                      sizeof(why));
 		if (!ret)
 			ret = mv_gpu_event(s, op->dev, &op->ev, why, sizeof(why));
 		if (ret) {
@@ -561,7 +568,7 @@ static int gpu_progress(struct mv_shard *s)
 		if (done == 0)
 			break; /* one stream per device runs them in order */
 		/* The whole group, head through the fence, is done. */
-		for (struct mv_wr *op = s->gq_head, *next; ; op = next) {
+		for (struct mv_wr *op = s->gq_head, *next;; op = next) {
 			next = op->next;
 			s->gq_head = next;
 			if (!next)
@@ -573,7 +580,7 @@ static int gpu_progress(struct mv_shard *s)
 				op_done(s, op, done < 0 ? -EIO : 0, why);
 			} else {
 				op->kind = MV_OPK_WRITE;
-				op->iov[0] = (struct iovec){ (void *)(uintptr_t)op->cdst, op->bytes };
+				op->iov[0] = (struct iovec){(void *)(uintptr_t)op->cdst, op->bytes};
 				op->desc[0] = s->gpu.bounce_desc;
 				pend_push(s, op);
 			}
@@ -598,7 +605,7 @@ static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv
 		return;
 	if (mv_check_write(d, src, dst, at->cl->id, why, sizeof(why), &cause)) {
 		fail_part(p, cause == MV_CAUSE_BOUNDS ? -ERANGE : -ENOENT, cause,
-			  cause == MV_CAUSE_NO_IMPORT ? d->dst : d->src, why);
+		          cause == MV_CAUSE_NO_IMPORT ? d->dst : d->src, why);
 		return;
 	}
 	if (atomic_load_explicit(&dst->peer->gone, memory_order_relaxed)) {
@@ -636,7 +643,8 @@ static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv
 			struct iovec *li = &tail->iov[tail->niov - 1];
 			struct fi_rma_iov *ri = &tail->riov[tail->niov - 1];
 			if ((uint8_t *)li->iov_base + li->iov_len == la &&
-			    ri->addr + ri->len == ra && tail->desc[tail->niov - 1] == src->desc[s->id]) {
+			    ri->addr + ri->len == ra &&
+			    tail->desc[tail->niov - 1] == src->desc[s->id]) {
 				li->iov_len += n;
 				ri->len += n;
 				tail->bytes += n;
@@ -644,10 +652,10 @@ static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv
 				continue;
 			}
 			if (tail->niov < s->fab.iov_limit) {
-				tail->iov[tail->niov] = (struct iovec){ la, n };
+				tail->iov[tail->niov] = (struct iovec){la, n};
 				tail->desc[tail->niov] = src->desc[s->id];
 				tail->riov[tail->niov] =
-					(struct fi_rma_iov){ .addr = ra, .len = n, .key = dst->key[t] };
+				    (struct fi_rma_iov){.addr = ra, .len = n, .key = dst->key[t]};
 				tail->niov++;
 				tail->bytes += n;
 				off += n;
@@ -662,9 +670,9 @@ static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv
 		op->peer = dst->peer;
 		op->niov = 1;
 		op->bytes = n;
-		op->iov[0] = (struct iovec){ la, n };
+		op->iov[0] = (struct iovec){la, n};
 		op->desc[0] = src->desc[s->id];
-		op->riov[0] = (struct fi_rma_iov){ .addr = ra, .len = n, .key = dst->key[t] };
+		op->riov[0] = (struct fi_rma_iov){.addr = ra, .len = n, .key = dst->key[t]};
 		p->outstanding++;
 		at->outstanding++;
 		pend_push(s, op);
@@ -679,15 +687,15 @@ static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 
 	if (d->nparts == 0 || d->nparts > s->mv->nshards) {
 		snprintf(why, sizeof(why), "batch %u END says %u parts; this mover has %u shards",
-			 d->batch, d->nparts, s->mv->nshards);
+		         d->batch, d->nparts, s->mv->nshards);
 		fail_part(p, -EINVAL, MV_CAUSE_BAD_DESC, 0, why);
 	} else if (d->ndesc != p->ndesc) {
 		snprintf(why, sizeof(why), "batch %u END counts %u writes; shard %d received %u",
-			 d->batch, d->ndesc, s->id, p->ndesc);
+		         d->batch, d->ndesc, s->id, p->ndesc);
 		fail_part(p, -EINVAL, MV_CAUSE_BAD_DESC, 0, why);
 	} else if ((d->flags & MV_END_IMM) && !import_get(at->cl, d->dst)) {
 		snprintf(why, sizeof(why), "immediate names import %u, which does not exist",
-			 d->dst);
+		         d->dst);
 		fail_part(p, -ENOENT, MV_CAUSE_NO_IMPORT, d->dst, why);
 	}
 	p->end = *d;
@@ -703,14 +711,14 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 	char why[MV_ERRLEN];
 
 	if (d->batch >= MV_MAX_BATCHES) {
-		snprintf(why, sizeof(why), "descriptor names batch %u; ids run below %u",
-			 d->batch, MV_MAX_BATCHES);
+		snprintf(why, sizeof(why), "descriptor names batch %u; ids run below %u", d->batch,
+		         MV_MAX_BATCHES);
 		bad_desc(s, at, d, why);
 		return 1;
 	}
 	if (at->parts[d->batch].ended) {
 		snprintf(why, sizeof(why), "batch %u is already ended and still in flight",
-			 d->batch);
+		         d->batch);
 		bad_desc(s, at, d, why);
 		return 1;
 	}
@@ -777,12 +785,12 @@ static int post(struct mv_shard *s)
 		struct mv_wr *op = s->pend_head;
 		uint64_t flags = FI_COMPLETION | s->fab.dc_flag;
 		struct fi_msg_rma msg = {
-			.msg_iov = op->iov,
-			.desc = op->desc,
-			.iov_count = op->niov,
-			.rma_iov = op->riov,
-			.rma_iov_count = op->niov,
-			.context = &op->ctx,
+		    .msg_iov = op->iov,
+		    .desc = op->desc,
+		    .iov_count = op->niov,
+		    .rma_iov = op->riov,
+		    .rma_iov_count = op->niov,
+		    .context = &op->ctx,
 		};
 		ssize_t ret;
 
@@ -826,7 +834,7 @@ static int post(struct mv_shard *s)
 static void deliver_imm(struct mv_shard *s, uint64_t data)
 {
 	struct mv_region *r = mv_region_get(s->mv, (uint32_t)(data >> 32));
-	struct mv_cqe c = { .type = MV_CQE_IMM, .imm = (uint32_t)data };
+	struct mv_cqe c = {.type = MV_CQE_IMM, .imm = (uint32_t)data};
 
 	s->st.imm_rx++;
 	if (!r)
@@ -852,8 +860,8 @@ static int retry(struct mv_shard *s, struct mv_wr *op, int err)
 	if (op->abandoned || op->at->detaching || op->retries >= 3 || s->now - op->born > limit)
 		return 0;
 	/* rxm flushes the ops of a dropped connection as FI_ECANCELED. */
-	if (err != FI_ENOTCONN && err != EPIPE && err != FI_ECONNRESET &&
-	    err != FI_ECONNABORTED && err != FI_ECONNREFUSED && err != FI_ECANCELED)
+	if (err != FI_ENOTCONN && err != EPIPE && err != FI_ECONNRESET && err != FI_ECONNABORTED &&
+	    err != FI_ECONNREFUSED && err != FI_ECANCELED)
 		return 0;
 	op->retries++;
 	op->posted_at = s->now;
@@ -871,20 +879,19 @@ static int reap(struct mv_shard *s)
 	struct fi_cq_data_entry ent[CQ_BATCH];
 	int total = 0;
 
-
 	for (;;) {
 		ssize_t n = fi_cq_read(s->fab.cq, ent, CQ_BATCH);
 		if (n == -FI_EAGAIN || n == 0)
 			break;
 		if (n == -FI_EAVAIL) {
-			struct fi_cq_err_entry e = { 0 };
+			struct fi_cq_err_entry e = {0};
 			char buf[128], text[MV_ERRLEN];
 
 			if (fi_cq_readerr(s->fab.cq, &e, 0) != 1)
 				break;
 			s->st.cq_errors++;
-			const char *pe = fi_cq_strerror(s->fab.cq, e.prov_errno, e.err_data, buf,
-							sizeof(buf));
+			const char *pe =
+			    fi_cq_strerror(s->fab.cq, e.prov_errno, e.err_data, buf, sizeof(buf));
 			if (!e.op_context || (e.flags & FI_REMOTE_WRITE)) {
 				mv_log("shard %d: remote write error: %s", s->id, pe ? pe : "?");
 				continue;
@@ -897,7 +904,7 @@ static int reap(struct mv_shard *s)
 				continue;
 			}
 			op_done(s, op, e.err == FI_EHOSTUNREACH ? -EHOSTUNREACH : -(int)e.err,
-				text);
+			        text);
 			total++;
 			continue;
 		}
@@ -948,8 +955,8 @@ static int expire(struct mv_shard *s)
 			s->pend_tail = NULL;
 		s->npend--;
 		snprintf(text, sizeof(text),
-			 "peer mover %016llx took no write for %d ms: unreachable or gone",
-			 (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
+		         "peer mover %016llx took no write for %d ms: unreachable or gone",
+		         (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
 		op_report(s, op, -ETIMEDOUT, text);
 		op_put(s, op);
 		n++;
@@ -959,8 +966,8 @@ static int expire(struct mv_shard *s)
 		if (op->abandoned)
 			continue;
 		snprintf(text, sizeof(text),
-			 "no completion from peer mover %016llx in %d ms: unreachable or gone",
-			 (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
+		         "no completion from peer mover %016llx in %d ms: unreachable or gone",
+		         (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
 		op_report(s, op, -ETIMEDOUT, text);
 		op->abandoned = 1;
 		s->abandoned++;
@@ -1051,11 +1058,11 @@ static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 			break; /* not registrable here: paths 2 and 3 carry it */
 		if (r->is_gpu)
 			ret = mv_fabric_reg_hmem(&s->fab, r->gpu.dptr, r->len, r->gpu.dev, want,
-						 &r->mr[s->id], &r->desc[s->id], &key, c->msg,
-						 sizeof(c->msg));
+			                         &r->mr[s->id], &r->desc[s->id], &key, c->msg,
+			                         sizeof(c->msg));
 		else
 			ret = mv_fabric_reg(&s->fab, r->base, r->len, want, &r->mr[s->id],
-					    &r->desc[s->id], &key, c->msg, sizeof(c->msg));
+			                    &r->desc[s->id], &key, c->msg, sizeof(c->msg));
 		r->key[s->id] = key;
 		break;
 	}
@@ -1071,7 +1078,7 @@ static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 		ret = mv_fabric_av_insert(&s->fab, p->blob.addr[t], &p->fiaddr[s->id]);
 		if (ret)
 			snprintf(c->msg, sizeof(c->msg), "fi_av_insert of peer shard %u: %s", t,
-				 fi_strerror(-ret));
+			         fi_strerror(-ret));
 		break;
 	}
 	case MV_CMD_SYNC:
@@ -1153,7 +1160,8 @@ static int rings_empty(struct mv_shard *s)
 /* Returns 1 when something woke the shard (doorbell, CQ fd), 0 otherwise. */
 static int sleep_once(struct mv_shard *s, int64_t idle_ns)
 {
-	struct pollfd pf[2] = { { .fd = s->efd, .events = POLLIN }, { .fd = s->fab.cq_fd, .events = POLLIN } };
+	struct pollfd pf[2] = {{.fd = s->efd, .events = POLLIN},
+	                       {.fd = s->fab.cq_fd, .events = POLLIN}};
 	uint32_t armed = 0;
 	int timeout, nfds = 1, woke = 1;
 
@@ -1221,11 +1229,13 @@ static void shard_loop(struct mv_shard *s)
 		if (s->stop_cmd) {
 			if (!stop_at)
 				stop_at = now_ns() + STOP_DRAIN_NS;
-			if ((rings_empty(s) && !s->npend && !s->ngpu && s->posted == s->abandoned) ||
+			if ((rings_empty(s) && !s->npend && !s->ngpu &&
+			     s->posted == s->abandoned) ||
 			    now_ns() > stop_at) {
 				if (s->npend || s->posted)
-					mv_log("shard %d: stopping with %u queued and %u posted ops",
-					       s->id, s->npend, s->posted);
+					mv_log(
+					    "shard %d: stopping with %u queued and %u posted ops",
+					    s->id, s->npend, s->posted);
 				break;
 			}
 		}
@@ -1271,7 +1281,7 @@ void *mv_shard_main(void *arg)
 	if (ret) {
 		s->start_status = ret;
 		snprintf(s->start_msg, sizeof(s->start_msg), "opening %s on %s: %s", s->mv->prov,
-			 s->iface, fi_strerror(-ret));
+		         s->iface, fi_strerror(-ret));
 		sem_post(&s->started);
 		return NULL;
 	}
@@ -1289,9 +1299,9 @@ void *mv_shard_main(void *arg)
 	}
 	s->bell = aligned_alloc(4096, 4096);
 	ret = s->bell ? mv_fabric_reg(&s->fab, s->bell, 4096, 0xbe11000000ull + (uint64_t)s->id,
-				      &s->bell_mr, (void **)&s->bell_desc, &s->bell_key, s->start_msg,
-				      sizeof(s->start_msg))
-		      : -ENOMEM;
+	                              &s->bell_mr, (void **)&s->bell_desc, &s->bell_key,
+	                              s->start_msg, sizeof(s->start_msg))
+	              : -ENOMEM;
 	if (ret) {
 		s->start_status = ret;
 		free(s->bell);
@@ -1313,7 +1323,8 @@ void *mv_shard_main(void *arg)
 	free(s->bell);
 	/* Registrations before the domain they belong to. */
 	for (uint32_t i = 0; i < MV_MAX_REGIONS; i++) {
-		struct mv_region *r = atomic_load_explicit(&s->mv->regions[i], memory_order_acquire);
+		struct mv_region *r =
+		    atomic_load_explicit(&s->mv->regions[i], memory_order_acquire);
 		if (r && r->mr[s->id]) {
 			fi_close(&r->mr[s->id]->fid);
 			r->mr[s->id] = NULL;

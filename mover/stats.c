@@ -18,7 +18,7 @@
 #include "stats_layout.h"
 
 #define PUB_COUNTERS_NS 10000000ll
-#define PUB_ROWS_NS 100000000ll
+#define PUB_ROWS_NS     100000000ll
 
 static uint64_t mono_ns(void)
 {
@@ -32,8 +32,10 @@ int mv_stats_init(struct mover *mv)
 {
 	size_t shard_off = (sizeof(struct mv_stats_hdr) + 63) & ~(size_t)63;
 	size_t ring_off = shard_off + mv->nshards * sizeof(struct mv_stats_shard);
-	size_t peer_off = ring_off + (size_t)mv->nshards * MV_STATS_RINGS * sizeof(struct mv_stats_ring);
-	size_t size = peer_off + (size_t)mv->nshards * MV_STATS_PEERS * sizeof(struct mv_stats_peer);
+	size_t peer_off =
+	    ring_off + (size_t)mv->nshards * MV_STATS_RINGS * sizeof(struct mv_stats_ring);
+	size_t size =
+	    peer_off + (size_t)mv->nshards * MV_STATS_PEERS * sizeof(struct mv_stats_peer);
 	int fd = memfd_create("mover-stats", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 
 	size = (size + 4095) & ~(size_t)4095;
@@ -71,10 +73,10 @@ int mv_stats_init(struct mover *mv)
 		ss->cpu = sh->cpu;
 		ss->numa = sh->numa;
 		sh->pub = ss;
-		sh->pub_rings = (struct mv_stats_ring *)((char *)base + ring_off) +
-				(size_t)s * MV_STATS_RINGS;
-		sh->pub_peers = (struct mv_stats_peer *)((char *)base + peer_off) +
-				(size_t)s * MV_STATS_PEERS;
+		sh->pub_rings =
+		    (struct mv_stats_ring *)((char *)base + ring_off) + (size_t)s * MV_STATS_RINGS;
+		sh->pub_peers =
+		    (struct mv_stats_peer *)((char *)base + peer_off) + (size_t)s * MV_STATS_PEERS;
 	}
 	atomic_thread_fence(memory_order_release);
 	h->magic = MV_STATS_MAGIC;
@@ -109,7 +111,7 @@ void mv_stats_stop(struct mover *mv)
 
 static void publish_rows(struct mv_shard *s)
 {
-	uint8_t seen[MV_STATS_RINGS] = { 0 };
+	uint8_t seen[MV_STATS_RINGS] = {0};
 
 	for (uint32_t i = 0; i < s->natt; i++) {
 		struct mv_attach *at = s->att[i];
@@ -129,17 +131,19 @@ static void publish_rows(struct mv_shard *s)
 		PUT(r->comp_head, atomic_load_explicit(&comp->cons.idx, memory_order_relaxed));
 		PUT(r->comp_cap, at->comp.capacity);
 		PUT(r->comp_hwm, at->comp_hwm);
-		PUT(r->shard_sleeping, !!(atomic_load_explicit(&sub->sleep.flags, memory_order_relaxed) &
-					  SHMRING_NEED_WAKEUP));
-		PUT(r->client_sleeping, !!(atomic_load_explicit(&comp->sleep.flags,
-								memory_order_relaxed) &
-					   SHMRING_NEED_WAKEUP));
+		PUT(r->shard_sleeping,
+		    !!(atomic_load_explicit(&sub->sleep.flags, memory_order_relaxed) &
+		       SHMRING_NEED_WAKEUP));
+		PUT(r->client_sleeping,
+		    !!(atomic_load_explicit(&comp->sleep.flags, memory_order_relaxed) &
+		       SHMRING_NEED_WAKEUP));
 		PUT(r->descs, at->descs);
 		PUT(r->batches, at->batches);
 		atomic_store_explicit(&r->used, 1, memory_order_release);
 	}
 	for (uint32_t slot = 0; slot < MV_STATS_RINGS; slot++)
-		if (!seen[slot] && atomic_load_explicit(&s->pub_rings[slot].used, memory_order_relaxed))
+		if (!seen[slot] &&
+		    atomic_load_explicit(&s->pub_rings[slot].used, memory_order_relaxed))
 			atomic_store_explicit(&s->pub_rings[slot].used, 0, memory_order_release);
 	for (uint32_t p = 0; p < MV_STATS_PEERS && p < MV_MAX_PEERS; p++) {
 		struct mv_peer *peer = s->mv->peers[p];

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI 2u
+#define MV_STATS_ABI   2u
 #define MV_STATS_RINGS 256u /* ring rows per shard: client slots */
 #define MV_STATS_PEERS 256u /* peer rows per shard: the first peer slots */
 
@@ -65,8 +65,8 @@ struct mv_stats_shard {
 	alignas(64) _Atomic uint64_t heartbeat_ns;
 	_Atomic uint64_t posted;    /* fabric writes posted */
 	_Atomic uint64_t completed; /* ... and completed */
-	_Atomic uint64_t bytes;	    /* bytes of completed writes */
-	_Atomic uint64_t descs;	    /* descriptors consumed from rings */
+	_Atomic uint64_t bytes;     /* bytes of completed writes */
+	_Atomic uint64_t descs;     /* descriptors consumed from rings */
 	_Atomic uint64_t batches;   /* batch completions published */
 	_Atomic uint64_t eagain;    /* posts the provider deferred */
 	_Atomic uint64_t cq_errors;

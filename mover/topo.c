@@ -44,7 +44,7 @@ static int parse_cpus(const char *list, int *cpus, int max)
 int mv_topo_place(struct mover *mv, char *why, size_t whylen)
 {
 	hwloc_topology_t t;
-	int ncpu, used[1024] = { 0 };
+	int ncpu, used[1024] = {0};
 
 	if (hwloc_topology_init(&t) < 0)
 		return -ENOMEM;
@@ -148,7 +148,7 @@ uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid)
 				if (hwloc_bitmap_intersects(na->cpuset, anc->cpuset))
 					mask |= 1ull << s;
 			} else if (mv->shards[s].cpu >= 0 &&
-				   hwloc_bitmap_isset(anc->cpuset, (unsigned)mv->shards[s].cpu)) {
+			           hwloc_bitmap_isset(anc->cpuset, (unsigned)mv->shards[s].cpu)) {
 				mask |= 1ull << s;
 			}
 		}

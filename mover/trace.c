@@ -21,8 +21,8 @@
 #include "stats_layout.h"
 #include "trace_format.h"
 
-#define TRACE_RING 65536u	/* records a shard may queue: 4 MiB */
-#define TRACE_BUF (1u << 20) /* bytes per write */
+#define TRACE_RING     65536u     /* records a shard may queue: 4 MiB */
+#define TRACE_BUF      (1u << 20) /* bytes per write */
 #define TRACE_FLUSH_NS 20000000ll
 
 struct mv_tracer {
@@ -73,7 +73,8 @@ static int reap_writes(struct mv_tracer *t, int wait)
 	struct io_uring_cqe *cqe;
 	int n = 0;
 
-	while ((wait ? io_uring_wait_cqe(&t->uring, &cqe) : io_uring_peek_cqe(&t->uring, &cqe)) == 0) {
+	while ((wait ? io_uring_wait_cqe(&t->uring, &cqe) : io_uring_peek_cqe(&t->uring, &cqe)) ==
+	       0) {
 		int b = (int)io_uring_cqe_get_data64(cqe);
 		if (cqe->res < 0 || (size_t)cqe->res != t->fill[b]) {
 			mv_log("trace %s: write failed (%s); tracing stops", t->path,
@@ -124,7 +125,7 @@ static void *writer(void *arg)
 		for (uint32_t s = 0; s < mv->nshards; s++) {
 			struct shmring *q = &t->q[s][1];
 			uint32_t pos, room = (uint32_t)((TRACE_BUF - t->fill[t->cur]) /
-							sizeof(struct mv_trace_rec));
+			                                sizeof(struct mv_trace_rec));
 			int n = shmring_peek(q, room, &pos);
 			for (int i = 0; i < n; i++)
 				memcpy(t->buf[t->cur] + t->fill[t->cur] + (size_t)i * 64,
@@ -147,7 +148,7 @@ static void *writer(void *arg)
 		if (!running && !moved)
 			break;
 		if (!moved) {
-			struct timespec ts = { 0, 5000000 };
+			struct timespec ts = {0, 5000000};
 			nanosleep(&ts, NULL);
 		}
 	}
@@ -172,7 +173,8 @@ int mv_trace_start(struct mover *mv, const char *path, char *why, size_t whylen)
 	int ret;
 
 	if (atomic_load(&mv->tracer)) {
-		snprintf(why, whylen, "already tracing to %s; stop it first", mv->stats->trace_path);
+		snprintf(why, whylen, "already tracing to %s; stop it first",
+		         mv->stats->trace_path);
 		return -EBUSY;
 	}
 	t = calloc(1, sizeof(*t));
@@ -186,10 +188,13 @@ int mv_trace_start(struct mover *mv, const char *path, char *why, size_t whylen)
 		snprintf(why, whylen, "cannot create trace %s: %s", path, strerror(errno));
 		goto err_free;
 	}
-	struct mv_trace_hdr h = { .magic = MV_TRACE_MAGIC, .version = MV_TRACE_VERSION,
-				  .hdr_size = sizeof(h), .rec_size = sizeof(struct mv_trace_rec),
-				  .nshards = mv->nshards, .mover_id = mv->mover_id,
-				  .start_ns = mono_ns() };
+	struct mv_trace_hdr h = {.magic = MV_TRACE_MAGIC,
+	                         .version = MV_TRACE_VERSION,
+	                         .hdr_size = sizeof(h),
+	                         .rec_size = sizeof(struct mv_trace_rec),
+	                         .nshards = mv->nshards,
+	                         .mover_id = mv->mover_id,
+	                         .start_ns = mono_ns()};
 	clock_gettime(CLOCK_REALTIME, &wall);
 	h.start_unix_ns = (uint64_t)wall.tv_sec * 1000000000ull + (uint64_t)wall.tv_nsec;
 	snprintf(h.provider, sizeof(h.provider), "%s", mv->prov);
@@ -212,7 +217,8 @@ int mv_trace_start(struct mover *mv, const char *path, char *why, size_t whylen)
 		goto err_uring;
 	}
 	for (uint32_t s = 0; s < mv->nshards; s++) {
-		struct shmring_opts o = { .capacity = TRACE_RING, .slot_size = 64, .name = "mv-trace" };
+		struct shmring_opts o = {
+		    .capacity = TRACE_RING, .slot_size = 64, .name = "mv-trace"};
 		ret = shmring_create(&t->q[s][0], &o, SHMRING_PRODUCER);
 		if (!ret) {
 			int fd = dup(shmring_fd(&t->q[s][0]));
@@ -222,7 +228,7 @@ int mv_trace_start(struct mover *mv, const char *path, char *why, size_t whylen)
 		}
 		if (ret) {
 			snprintf(why, whylen, "trace ring of shard %u: %s", s,
-				 shmring_error(&t->q[s][0]));
+			         shmring_error(&t->q[s][0]));
 			goto err_rings;
 		}
 	}
@@ -272,8 +278,10 @@ int mv_trace_stop(struct mover *mv, char *why, size_t whylen)
 	pthread_join(t->thread, NULL);
 
 	uint64_t dropped = dropped_total(mv) - t->dropped_at_start;
-	struct mv_trace_rec end = { .type = MV_TR_END, .bytes = t->written, .nops = (uint32_t)dropped,
-				    .complete_ns = mono_ns() };
+	struct mv_trace_rec end = {.type = MV_TR_END,
+	                           .bytes = t->written,
+	                           .nops = (uint32_t)dropped,
+	                           .complete_ns = mono_ns()};
 	if (!t->failed && pwrite(t->fd, &end, sizeof(end), (off_t)t->off) != (ssize_t)sizeof(end))
 		t->failed = 1;
 	mv_log("trace %s: %llu records, %llu dropped%s", t->path, (unsigned long long)t->written,

@@ -22,7 +22,7 @@
 #include <assert.h>
 #include <stdint.h>
 
-#define MV_TRACE_MAGIC 0x3145434152545643ull /* "CVTRACE1" little-endian */
+#define MV_TRACE_MAGIC   0x3145434152545643ull /* "CVTRACE1" little-endian */
 #define MV_TRACE_VERSION 1u
 
 /* What a batch did (kind), as libclient declares it in the END descriptor. */
@@ -30,43 +30,43 @@ enum mv_trace_kind {
 	MV_TK_WRITE = 1,  /* mvc_write calls */
 	MV_TK_WRITEV = 2, /* mvc_writev segments */
 	MV_TK_PAGED = 4,  /* mvc_write_paged pages */
-	MV_TK_IMM = 8,	  /* carried an immediate */
+	MV_TK_IMM = 8,    /* carried an immediate */
 };
 
 enum mv_trace_type {
 	MV_TR_BATCH = 1, /* a batch completed */
-	MV_TR_END = 2,	 /* totals: bytes = records written, nops = records dropped */
+	MV_TR_END = 2,   /* totals: bytes = records written, nops = records dropped */
 };
 
 struct mv_trace_hdr {
-	uint64_t magic;	    /* MV_TRACE_MAGIC */
-	uint32_t version;   /* MV_TRACE_VERSION */
-	uint32_t hdr_size;  /* 128 */
-	uint32_t rec_size;  /* 64 */
-	uint32_t nshards;   /* of the mover that wrote it (0: imported) */
-	uint64_t mover_id;  /* of the mover that wrote it (0: imported) */
-	uint64_t start_ns;  /* CLOCK_MONOTONIC at the start */
+	uint64_t magic;    /* MV_TRACE_MAGIC */
+	uint32_t version;  /* MV_TRACE_VERSION */
+	uint32_t hdr_size; /* 128 */
+	uint32_t rec_size; /* 64 */
+	uint32_t nshards;  /* of the mover that wrote it (0: imported) */
+	uint64_t mover_id; /* of the mover that wrote it (0: imported) */
+	uint64_t start_ns; /* CLOCK_MONOTONIC at the start */
 	uint64_t start_unix_ns;
-	char provider[32];  /* e.g. "tcp;ofi_rxm", or "import:mooncake" */
-	char source[48];    /* free text: host, or the imported file's name */
+	char provider[32]; /* e.g. "tcp;ofi_rxm", or "import:mooncake" */
+	char source[48];   /* free text: host, or the imported file's name */
 };
 
 struct mv_trace_rec {
-	uint16_t type;	     /* enum mv_trace_type */
-	uint16_t nparts;     /* shards the batch was split over */
-	uint32_t client;     /* client id on the writing mover */
-	uint64_t submit_ns;  /* when the client submitted (its mvc_submit) */
+	uint16_t type;        /* enum mv_trace_type */
+	uint16_t nparts;      /* shards the batch was split over */
+	uint32_t client;      /* client id on the writing mover */
+	uint64_t submit_ns;   /* when the client submitted (its mvc_submit) */
 	uint64_t complete_ns; /* when the mover published the completion */
-	uint64_t bytes;	     /* bytes written (asked for, on failure) */
-	uint64_t peer;	     /* the peer mover's id */
-	uint32_t nops;	     /* writes, segments or pages the client asked for */
-	uint32_t ndesc;	     /* WRITE descriptors over all shards */
-	uint32_t page_size;  /* paged: bytes per page; 0: pages of several sizes, or none */
-	uint8_t kind;	     /* enum mv_trace_kind bits */
-	uint8_t cause;	     /* enum mv_cause when status != 0 */
-	uint16_t shard_mask; /* which shards took part (shard i: bit i % 16) */
-	int32_t status;	     /* 0 or -errno */
-	uint32_t imm;	     /* the immediate, when kind has MV_TK_IMM */
+	uint64_t bytes;       /* bytes written (asked for, on failure) */
+	uint64_t peer;        /* the peer mover's id */
+	uint32_t nops;        /* writes, segments or pages the client asked for */
+	uint32_t ndesc;       /* WRITE descriptors over all shards */
+	uint32_t page_size;   /* paged: bytes per page; 0: pages of several sizes, or none */
+	uint8_t kind;         /* enum mv_trace_kind bits */
+	uint8_t cause;        /* enum mv_cause when status != 0 */
+	uint16_t shard_mask;  /* which shards took part (shard i: bit i % 16) */
+	int32_t status;       /* 0 or -errno */
+	uint32_t imm;         /* the immediate, when kind has MV_TK_IMM */
 };
 
 static_assert(sizeof(struct mv_trace_hdr) == 128, "trace header is 128 bytes");

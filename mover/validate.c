@@ -12,19 +12,19 @@
 #include <string.h>
 
 int mv_check_write(const struct mv_desc *d, const struct mv_region *src,
-		   const struct mv_import *dst, uint32_t owner, char *why, size_t whylen,
-		   uint8_t *cause)
+                   const struct mv_import *dst, uint32_t owner, char *why, size_t whylen,
+                   uint8_t *cause)
 {
 	if (!src || src->owner != owner) {
 		*cause = MV_CAUSE_NO_REGION;
 		snprintf(why, whylen, "source region %u is not one of this client's regions",
-			 d->src);
+		         d->src);
 		return -ENOENT;
 	}
 	if (!dst) {
 		*cause = MV_CAUSE_NO_IMPORT;
 		snprintf(why, whylen, "destination %u is not an imported region of this client",
-			 d->dst);
+		         d->dst);
 		return -ENOENT;
 	}
 	if (d->len == 0) {
@@ -36,49 +36,49 @@ int mv_check_write(const struct mv_desc *d, const struct mv_region *src,
 	if (d->src_off > src->len || src->len - d->src_off < d->len) {
 		*cause = MV_CAUSE_BOUNDS;
 		snprintf(why, whylen,
-			 "region %u is %" PRIu64 " bytes; write of %" PRIu64 " at offset %" PRIu64
-			 " exceeds it",
-			 d->src, src->len, d->len, d->src_off);
+		         "region %u is %" PRIu64 " bytes; write of %" PRIu64 " at offset %" PRIu64
+		         " exceeds it",
+		         d->src, src->len, d->len, d->src_off);
 		return -ERANGE;
 	}
 	if (d->dst_off > dst->len || dst->len - d->dst_off < d->len) {
 		*cause = MV_CAUSE_BOUNDS;
 		snprintf(why, whylen,
-			 "remote region of import %u is %" PRIu64 " bytes; write of %" PRIu64
-			 " at offset %" PRIu64 " exceeds it",
-			 d->dst, dst->len, d->len, d->dst_off);
+		         "remote region of import %u is %" PRIu64 " bytes; write of %" PRIu64
+		         " at offset %" PRIu64 " exceeds it",
+		         d->dst, dst->len, d->len, d->dst_off);
 		return -ERANGE;
 	}
 	return 0;
 }
 
 int mv_check_addr_blob(const struct mv_addr_blob *b, size_t len, const char *prov, char *why,
-		       size_t whylen)
+                       size_t whylen)
 {
 	if (len < offsetof(struct mv_addr_blob, addr)) {
 		snprintf(why, whylen, "address blob is %zu bytes, shorter than its header (%zu)",
-			 len, offsetof(struct mv_addr_blob, addr));
+		         len, offsetof(struct mv_addr_blob, addr));
 		return -EINVAL;
 	}
 	if (b->magic != MV_BLOB_MAGIC_ADDR || b->version != MV_WIRE_VERSION) {
 		snprintf(why, whylen, "not a mover address blob (magic %#x version %u)", b->magic,
-			 b->version);
+		         b->version);
 		return -EINVAL;
 	}
 	if (b->nshards == 0 || b->nshards > MV_MAX_SHARDS || b->addrlen == 0 ||
 	    b->addrlen > MV_MAX_ADDRLEN) {
 		snprintf(why, whylen, "address blob has %u shards of %u-byte addresses", b->nshards,
-			 b->addrlen);
+		         b->addrlen);
 		return -EINVAL;
 	}
 	if (len < offsetof(struct mv_addr_blob, addr) + (size_t)b->nshards * MV_MAX_ADDRLEN) {
 		snprintf(why, whylen, "address blob of %u shards is truncated at %zu bytes",
-			 b->nshards, len);
+		         b->nshards, len);
 		return -EINVAL;
 	}
 	if (strncmp(b->provider, prov, sizeof(b->provider))) {
 		snprintf(why, whylen, "peer speaks provider '%.32s', this mover '%s'", b->provider,
-			 prov);
+		         prov);
 		return -EPROTONOSUPPORT;
 	}
 	return 0;
@@ -92,7 +92,7 @@ int mv_check_region_blob(const struct mv_region_blob *b, size_t len, char *why, 
 	}
 	if (b->magic != MV_BLOB_MAGIC_REGION || b->version != MV_WIRE_VERSION) {
 		snprintf(why, whylen, "not a mover region blob (magic %#x version %u)", b->magic,
-			 b->version);
+		         b->version);
 		return -EINVAL;
 	}
 	if (b->nshards == 0 || b->nshards > MV_MAX_SHARDS ||

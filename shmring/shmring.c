@@ -60,7 +60,8 @@ static void handle_init(struct shmring *r, void *base, size_t size, int fd, enum
 	r->err[0] = 0;
 	if (role == SHMRING_PRODUCER) {
 		r->local = atomic_load_explicit(&lay->prod.idx, memory_order_relaxed);
-		r->cached = atomic_load_explicit(&lay->cons.idx, memory_order_acquire) + r->capacity;
+		r->cached =
+		    atomic_load_explicit(&lay->cons.idx, memory_order_acquire) + r->capacity;
 	} else {
 		r->local = atomic_load_explicit(&lay->cons.idx, memory_order_relaxed);
 		r->cached = r->local;
@@ -82,10 +83,10 @@ int shmring_create(struct shmring *r, const struct shmring_opts *o, enum shmring
 		return fail(r, -EINVAL, "role must be SHMRING_PRODUCER or SHMRING_CONSUMER");
 	if (!is_pow2(cap) || cap > SHMRING_MAX_CAPACITY)
 		return fail(r, -EINVAL, "capacity %u must be a power of two up to %u", cap,
-			    SHMRING_MAX_CAPACITY);
+		            SHMRING_MAX_CAPACITY);
 	if (!is_pow2(slot) || slot < SHMRING_MIN_SLOT || slot > SHMRING_MAX_SLOT)
 		return fail(r, -EINVAL, "slot size %u must be a power of two in [%u, %u]", slot,
-			    SHMRING_MIN_SLOT, SHMRING_MAX_SLOT);
+		            SHMRING_MIN_SLOT, SHMRING_MAX_SLOT);
 	size = SHMRING_SLOTS_OFF + (uint64_t)cap * slot;
 
 	fd = memfd_create(o && o->name ? o->name : "shmring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -93,7 +94,7 @@ int shmring_create(struct shmring *r, const struct shmring_opts *o, enum shmring
 		return fail(r, -errno, "memfd_create: %s", strerror(errno));
 	if (ftruncate(fd, (off_t)size) < 0) {
 		err = fail(r, -errno, "ftruncate to %llu: %s", (unsigned long long)size,
-			   strerror(errno));
+		           strerror(errno));
 		goto err_close;
 	}
 	/* Sealed size: a peer can trust that the pages it maps stay there. */
@@ -104,7 +105,7 @@ int shmring_create(struct shmring *r, const struct shmring_opts *o, enum shmring
 	base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
 	if (base == MAP_FAILED) {
 		err = fail(r, -errno, "mmap %llu bytes: %s", (unsigned long long)size,
-			   strerror(errno));
+		           strerror(errno));
 		goto err_close;
 	}
 
@@ -147,7 +148,7 @@ int shmring_attach(struct shmring *r, int fd, enum shmring_role role)
 		return fail(r, -errno, "fstat of ring fd %d: %s", fd, strerror(errno));
 	if (st.st_size < (off_t)SHMRING_SLOTS_OFF)
 		return fail(r, -EINVAL, "segment is %lld bytes, smaller than a ring header (%u)",
-			    (long long)st.st_size, SHMRING_SLOTS_OFF);
+		            (long long)st.st_size, SHMRING_SLOTS_OFF);
 	/* Unsealed, the creator could shrink the file and fault us with SIGBUS. */
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
@@ -163,7 +164,7 @@ int shmring_attach(struct shmring *r, int fd, enum shmring_role role)
 
 	if (hdr.magic != SHMRING_MAGIC) {
 		err = fail(r, -ENOEXEC, "bad magic %#llx: not a shmring segment",
-			   (unsigned long long)hdr.magic);
+		           (unsigned long long)hdr.magic);
 		goto err_unmap;
 	}
 	if (hdr.abi != SHMRING_ABI) {
@@ -172,41 +173,41 @@ int shmring_attach(struct shmring *r, int fd, enum shmring_role role)
 	}
 	if (hdr.hdr_size != sizeof(struct shmring_layout)) {
 		err = fail(r, -EPROTO, "header size %u, expected %zu", hdr.hdr_size,
-			   sizeof(struct shmring_layout));
+		           sizeof(struct shmring_layout));
 		goto err_unmap;
 	}
 	if (!is_pow2(hdr.slot_size) || hdr.slot_size < SHMRING_MIN_SLOT ||
 	    hdr.slot_size > SHMRING_MAX_SLOT) {
 		err = fail(r, -EINVAL, "slot size %u is not a power of two in [%u, %u]",
-			   hdr.slot_size, SHMRING_MIN_SLOT, SHMRING_MAX_SLOT);
+		           hdr.slot_size, SHMRING_MIN_SLOT, SHMRING_MAX_SLOT);
 		goto err_unmap;
 	}
 	if (!is_pow2(hdr.capacity) || hdr.capacity > SHMRING_MAX_CAPACITY) {
 		err = fail(r, -EINVAL, "capacity %u is not a power of two up to %u", hdr.capacity,
-			   SHMRING_MAX_CAPACITY);
+		           SHMRING_MAX_CAPACITY);
 		goto err_unmap;
 	}
 	if (hdr.seg_size != (uint64_t)st.st_size) {
 		err = fail(r, -EINVAL, "header says %llu bytes, segment has %lld",
-			   (unsigned long long)hdr.seg_size, (long long)st.st_size);
+		           (unsigned long long)hdr.seg_size, (long long)st.st_size);
 		goto err_unmap;
 	}
 	if (hdr.slots_off < sizeof(struct shmring_layout) || hdr.slots_off % 64 ||
 	    hdr.slots_off > hdr.seg_size ||
 	    (uint64_t)hdr.capacity * hdr.slot_size > hdr.seg_size - hdr.slots_off) {
-		err = fail(r, -EINVAL,
-			   "slots at %llu + %u x %u bytes do not fit a %llu-byte segment",
-			   (unsigned long long)hdr.slots_off, hdr.capacity, hdr.slot_size,
-			   (unsigned long long)hdr.seg_size);
+		err =
+		    fail(r, -EINVAL, "slots at %llu + %u x %u bytes do not fit a %llu-byte segment",
+		         (unsigned long long)hdr.slots_off, hdr.capacity, hdr.slot_size,
+		         (unsigned long long)hdr.seg_size);
 		goto err_unmap;
 	}
-	uint32_t tail = atomic_load_explicit(&((struct shmring_layout *)base)->prod.idx,
-					     memory_order_acquire);
-	uint32_t head = atomic_load_explicit(&((struct shmring_layout *)base)->cons.idx,
-					     memory_order_acquire);
+	uint32_t tail =
+	    atomic_load_explicit(&((struct shmring_layout *)base)->prod.idx, memory_order_acquire);
+	uint32_t head =
+	    atomic_load_explicit(&((struct shmring_layout *)base)->cons.idx, memory_order_acquire);
 	if ((uint32_t)(tail - head) > hdr.capacity) {
 		err = fail(r, -EPROTO, "indices tail %u head %u are %u apart, capacity %u", tail,
-			   head, tail - head, hdr.capacity);
+		           head, tail - head, hdr.capacity);
 		goto err_unmap;
 	}
 
@@ -218,7 +219,8 @@ int shmring_attach(struct shmring *r, int fd, enum shmring_role role)
 	r->mask = hdr.capacity - 1;
 	r->slot_size = hdr.slot_size;
 	if (role == SHMRING_PRODUCER)
-		r->cached = atomic_load_explicit(&lay->cons.idx, memory_order_acquire) + r->capacity;
+		r->cached =
+		    atomic_load_explicit(&lay->cons.idx, memory_order_acquire) + r->capacity;
 	if ((uint32_t)(r->cached - r->local) > r->capacity)
 		r->cached = r->local; /* head moved since the check: re-read on first use */
 	return 0;
@@ -245,8 +247,8 @@ int shmring_corrupt(struct shmring *r, const char *what, uint32_t seen)
 {
 	r->corrupt = 1;
 	snprintf(r->err, sizeof(r->err),
-		 "corrupt peer: %s %u is impossible from local index %u (capacity %u)", what, seen,
-		 r->local, r->capacity);
+	         "corrupt peer: %s %u is impossible from local index %u (capacity %u)", what, seen,
+	         r->local, r->capacity);
 	return -EPROTO;
 }
 
@@ -263,7 +265,7 @@ void shmring_wake(struct shmring *r)
 	/* Clear first so a burst of commits before the consumer runs makes one
 	 * system call, not one each. */
 	uint32_t f = atomic_fetch_and_explicit(&c->flags, ~(SHMRING_NEED_WAKEUP | SHMRING_DOORBELL),
-					       memory_order_seq_cst);
+	                                       memory_order_seq_cst);
 	if (!(f & SHMRING_NEED_WAKEUP))
 		return;
 	/* The consumer said where it sleeps; a producer without the eventfd
@@ -304,7 +306,7 @@ int shmring_arm_doorbell(struct shmring *r)
 void shmring_disarm(struct shmring *r)
 {
 	atomic_fetch_and_explicit(&r->lay->sleep.flags, ~(SHMRING_NEED_WAKEUP | SHMRING_DOORBELL),
-				  memory_order_relaxed);
+	                          memory_order_relaxed);
 }
 
 static int64_t now_ms(void)
@@ -331,7 +333,7 @@ int shmring_wait(struct shmring *r, int timeout_ms)
 			if (n != 0)
 				return n < 0 ? n : 1;
 			return fail(r, -EPIPE, "ring producer (pid %d) exited",
-				    atomic_load_explicit(&r->lay->prod.pid, memory_order_relaxed));
+			            atomic_load_explicit(&r->lay->prod.pid, memory_order_relaxed));
 		}
 		int64_t left = deadline - now_ms();
 		if (left <= 0)
@@ -346,7 +348,7 @@ int shmring_wait(struct shmring *r, int timeout_ms)
 		uint32_t seq = atomic_load_explicit(&r->lay->sleep.wake_seq, memory_order_acquire);
 		if (shmring_arm(r))
 			continue;
-		struct timespec ts = { .tv_sec = left / 1000, .tv_nsec = (left % 1000) * 1000000 };
+		struct timespec ts = {.tv_sec = left / 1000, .tv_nsec = (left % 1000) * 1000000};
 		futex(&r->lay->sleep.wake_seq, FUTEX_WAIT, seq, &ts);
 		shmring_disarm(r);
 	}
@@ -354,8 +356,8 @@ int shmring_wait(struct shmring *r, int timeout_ms)
 
 int shmring_watch_peer(struct shmring *r, int pid)
 {
-	const struct shmring_side *other = r->role == SHMRING_PRODUCER ? &r->lay->cons
-									: &r->lay->prod;
+	const struct shmring_side *other =
+	    r->role == SHMRING_PRODUCER ? &r->lay->cons : &r->lay->prod;
 
 	if (pid == 0)
 		pid = atomic_load_explicit(&other->pid, memory_order_acquire);
@@ -372,7 +374,7 @@ int shmring_watch_peer(struct shmring *r, int pid)
 
 int shmring_peer_alive(struct shmring *r)
 {
-	struct pollfd p = { .fd = r->pidfd, .events = POLLIN };
+	struct pollfd p = {.fd = r->pidfd, .events = POLLIN};
 
 	if (r->pidfd < 0)
 		return -ENOTCONN;

@@ -31,8 +31,8 @@ enum shmring_role {
 struct shmring_opts {
 	uint32_t capacity;  /* slots, power of two, default 1024 */
 	uint32_t slot_size; /* bytes, power of two in [16, 4096], default 64 */
-	uint32_t start;	    /* first index; tests start near 2^32 to cross the wrap */
-	uint64_t user;	    /* copied into hdr.user */
+	uint32_t start;     /* first index; tests start near 2^32 to cross the wrap */
+	uint64_t user;      /* copied into hdr.user */
 	const char *name;   /* memfd name, for /proc/PID/fd; default "shmring" */
 };
 
@@ -43,7 +43,7 @@ struct shmring {
 	uint32_t capacity;
 	uint32_t mask;
 	uint32_t slot_size;
-	uint32_t local;	 /* producer: tail incl. reserved-uncommitted; consumer: head */
+	uint32_t local;  /* producer: tail incl. reserved-uncommitted; consumer: head */
 	uint32_t cached; /* producer: cons head + capacity as last read; consumer: prod tail */
 	int role;
 	int fd;

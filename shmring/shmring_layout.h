@@ -42,28 +42,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHMRING_MAGIC 0x474e49524d485321ull /* "!SHMRING" little-endian */
-#define SHMRING_ABI 2u
-#define SHMRING_SIDE_ALIGN 256u
-#define SHMRING_SLOTS_OFF 1024u
-#define SHMRING_MIN_SLOT 16u
-#define SHMRING_MAX_SLOT 4096u
+#define SHMRING_MAGIC        0x474e49524d485321ull /* "!SHMRING" little-endian */
+#define SHMRING_ABI          2u
+#define SHMRING_SIDE_ALIGN   256u
+#define SHMRING_SLOTS_OFF    1024u
+#define SHMRING_MIN_SLOT     16u
+#define SHMRING_MAX_SLOT     4096u
 #define SHMRING_MAX_CAPACITY (1u << 24)
 
 /* sleep.flags bits */
 #define SHMRING_NEED_WAKEUP 1u /* consumer is (about to be) asleep */
-#define SHMRING_DOORBELL 2u	/* ... on the producer's eventfd, not the futex */
+#define SHMRING_DOORBELL    2u /* ... on the producer's eventfd, not the futex */
 
 /* Written once by the creator before the segment is passed; read-only after. */
 struct shmring_hdr {
-	uint64_t magic;	    /* SHMRING_MAGIC */
-	uint32_t abi;	    /* SHMRING_ABI */
+	uint64_t magic;     /* SHMRING_MAGIC */
+	uint32_t abi;       /* SHMRING_ABI */
 	uint32_t hdr_size;  /* sizeof(struct shmring_layout) */
 	uint32_t slot_size; /* bytes per slot, power of two */
 	uint32_t capacity;  /* slots, power of two */
 	uint64_t slots_off; /* offset of slot 0 from the segment start */
 	uint64_t seg_size;  /* bytes in the segment, sealed */
-	uint64_t user;	    /* free for the owner of the ring (e.g. a ring id) */
+	uint64_t user;      /* free for the owner of the ring (e.g. a ring id) */
 };
 
 struct shmring_side {
@@ -72,14 +72,14 @@ struct shmring_side {
 };
 
 struct shmring_sleep {
-	_Atomic uint32_t flags;	   /* SHMRING_NEED_WAKEUP | SHMRING_DOORBELL */
+	_Atomic uint32_t flags;    /* SHMRING_NEED_WAKEUP | SHMRING_DOORBELL */
 	_Atomic uint32_t wake_seq; /* futex word, bumped on each futex wake-up */
 };
 
 struct shmring_layout {
 	struct shmring_hdr hdr;
-	alignas(SHMRING_SIDE_ALIGN) struct shmring_side prod;	/* written by the producer */
-	alignas(SHMRING_SIDE_ALIGN) struct shmring_side cons;	/* written by the consumer */
+	alignas(SHMRING_SIDE_ALIGN) struct shmring_side prod;   /* written by the producer */
+	alignas(SHMRING_SIDE_ALIGN) struct shmring_side cons;   /* written by the consumer */
 	alignas(SHMRING_SIDE_ALIGN) struct shmring_sleep sleep; /* see above */
 };
 
@@ -90,7 +90,7 @@ static_assert(offsetof(struct shmring_layout, prod) == 256, "producer side at 25
 static_assert(offsetof(struct shmring_layout, cons) == 512, "consumer side at 512");
 static_assert(offsetof(struct shmring_layout, sleep) == 768, "sleep block at 768");
 static_assert(offsetof(struct shmring_layout, cons) - offsetof(struct shmring_layout, prod) >= 128,
-	      "producer- and consumer-written words at least 128 bytes apart");
+              "producer- and consumer-written words at least 128 bytes apart");
 static_assert(sizeof(struct shmring_layout) <= SHMRING_SLOTS_OFF, "slots follow the header");
 static_assert(sizeof(_Atomic uint32_t) == 4, "atomics must be plain words in shared memory");
 

@@ -156,8 +156,8 @@ struct pair {
 	uint32_t peer, imp;
 };
 
-static inline void pair_open_on(struct pair *p, struct mvproc *ma, struct mvproc *mb, uint64_t srclen,
-			 uint64_t dstlen)
+static inline void pair_open_on(struct pair *p, struct mvproc *ma, struct mvproc *mb,
+                                uint64_t srclen, uint64_t dstlen)
 {
 	uint8_t blob[MVC_BLOB_MAX];
 	size_t len = sizeof(blob);
@@ -185,8 +185,8 @@ static inline void pair_close(struct pair *p)
 }
 
 /* Waits for n batches, whatever their order; their events land in out. */
-static inline void wait_batches(struct mvc *c, const uint64_t *cookies, struct mvc_event *out, int n,
-			 double timeout)
+static inline void wait_batches(struct mvc *c, const uint64_t *cookies, struct mvc_event *out,
+                                int n, double timeout)
 {
 	double end = now_s() + timeout;
 	int got = 0;
@@ -217,8 +217,9 @@ static inline struct mvc_event wait_batch(struct mvc *c, uint64_t cookie, double
 		int n = mvc_wait(c, ev, 1, 200);
 		ck_assert_msg(n >= 0, "mvc_wait: %s", mvc_error(c));
 		if (n == 1 && ev[0].type == MVC_EV_BATCH) {
-			ck_assert_msg(ev[0].cookie == cookie, "batch %llu completed, waited for %llu",
-				      (unsigned long long)ev[0].cookie, (unsigned long long)cookie);
+			ck_assert_msg(ev[0].cookie == cookie,
+			              "batch %llu completed, waited for %llu",
+			              (unsigned long long)ev[0].cookie, (unsigned long long)cookie);
 			return ev[0];
 		}
 	}
@@ -232,6 +233,5 @@ static inline void submit_ok(struct mvc *c, uint64_t cookie)
 	struct mvc_event e = wait_batch(c, cookie, 20);
 	ck_assert_msg(e.status == 0, "batch %llu failed: %s", (unsigned long long)cookie, e.msg);
 }
-
 
 #endif

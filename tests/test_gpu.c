@@ -50,22 +50,23 @@ static CUdeviceptr dev_alloc(size_t n)
 /* A VMM allocation that may be exported as a POSIX fd. */
 static CUdeviceptr vmm_alloc(size_t n, size_t *size)
 {
-	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
-				     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
-				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+	                            .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+	                            .requestedHandleTypes =
+	                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
 	size_t gran;
 	CUmemGenericAllocationHandle h;
 	CUdeviceptr p;
 
-	ck_assert_int_eq(cu->MemGetAllocationGranularity(&gran, &prop,
-							  CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-			 CUDA_SUCCESS);
+	ck_assert_int_eq(
+	    cu->MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+	    CUDA_SUCCESS);
 	*size = (n + gran - 1) / gran * gran;
 	ck_assert_int_eq(cu->MemCreate(&h, *size, &prop, 0), CUDA_SUCCESS);
 	ck_assert_int_eq(cu->MemAddressReserve(&p, *size, 0, 0, 0), CUDA_SUCCESS);
 	ck_assert_int_eq(cu->MemMap(p, *size, 0, h, 0), CUDA_SUCCESS);
-	CUmemAccessDesc a = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
-			      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+	                     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 	ck_assert_int_eq(cu->MemSetAccess(p, *size, &a, 1), CUDA_SUCCESS);
 	cu->MemRelease(h);
 	return p;
@@ -217,7 +218,7 @@ START_TEST(test_gpu_to_host_staged_through_bounce_buffers)
 		ck_assert_int_eq(mvc_write(p.a, src.region, 0, imp, 0, n), 0);
 		submit_ok(p.a, 10 + r);
 		ck_assert_msg(!memcmp(dst.addr, want, n), "round %llu: host data differs",
-			      (unsigned long long)r);
+		              (unsigned long long)r);
 		memset(dst.addr, 0, n);
 	}
 	usleep(50000);
@@ -250,8 +251,14 @@ START_TEST(test_paged_write_of_scattered_device_pages)
 		dp[i] = (i * 104729 + 3) % (2 * NP);
 	}
 	/* Distinct destinations: 104729 and 2*NP share no factor. */
-	struct mvc_pages pg = { .src = src.region, .dst = imp, .src_stride = PS, .dst_stride = PS,
-				.page_size = PS, .src_pages = sp, .dst_pages = dp, .npages = NP };
+	struct mvc_pages pg = {.src = src.region,
+	                       .dst = imp,
+	                       .src_stride = PS,
+	                       .dst_stride = PS,
+	                       .page_size = PS,
+	                       .src_pages = sp,
+	                       .dst_pages = dp,
+	                       .npages = NP};
 	ck_assert_int_eq(mvc_write_paged(p.a, &pg), 0);
 	ck_assert_int_eq(mvc_imm_expect(p.b, 5, 1, 55), 0);
 	ck_assert_int_eq(mvc_write_imm(p.a, imp, 5), 0);
@@ -262,7 +269,7 @@ START_TEST(test_paged_write_of_scattered_device_pages)
 	from_dev(got, d, n);
 	for (uint32_t i = 0; i < NP; i++)
 		ck_assert_msg(!memcmp(got + (size_t)dp[i] * PS, want + (size_t)sp[i] * PS, PS),
-			      "page %u (src %u -> dst %u) differs on the device", i, sp[i], dp[i]);
+		              "page %u (src %u -> dst %u) differs on the device", i, sp[i], dp[i]);
 	mvc_disconnect(p.a);
 	mvc_disconnect(p.b);
 	free(want);
@@ -290,7 +297,7 @@ START_TEST(test_gpu_destination_no_path_reaches_is_refused)
 	blob.host[0] ^= 0xff; /* as if it were on another host */
 	ck_assert_int_eq(mvc_import(p.a, p.peer, &blob, len, &h), -EOPNOTSUPP);
 	ck_assert_msg(strstr(mvc_error(p.a), "another host") && strstr(mvc_error(p.a), "FI_HMEM"),
-		      "%s", mvc_error(p.a));
+	              "%s", mvc_error(p.a));
 	/* Not CUDA memory at all: named. */
 	char host[64];
 	struct mvc_mem bad;

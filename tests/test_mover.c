@@ -65,15 +65,15 @@ START_TEST(test_writev_segments_land)
 	fill(p.src.addr, n, 2);
 	memset(p.dst.addr, 0, n);
 	for (uint32_t i = 0; i < 300; i++)
-		seg[i] = (struct mvc_seg){ .src_off = (uint64_t)i * 13000 + i,
-					   .dst_off = n - (uint64_t)(i + 1) * 13000,
-					   .len = 1 + (i * 37) % 12000 };
+		seg[i] = (struct mvc_seg){.src_off = (uint64_t)i * 13000 + i,
+		                          .dst_off = n - (uint64_t)(i + 1) * 13000,
+		                          .len = 1 + (i * 37) % 12000};
 	ck_assert_int_eq(mvc_writev(p.a, p.src.region, p.imp, seg, 300), 0);
 	submit_ok(p.a, 12);
 	for (uint32_t i = 0; i < 300; i++)
 		ck_assert_msg(!memcmp((uint8_t *)p.dst.addr + seg[i].dst_off,
-				      (uint8_t *)p.src.addr + seg[i].src_off, seg[i].len),
-			      "segment %u differs", i);
+		                      (uint8_t *)p.src.addr + seg[i].src_off, seg[i].len),
+		              "segment %u differs", i);
 	pair_close(&p);
 }
 END_TEST
@@ -91,15 +91,22 @@ START_TEST(test_paged_write_scattered_pages)
 		sp[i] = (i * 7919) % NP;
 		dp[i] = (i < NP / 2) ? i : 2 * NP - 1 - i; /* a run, then reversed */
 	}
-	struct mvc_pages pg = { .src = p.src.region, .dst = p.imp, .src_base = 0, .dst_base = 64,
-				.src_stride = SSTR, .dst_stride = DSTR, .page_size = PS,
-				.src_pages = sp, .dst_pages = dp, .npages = NP };
+	struct mvc_pages pg = {.src = p.src.region,
+	                       .dst = p.imp,
+	                       .src_base = 0,
+	                       .dst_base = 64,
+	                       .src_stride = SSTR,
+	                       .dst_stride = DSTR,
+	                       .page_size = PS,
+	                       .src_pages = sp,
+	                       .dst_pages = dp,
+	                       .npages = NP};
 	ck_assert_int_eq(mvc_write_paged(p.a, &pg), 0);
 	submit_ok(p.a, 13);
 	for (uint32_t i = 0; i < NP; i++)
 		ck_assert_msg(!memcmp((uint8_t *)p.dst.addr + 64 + (uint64_t)dp[i] * DSTR,
-				      (uint8_t *)p.src.addr + (uint64_t)sp[i] * SSTR, PS),
-			      "page %u (src %u -> dst %u) differs", i, sp[i], dp[i]);
+		                      (uint8_t *)p.src.addr + (uint64_t)sp[i] * SSTR, PS),
+		              "page %u (src %u -> dst %u) differs", i, sp[i], dp[i]);
 	pair_close(&p);
 }
 END_TEST
@@ -130,7 +137,8 @@ START_TEST(test_imm_arrives_after_its_data)
 				}
 		}
 		ck_assert_msg(got, "no immediate in round %u", round);
-		ck_assert_msg(!memcmp(p.dst.addr, p.src.addr, n), "round %u: data behind imm", round);
+		ck_assert_msg(!memcmp(p.dst.addr, p.src.addr, n), "round %u: data behind imm",
+		              round);
 		struct mvc_event e = wait_batch(p.a, round, 20);
 		ck_assert_int_eq(e.status, 0);
 		ck_assert_uint_eq(e.bytes, n);
@@ -168,7 +176,7 @@ START_TEST(test_imm_expect_counts_in_any_order)
 		int n = mvc_wait(p.b, ev, 8, 200);
 		for (int i = 0; i < n; i++) {
 			ck_assert_msg(ev[i].type == MVC_EV_IMM_COUNT, "imm %u reported alone",
-				      ev[i].imm);
+			              ev[i].imm);
 			ck_assert_uint_eq(ev[i].cookie, 4242);
 			ck_assert_uint_eq(ev[i].count, 10);
 			counted = 1;
@@ -194,8 +202,8 @@ START_TEST(test_several_clients_at_once)
 				fill(p.src.addr, n, (uint64_t)k << 32 | r);
 				ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, n), 0);
 				submit_ok(p.a, r);
-				ck_assert_msg(!memcmp(p.dst.addr, p.src.addr, n), "client %d round %u",
-					      k, r);
+				ck_assert_msg(!memcmp(p.dst.addr, p.src.addr, n),
+				              "client %d round %u", k, r);
 			}
 			pair_close(&p);
 			_exit(0);
@@ -222,7 +230,7 @@ START_TEST(test_out_of_bounds_write_names_sizes)
 	ck_assert_int_eq(e.status, -ERANGE);
 	ck_assert_int_eq(e.cause, MVC_CAUSE_BOUNDS);
 	ck_assert_msg(strstr(e.msg, "65536 bytes") && strstr(e.msg, "8192 at offset 60000"),
-		      "message: %s", e.msg);
+	              "message: %s", e.msg);
 	ck_assert_int_eq(mvc_write(p.a, p.src.region, 65000, p.imp, 0, 1000), 0);
 	ck_assert_int_eq(mvc_submit(p.a, 2), 0);
 	e = wait_batch(p.a, 2, 10);
@@ -243,7 +251,7 @@ START_TEST(test_unknown_handles_are_named)
 	ck_assert_int_eq(mvc_connect(&none, "/tmp/no-mover-here.sock"), -ENOENT);
 	ck_assert_ptr_null(none);
 	ck_assert_msg(strstr(mvc_connect_error(), "/tmp/no-mover-here.sock"), "%s",
-		      mvc_connect_error());
+	              mvc_connect_error());
 	pair_open(&p, 65536, 65536);
 	ck_assert_int_eq(mvc_write(p.a, 12345, 0, p.imp, 0, 64), 0);
 	ck_assert_int_eq(mvc_submit(p.a, 1), 0);
@@ -266,7 +274,7 @@ START_TEST(test_unknown_handles_are_named)
 	mvc_disconnect(other);
 	ck_assert_int_eq(mvc_import(p.a, 55, "garbage", 7, &p.imp), -ENOENT);
 	ck_assert_msg(strstr(mvc_error(p.a), "peer 55"), "%s", mvc_error(p.a));
-	uint8_t bad[64] = { 0 };
+	uint8_t bad[64] = {0};
 	uint32_t peer;
 	ck_assert_int_eq(mvc_peer_add(p.a, bad, sizeof(bad), &peer), -EINVAL);
 	ck_assert_msg(strstr(mvc_error(p.a), "address blob"), "%s", mvc_error(p.a));
@@ -276,7 +284,7 @@ END_TEST
 
 static int raw_connect(const char *path)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
 
 	strcpy(a.sun_path, path);
@@ -304,8 +312,8 @@ START_TEST(test_malformed_messages_close_only_that_client)
 {
 	struct pair p;
 	char why[128];
-	struct mv_msg_hdr h = { .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION,
-				.type = MV_MSG_HELLO };
+	struct mv_msg_hdr h = {
+	    .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = MV_MSG_HELLO};
 
 	pair_open(&p, 65536, 65536);
 	struct {
@@ -314,16 +322,21 @@ START_TEST(test_malformed_messages_close_only_that_client)
 		size_t len;
 		const char *expect;
 	} cases[] = {
-		{ "short", h, 5, "shorter than" },
-		{ "magic", { .magic = 0x1234, .version = 1, .type = 1 }, sizeof(h), "bad magic" },
-		{ "version", { .magic = MV_WIRE_MAGIC, .version = 9, .type = 1 }, sizeof(h),
-		  "protocol version 9" },
-		{ "length", { .magic = MV_WIRE_MAGIC, .version = 1, .type = 1, .len = 100 },
-		  sizeof(h), "header says 100" },
-		{ "type", { .magic = MV_WIRE_MAGIC, .version = 1, .type = 77 }, sizeof(h),
-		  "before HELLO" },
-		{ "truncated", { .magic = MV_WIRE_MAGIC, .version = 1, .type = MV_MSG_ATTACH },
-		  sizeof(h), "needs" },
+	    {"short", h, 5, "shorter than"},
+	    {"magic", {.magic = 0x1234, .version = 1, .type = 1}, sizeof(h), "bad magic"},
+	    {"version",
+	     {.magic = MV_WIRE_MAGIC, .version = 9, .type = 1},
+	     sizeof(h),
+	     "protocol version 9"},
+	    {"length",
+	     {.magic = MV_WIRE_MAGIC, .version = 1, .type = 1, .len = 100},
+	     sizeof(h),
+	     "header says 100"},
+	    {"type", {.magic = MV_WIRE_MAGIC, .version = 1, .type = 77}, sizeof(h), "before HELLO"},
+	    {"truncated",
+	     {.magic = MV_WIRE_MAGIC, .version = 1, .type = MV_MSG_ATTACH},
+	     sizeof(h),
+	     "needs"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		int fd = raw_connect(A.sock);
@@ -332,7 +345,7 @@ START_TEST(test_malformed_messages_close_only_that_client)
 		ck_assert_msg(strstr(why, cases[i].expect), "case %s: '%s'", cases[i].name, why);
 		char c;
 		ck_assert_msg(recv(fd, &c, 1, 0) == 0, "case %s: connection left open",
-			      cases[i].name);
+		              cases[i].name);
 		close(fd);
 	}
 	/* A garbage ring fd in ATTACH: refused with the ring's reason. */
@@ -422,11 +435,10 @@ START_TEST(test_peer_mover_killed_gives_errors_not_hangs)
 			}
 		}
 	}
-	ck_assert_msg(done == 8, "%d of 8 batches completed within 60 s of the peer's death",
-		      done);
+	ck_assert_msg(done == 8, "%d of 8 batches completed within 60 s of the peer's death", done);
 	ck_assert_msg(errors > 0, "writes to a dead peer all succeeded");
 	fprintf(stderr, "peer death: %d errors of 8 batches, last after %.1f s\n", errors,
-		now_s() - t0);
+	        now_s() - t0);
 	ck_assert_int_eq(mover_stop(&A), 0);
 	mvc_disconnect(p.a);
 }
@@ -459,7 +471,7 @@ START_TEST(test_peers_added_and_removed_during_traffic)
 		ck_assert_int_eq(mvc_import(p.a, peer, rblob, rlen, &imp), 0);
 		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, imp, 0, 1u << 20), 0);
 		ck_assert_int_eq(mvc_submit(p.a, 2000 + r), 0);
-		uint64_t want[2] = { 1000 + r, 2000 + r };
+		uint64_t want[2] = {1000 + r, 2000 + r};
 		struct mvc_event e[2];
 		wait_batches(p.a, want, e, 2, 20);
 		ck_assert_msg(e[0].status == 0 && e[1].status == 0, "%s / %s", e[0].msg, e[1].msg);
@@ -496,7 +508,7 @@ START_TEST(test_sigterm_drains_committed_batches)
 			break;
 		for (int i = 0; i < n; i++) {
 			ck_assert_msg(ev[i].status == 0, "batch %llu: %s",
-				      (unsigned long long)ev[i].cookie, ev[i].msg);
+			              (unsigned long long)ev[i].cookie, ev[i].msg);
 			ok++;
 		}
 	}
@@ -520,7 +532,8 @@ static long cpu_ticks(pid_t pid)
 	fclose(f);
 	/* Fields 14 and 15 (utime, stime) follow the ')' that ends the name. */
 	char *p = strrchr(buf, ')');
-	ck_assert(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) == 2);
+	ck_assert(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) ==
+	          2);
 	return ut + st;
 }
 
@@ -559,7 +572,7 @@ START_TEST(test_register_existing_memfd_range)
 	ck_assert_int_eq(mvc_register_fd(p.a, fd, 16 * page, 1, &m), -ERANGE);
 	/* An unaligned range in the middle of the file. */
 	ck_assert_msg(mvc_register_fd(p.a, fd, 3 * page + 100, 5000, &m) == 0, "%s",
-		      mvc_error(p.a));
+	              mvc_error(p.a));
 	fill(m.addr, 4992, 5);
 	ck_assert_int_eq(mvc_write(p.a, m.region, 0, p.imp, 1000, 5000), 0);
 	submit_ok(p.a, 1);

@@ -1013,7 +1013,8 @@ START_TEST(test_futex_sleeper_woken_by_producer_with_doorbell)
 	ck_assert_int_eq(shmring_wait(&p.cons, 10000), 1);
 	int64_t dt = now_ns() - t0;
 	pthread_join(t, NULL);
-	ck_assert_msg(dt < 2000000000ll, "futex sleeper woke after %lld ms", (long long)(dt / 1000000));
+	ck_assert_msg(dt < 2000000000ll, "futex sleeper woke after %lld ms",
+	              (long long)(dt / 1000000));
 	uint64_t v;
 	ck_assert_int_lt(read(efd, &v, sizeof(v)), 0); /* the eventfd was not used */
 	close(efd);

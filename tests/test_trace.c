@@ -36,13 +36,14 @@
 #include "trace_format.h"
 
 /* A small model for the importers: 2 * 2 heads * 64 dims * 2 bytes * 16 tokens. */
-#define MODEL "--layers", "2", "--kv-heads", "2", "--head-dim", "64", "--dtype-bytes", "2", \
-	      "--tokens-per-page", "16"
+#define MODEL                                                                                      \
+	"--layers", "2", "--kv-heads", "2", "--head-dim", "64", "--dtype-bytes", "2",              \
+	    "--tokens-per-page", "16"
 #define M_LAYERS 2u
-#define M_TPP 16u
-#define M_PAGE 8192u
+#define M_TPP    16u
+#define M_PAGE   8192u
 
-static char dir[64];	  /* this test's scratch directory */
+static char dir[64];      /* this test's scratch directory */
 static char bindir[4096]; /* absolute: tests change directory */
 static char datadir[4096];
 
@@ -69,7 +70,7 @@ static void setup_dir(void)
 	snprintf(p, sizeof(p), "%s/bin", b);
 	ck_assert_msg(realpath(p, bindir), "no %s: build first (make all)", p);
 	ck_assert_msg(realpath(d, datadir),
-		      "no %s: run from the repository root or set MV_TESTDATA", d);
+	              "no %s: run from the repository root or set MV_TESTDATA", d);
 	snprintf(dir, sizeof(dir), "/tmp/mvtt.XXXXXX");
 	ck_assert(mkdtemp(dir));
 }
@@ -117,7 +118,7 @@ static void spawn(struct job *j, const char *cwd, const char *tool, const char *
 {
 	static int seq;
 	char bin[4200], name[32];
-	const char *argv[64] = { bin };
+	const char *argv[64] = {bin};
 	int n = 1;
 
 	snprintf(bin, sizeof(bin), "%s/%s", bindir, tool);
@@ -174,23 +175,27 @@ static void runv(struct out *o, const char *cwd, const char *tool, const char *c
 	finish(&j, o);
 }
 
-#define RUN(o, cwd, tool, ...)                                          \
-	do {                                                            \
-		const char *const a_[] = { __VA_ARGS__, NULL };         \
-		runv((o), (cwd), (tool), a_);                           \
+#define RUN(o, cwd, tool, ...)                                                                     \
+	do {                                                                                       \
+		const char *const a_[] = {__VA_ARGS__, NULL};                                      \
+		runv((o), (cwd), (tool), a_);                                                      \
 	} while (0)
 
-#define ck_has(hay, needle) \
+#define ck_has(hay, needle)                                                                        \
 	ck_assert_msg(strstr((hay), (needle)), "'%s' not in:\n%s", (needle), (hay))
 
 /* ---- writing traces ---- */
 
 static struct mv_trace_hdr hdr_ok(void)
 {
-	struct mv_trace_hdr h = { .magic = MV_TRACE_MAGIC, .version = MV_TRACE_VERSION,
-				  .hdr_size = sizeof(h), .rec_size = sizeof(struct mv_trace_rec),
-				  .nshards = 2, .mover_id = 0xabcdef, .start_ns = 1000000000,
-				  .start_unix_ns = 1700000000ull * 1000000000ull };
+	struct mv_trace_hdr h = {.magic = MV_TRACE_MAGIC,
+	                         .version = MV_TRACE_VERSION,
+	                         .hdr_size = sizeof(h),
+	                         .rec_size = sizeof(struct mv_trace_rec),
+	                         .nshards = 2,
+	                         .mover_id = 0xabcdef,
+	                         .start_ns = 1000000000,
+	                         .start_unix_ns = 1700000000ull * 1000000000ull};
 	snprintf(h.provider, sizeof(h.provider), "tcp;ofi_rxm");
 	snprintf(h.source, sizeof(h.source), "testhost");
 	return h;
@@ -198,18 +203,21 @@ static struct mv_trace_hdr hdr_ok(void)
 
 static struct mv_trace_rec rec_paged(uint64_t submit, uint32_t pages, uint32_t ps, uint32_t imm)
 {
-	return (struct mv_trace_rec){ .type = MV_TR_BATCH, .submit_ns = submit,
-				      .bytes = (uint64_t)pages * ps, .nops = pages,
-				      .page_size = ps, .kind = MV_TK_PAGED | MV_TK_IMM,
-				      .imm = imm };
+	return (struct mv_trace_rec){.type = MV_TR_BATCH,
+	                             .submit_ns = submit,
+	                             .bytes = (uint64_t)pages * ps,
+	                             .nops = pages,
+	                             .page_size = ps,
+	                             .kind = MV_TK_PAGED | MV_TK_IMM,
+	                             .imm = imm};
 }
 
 /* Header, records, an END record if end, then extra raw bytes. */
 static void write_trace(const char *path, const struct mv_trace_hdr *h,
-			const struct mv_trace_rec *r, size_t n, int end, size_t extra)
+                        const struct mv_trace_rec *r, size_t n, int end, size_t extra)
 {
 	FILE *f = fopen(path, "wb");
-	struct mv_trace_rec e = { .type = MV_TR_END, .bytes = n, .nops = 3 };
+	struct mv_trace_rec e = {.type = MV_TR_END, .bytes = n, .nops = 3};
 	static const char junk[64];
 
 	ck_assert(f);
@@ -259,8 +267,7 @@ START_TEST(test_reader_refuses_wrong_magic)
 
 	h.magic = 0x1122334455667788ull;
 	write_trace(in_dir(p, sizeof(p), "t"), &h, NULL, 0, 1, 0);
-	refused(p, (const char *const[]){ "not a mover trace", "magic is 0x1122334455667788",
-					  NULL });
+	refused(p, (const char *const[]){"not a mover trace", "magic is 0x1122334455667788", NULL});
 }
 END_TEST
 
@@ -271,7 +278,7 @@ START_TEST(test_reader_refuses_newer_version)
 
 	h.version = MV_TRACE_VERSION + 1;
 	write_trace(in_dir(p, sizeof(p), "t"), &h, NULL, 0, 1, 0);
-	refused(p, (const char *const[]){ "version 2", "reads version 1", NULL });
+	refused(p, (const char *const[]){"version 2", "reads version 1", NULL});
 }
 END_TEST
 
@@ -282,11 +289,11 @@ START_TEST(test_reader_refuses_other_record_size)
 
 	h.rec_size = 72;
 	write_trace(in_dir(p, sizeof(p), "t"), &h, NULL, 0, 0, 0);
-	refused(p, (const char *const[]){ "rec_size is 72", "64-byte records", NULL });
+	refused(p, (const char *const[]){"rec_size is 72", "64-byte records", NULL});
 	h = hdr_ok();
 	h.hdr_size = 256;
 	write_trace(p, &h, NULL, 0, 0, 0);
-	refused(p, (const char *const[]){ "hdr_size is 256", NULL });
+	refused(p, (const char *const[]){"hdr_size is 256", NULL});
 }
 END_TEST
 
@@ -298,21 +305,21 @@ START_TEST(test_reader_names_truncated_header)
 
 	ck_assert_int_eq(fwrite(&h, 100, 1, f), 1);
 	fclose(f);
-	refused(p, (const char *const[]){ "truncated", "100 bytes", "128-byte header", NULL });
+	refused(p, (const char *const[]){"truncated", "100 bytes", "128-byte header", NULL});
 }
 END_TEST
 
 START_TEST(test_reader_names_offset_of_partial_last_record)
 {
 	struct mv_trace_hdr h = hdr_ok();
-	struct mv_trace_rec r[2] = { rec_paged(h.start_ns, 4, 4096, 0),
-				     rec_paged(h.start_ns + 10, 4, 4096, 1) };
+	struct mv_trace_rec r[2] = {rec_paged(h.start_ns, 4, 4096, 0),
+	                            rec_paged(h.start_ns + 10, 4, 4096, 1)};
 	char p[128], want[300];
 
 	write_trace(in_dir(p, sizeof(p), "t"), &h, r, 2, 0, 10);
 	snprintf(want, sizeof(want), "`truncate -s 256 %s` keeps the 2 whole records", p);
-	refused(p, (const char *const[]){ "partial record 2 at byte offset 256", "10 of 64 bytes",
-					  want, NULL });
+	refused(p, (const char *const[]){"partial record 2 at byte offset 256", "10 of 64 bytes",
+	                                 want, NULL});
 	/* The same file cut at a record boundary is valid, without an END. */
 	ck_assert_int_eq(truncate(p, 256), 0);
 	struct out o;
@@ -327,26 +334,56 @@ END_TEST
 static void bad_field(void (*spoil)(struct mv_trace_rec *), const char *want)
 {
 	struct mv_trace_hdr h = hdr_ok();
-	struct mv_trace_rec r[3] = { rec_paged(h.start_ns, 4, 4096, 0),
-				     rec_paged(h.start_ns + 10, 4, 4096, 1),
-				     rec_paged(h.start_ns + 20, 4, 4096, 2) };
+	struct mv_trace_rec r[3] = {rec_paged(h.start_ns, 4, 4096, 0),
+	                            rec_paged(h.start_ns + 10, 4, 4096, 1),
+	                            rec_paged(h.start_ns + 20, 4, 4096, 2)};
 	char p[128];
 
 	spoil(&r[1]);
 	write_trace(in_dir(p, sizeof(p), "t"), &h, r, 3, 1, 0);
-	refused(p, (const char *const[]){ "corrupt record 1 (byte offset 192)", want, NULL });
+	refused(p, (const char *const[]){"corrupt record 1 (byte offset 192)", want, NULL});
 }
 
-static void spoil_type(struct mv_trace_rec *r) { r->type = 7; }
-static void spoil_kind(struct mv_trace_rec *r) { r->kind = 0x30; }
-static void spoil_nparts(struct mv_trace_rec *r) { r->nparts = 65; }
-static void spoil_bytes(struct mv_trace_rec *r) { r->bytes += 1; }
+static void spoil_type(struct mv_trace_rec *r)
+{
+	r->type = 7;
+}
+static void spoil_kind(struct mv_trace_rec *r)
+{
+	r->kind = 0x30;
+}
+static void spoil_nparts(struct mv_trace_rec *r)
+{
+	r->nparts = 65;
+}
+static void spoil_bytes(struct mv_trace_rec *r)
+{
+	r->bytes += 1;
+}
 /* A page size on a batch without pages (0 on a paged one means mixed sizes). */
-static void spoil_page_size(struct mv_trace_rec *r) { r->kind = MV_TK_WRITE; r->page_size = 4096; }
-static void spoil_nops(struct mv_trace_rec *r) { r->nops = 0; r->bytes = 0; }
-static void spoil_status(struct mv_trace_rec *r) { r->status = 5; }
-static void spoil_cause(struct mv_trace_rec *r) { r->status = -EIO; r->cause = 40; }
-static void spoil_end(struct mv_trace_rec *r) { r->type = MV_TR_END; }
+static void spoil_page_size(struct mv_trace_rec *r)
+{
+	r->kind = MV_TK_WRITE;
+	r->page_size = 4096;
+}
+static void spoil_nops(struct mv_trace_rec *r)
+{
+	r->nops = 0;
+	r->bytes = 0;
+}
+static void spoil_status(struct mv_trace_rec *r)
+{
+	r->status = 5;
+}
+static void spoil_cause(struct mv_trace_rec *r)
+{
+	r->status = -EIO;
+	r->cause = 40;
+}
+static void spoil_end(struct mv_trace_rec *r)
+{
+	r->type = MV_TR_END;
+}
 static void spoil_complete(struct mv_trace_rec *r)
 {
 	r->complete_ns = r->submit_ns - 1;
@@ -390,24 +427,49 @@ static size_t captured(struct mv_trace_hdr *h, struct mv_trace_rec *r)
 {
 	uint64_t t0 = h->start_ns;
 
-	r[0] = (struct mv_trace_rec){ .type = MV_TR_BATCH, .nparts = 1, .client = 5,
-				      .submit_ns = t0 + 2000000, .complete_ns = t0 + 2000100,
-				      .bytes = 1000, .peer = 0x77, .nops = 3, .ndesc = 3,
-				      .kind = MV_TK_WRITE, .shard_mask = 1 };
-	r[1] = (struct mv_trace_rec){ .type = MV_TR_BATCH, .nparts = 2, .client = 5,
-				      .submit_ns = t0 + 1000000, .complete_ns = t0 + 1000250,
-				      .bytes = 12345, .peer = 0x77, .nops = 5, .ndesc = 5,
-				      .kind = MV_TK_WRITEV | MV_TK_IMM, .shard_mask = 3, .imm = 9 };
+	r[0] = (struct mv_trace_rec){.type = MV_TR_BATCH,
+	                             .nparts = 1,
+	                             .client = 5,
+	                             .submit_ns = t0 + 2000000,
+	                             .complete_ns = t0 + 2000100,
+	                             .bytes = 1000,
+	                             .peer = 0x77,
+	                             .nops = 3,
+	                             .ndesc = 3,
+	                             .kind = MV_TK_WRITE,
+	                             .shard_mask = 1};
+	r[1] = (struct mv_trace_rec){.type = MV_TR_BATCH,
+	                             .nparts = 2,
+	                             .client = 5,
+	                             .submit_ns = t0 + 1000000,
+	                             .complete_ns = t0 + 1000250,
+	                             .bytes = 12345,
+	                             .peer = 0x77,
+	                             .nops = 5,
+	                             .ndesc = 5,
+	                             .kind = MV_TK_WRITEV | MV_TK_IMM,
+	                             .shard_mask = 3,
+	                             .imm = 9};
 	r[2] = rec_paged(t0 + 3000000, 16, 65536, 42);
 	r[2].complete_ns = t0 + 4234500;
 	r[2].nparts = 2;
-	r[3] = (struct mv_trace_rec){ .type = MV_TR_BATCH, .nparts = 1, .client = 6,
-				      .submit_ns = t0 + 4000000, .complete_ns = t0 + 4000050,
-				      .bytes = 4096, .nops = 1, .kind = MV_TK_WRITE,
-				      .status = -ERANGE, .cause = MV_CAUSE_BOUNDS };
-	r[4] = (struct mv_trace_rec){ .type = MV_TR_BATCH, .nparts = 1, .client = 6,
-				      .submit_ns = t0 + 5000000, .complete_ns = t0 + 5000010,
-				      .kind = MV_TK_IMM, .imm = 7 };
+	r[3] = (struct mv_trace_rec){.type = MV_TR_BATCH,
+	                             .nparts = 1,
+	                             .client = 6,
+	                             .submit_ns = t0 + 4000000,
+	                             .complete_ns = t0 + 4000050,
+	                             .bytes = 4096,
+	                             .nops = 1,
+	                             .kind = MV_TK_WRITE,
+	                             .status = -ERANGE,
+	                             .cause = MV_CAUSE_BOUNDS};
+	r[4] = (struct mv_trace_rec){.type = MV_TR_BATCH,
+	                             .nparts = 1,
+	                             .client = 6,
+	                             .submit_ns = t0 + 5000000,
+	                             .complete_ns = t0 + 5000010,
+	                             .kind = MV_TK_IMM,
+	                             .imm = 7};
 	return 5;
 }
 
@@ -427,7 +489,7 @@ START_TEST(test_dump_prints_every_record)
 		lines++;
 	ck_assert_int_eq(lines, 2 + 5 + 1); /* two comment lines, records, END */
 	ck_has(o.out, "provider tcp;ofi_rxm, source testhost, mover 0xabcdef, 2 shards, 5 batch "
-		      "records + END");
+	              "records + END");
 	/* Times from the trace start, kinds by name, latency in us, status by cause. */
 	ck_has(o.out, "2.000 write");
 	ck_has(o.out, "1.000 writev|imm");
@@ -439,17 +501,18 @@ START_TEST(test_dump_prints_every_record)
 
 	RUN(&o, NULL, "mvtrace", "dump", p, "--csv");
 	ck_assert_msg(o.status == 0, "%s", o.err);
-	ck_assert_msg(!strncmp(o.out, "rec,type,kind,t_ns,submit_ns,complete_ns,latency_ns,bytes,"
-				      "nops,ndesc,page_size,nparts,shard_mask,client,peer,imm,"
-				      "status,cause\n",
-			       strlen("rec,type,kind,")),
-		      "%s", o.out);
+	ck_assert_msg(!strncmp(o.out,
+	                       "rec,type,kind,t_ns,submit_ns,complete_ns,latency_ns,bytes,"
+	                       "nops,ndesc,page_size,nparts,shard_mask,client,peer,imm,"
+	                       "status,cause\n",
+	                       strlen("rec,type,kind,")),
+	              "%s", o.out);
 	ck_has(o.out, "\n0,batch,write,2000000,1002000000,1002000100,100,1000,3,3,0,1,1,5,119,0,0,"
-		      "none\n");
+	              "none\n");
 	ck_has(o.out, "\n2,batch,paged|imm,3000000,1003000000,1004234500,1234500,1048576,16,0,"
-		      "65536,2,0,0,0,42,0,none\n");
+	              "65536,2,0,0,0,42,0,none\n");
 	ck_has(o.out, "\n3,batch,write,4000000,1004000000,1004000050,50,4096,1,0,0,1,0,6,0,0,"
-		      "-34,bounds\n");
+	              "-34,bounds\n");
 	ck_has(o.out, "\n5,end,,,,,,5,3,,,,,,,,,\n");
 }
 END_TEST
@@ -494,12 +557,12 @@ END_TEST
 /* Independent of mvtrace: Unix ns of "2023-11-16 18:15:46.6805900". */
 static uint64_t azure_ns(const char *s)
 {
-	struct tm tm = { 0 };
+	struct tm tm = {0};
 	char frac[16] = "";
 
 	ck_assert_int_ge(sscanf(s, "%d-%d-%d %d:%d:%d.%15[0-9]", &tm.tm_year, &tm.tm_mon,
-				&tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, frac),
-			 6);
+	                        &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, frac),
+	                 6);
 	tm.tm_year -= 1900;
 	tm.tm_mon -= 1;
 	uint64_t ns = (uint64_t)timegm(&tm) * 1000000000ull;
@@ -611,8 +674,7 @@ START_TEST(test_import_mooncake_slice_page_math_and_arrivals)
 	struct mvt_trace t;
 
 	snprintf(in, sizeof(in), "%s/mooncake_conv_50.jsonl", datadir);
-	RUN(&o, NULL, "mvtrace", "import", "mooncake", in, in_dir(p, sizeof(p), "mc.trace"),
-	    MODEL);
+	RUN(&o, NULL, "mvtrace", "import", "mooncake", in, in_dir(p, sizeof(p), "mc.trace"), MODEL);
 	ck_assert_msg(o.status == 0, "%s", o.err);
 	load_ok(p, &t);
 	ck_assert_str_eq(t.hdr.provider, "import:mooncake");
@@ -651,25 +713,25 @@ START_TEST(test_import_mooncake_prefix_cache_exact_pages)
 	struct mvt_trace t;
 
 	write_text(in_dir(in, sizeof(in), "tiny.jsonl"),
-		   /* 0: all new: 1100 tokens -> 69 per layer */
-		   "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 1, "
-		   "\"hash_ids\": [1, 2, 3]}\n"
-		   /* 1: blocks 1, 2 cached: 1100 - 1024 = 76 -> 5 */
-		   "{\"timestamp\": 5, \"input_length\": 1100, \"output_length\": 1, "
-		   "\"hash_ids\": [1, 2, 4]}\n"
-		   /* 2: all cached, the last block partial (6 tokens): no record */
-		   "{\"timestamp\": 7.5, \"input_length\": 1030, \"output_length\": 1, "
-		   "\"hash_ids\": [1, 2, 4]}\n"
-		   "\n"
-		   /* 3: a block repeated within one request is still new: 600 -> 38 */
-		   "{\"timestamp\": 9, \"input_length\": 600, \"hash_ids\": [9, 9]}\n"
-		   /* 4: two cached blocks; tokens past the listed blocks are sent: 976 -> 61 */
-		   "{\"timestamp\": 10, \"input_length\": 2000, \"hash_ids\": [9, 1]}\n"
-		   /* 5: keys in any order, unknown values skipped: 100 -> 7 */
-		   "{\"hash_ids\": [], \"extra\": {\"a\": [1, \"x]\", null]}, "
-		   "\"input_length\": 100, \"timestamp\": 11}\n"
-		   /* 6: an empty prompt: no record */
-		   "{\"timestamp\": 12, \"input_length\": 0, \"hash_ids\": [77]}\n");
+	           /* 0: all new: 1100 tokens -> 69 per layer */
+	           "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 1, "
+	           "\"hash_ids\": [1, 2, 3]}\n"
+	           /* 1: blocks 1, 2 cached: 1100 - 1024 = 76 -> 5 */
+	           "{\"timestamp\": 5, \"input_length\": 1100, \"output_length\": 1, "
+	           "\"hash_ids\": [1, 2, 4]}\n"
+	           /* 2: all cached, the last block partial (6 tokens): no record */
+	           "{\"timestamp\": 7.5, \"input_length\": 1030, \"output_length\": 1, "
+	           "\"hash_ids\": [1, 2, 4]}\n"
+	           "\n"
+	           /* 3: a block repeated within one request is still new: 600 -> 38 */
+	           "{\"timestamp\": 9, \"input_length\": 600, \"hash_ids\": [9, 9]}\n"
+	           /* 4: two cached blocks; tokens past the listed blocks are sent: 976 -> 61 */
+	           "{\"timestamp\": 10, \"input_length\": 2000, \"hash_ids\": [9, 1]}\n"
+	           /* 5: keys in any order, unknown values skipped: 100 -> 7 */
+	           "{\"hash_ids\": [], \"extra\": {\"a\": [1, \"x]\", null]}, "
+	           "\"input_length\": 100, \"timestamp\": 11}\n"
+	           /* 6: an empty prompt: no record */
+	           "{\"timestamp\": 12, \"input_length\": 0, \"hash_ids\": [77]}\n");
 	RUN(&o, NULL, "mvtrace", "import", "mooncake", in, in_dir(p, sizeof(p), "tiny.trace"),
 	    MODEL);
 	ck_assert_msg(o.status == 0, "%s", o.err);
@@ -677,8 +739,8 @@ START_TEST(test_import_mooncake_prefix_cache_exact_pages)
 	ck_has(o.out, "2 requests had no pages to send");
 	load_ok(p, &t);
 	ck_assert_int_eq(t.nrec, 5);
-	const uint32_t pages[] = { 138, 10, 76, 122, 14 }, imm[] = { 0, 1, 3, 4, 5 };
-	const uint64_t at[] = { 0, 5000000, 9000000, 10000000, 11000000 };
+	const uint32_t pages[] = {138, 10, 76, 122, 14}, imm[] = {0, 1, 3, 4, 5};
+	const uint64_t at[] = {0, 5000000, 9000000, 10000000, 11000000};
 	for (int i = 0; i < 5; i++) {
 		ck_assert_uint_eq(t.rec[i].nops, pages[i]);
 		ck_assert_uint_eq(t.rec[i].imm, imm[i]);
@@ -700,10 +762,9 @@ START_TEST(test_import_refuses_bad_input_naming_the_line)
 	char in[128], p[128];
 	struct out o;
 
-	write_text(in_dir(in, sizeof(in), "bad.csv"),
-		   "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-		   "2023-11-16 18:15:46.6805900,374,44\n"
-		   "2023-11-16 18:15:4x.0,396,109\n");
+	write_text(in_dir(in, sizeof(in), "bad.csv"), "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+	                                              "2023-11-16 18:15:46.6805900,374,44\n"
+	                                              "2023-11-16 18:15:4x.0,396,109\n");
 	RUN(&o, NULL, "mvtrace", "import", "azure", in, in_dir(p, sizeof(p), "o.trace"), MODEL);
 	ck_assert_int_eq(o.status, 1);
 	ck_has(o.err, "bad.csv line 3: TIMESTAMP '2023-11-16 18:15:4x.0'");
@@ -715,14 +776,14 @@ START_TEST(test_import_refuses_bad_input_naming_the_line)
 	ck_has(o.err, "line 1: the header names no TIMESTAMP and ContextTokens");
 
 	write_text(in, "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6,12\n"
-		       "2023-11-16 18:15:45.0,12\n");
+	               "2023-11-16 18:15:45.0,12\n");
 	RUN(&o, NULL, "mvtrace", "import", "azure", in, p, MODEL);
 	ck_assert_int_eq(o.status, 1);
 	ck_has(o.err, "line 3: arrives before the first request");
 
 	write_text(in_dir(in, sizeof(in), "bad.jsonl"),
-		   "{\"timestamp\": 0, \"input_length\": 10, \"hash_ids\": [1]}\n"
-		   "{\"timestamp\": 1, \"input_length\": 10, \"hash_ids\": [1, -2]}\n");
+	           "{\"timestamp\": 0, \"input_length\": 10, \"hash_ids\": [1]}\n"
+	           "{\"timestamp\": 1, \"input_length\": 10, \"hash_ids\": [1, -2]}\n");
 	RUN(&o, NULL, "mvtrace", "import", "mooncake", in, p, MODEL);
 	ck_assert_int_eq(o.status, 1);
 	ck_has(o.err, "bad.jsonl line 2: column 54: expected hash_ids as an array of non-negative");
@@ -736,7 +797,7 @@ START_TEST(test_import_refuses_bad_input_naming_the_line)
 	RUN(&o, NULL, "mvtrace", "import", "mooncake", in, p, "--layers", "2");
 	ck_assert_int_eq(o.status, 2);
 	ck_has(o.err, "needs --layers, --kv-heads, --head-dim, --dtype-bytes and "
-		      "--tokens-per-page");
+	              "--tokens-per-page");
 	RUN(&o, NULL, "mvtrace", "import", "mooncake", in, p, "--layers", "2", "--kv-heads",
 	    "1048576", "--head-dim", "128", "--dtype-bytes", "2", "--tokens-per-page", "64");
 	ck_assert_int_eq(o.status, 2);
@@ -768,7 +829,7 @@ struct fake {
 
 static void fake_listen(struct fake *f)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 
 	snprintf(f->path, sizeof(f->path), "%s/fake.sock", dir);
 	strcpy(sa.sun_path, f->path);
@@ -780,7 +841,7 @@ static void fake_listen(struct fake *f)
 
 /* Serves one TRACE request in a child: checks it, answers status and msg. */
 static pid_t fake_serve(struct fake *f, uint32_t on, const char *want_path, int32_t status,
-			const char *msg)
+                        const char *msg)
 {
 	pid_t pid = fork();
 
@@ -795,24 +856,26 @@ static pid_t fake_serve(struct fake *f, uint32_t on, const char *want_path, int3
 			struct mv_trace_req r;
 		} m;
 		char raw[1024];
-	} u = { 0 };
+	} u = {0};
 	ssize_t n = recv(fd, &u, sizeof(u), 0);
 	typeof(u.m) m = u.m;
 	int ok = n == (ssize_t)sizeof(m) && m.h.magic == MV_WIRE_MAGIC &&
-		 m.h.version == MV_WIRE_VERSION && m.h.type == MV_MSG_TRACE &&
-		 m.h.len == sizeof(m.r) && m.r.on == on && !strcmp(m.r.path, want_path);
+	         m.h.version == MV_WIRE_VERSION && m.h.type == MV_MSG_TRACE &&
+	         m.h.len == sizeof(m.r) && m.r.on == on && !strcmp(m.r.path, want_path);
 	if (!ok) {
 		fprintf(stderr, "fake mover: bad request (%zd bytes, type %u, on %u, path '%s')\n",
-			n, m.h.type, m.r.on, m.r.path);
+		        n, m.h.type, m.r.on, m.r.path);
 		_exit(1);
 	}
 	struct {
 		struct mv_msg_hdr h;
 		struct mv_reply_hdr r;
-	} rep = { .h = { .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION,
-			 .type = MV_MSG_TRACE | MV_MSG_REPLY, .len = sizeof(rep.r),
-			 .seq = m.h.seq },
-		  .r = { .status = status } };
+	} rep = {.h = {.magic = MV_WIRE_MAGIC,
+	               .version = MV_WIRE_VERSION,
+	               .type = MV_MSG_TRACE | MV_MSG_REPLY,
+	               .len = sizeof(rep.r),
+	               .seq = m.h.seq},
+	         .r = {.status = status}};
 	snprintf(rep.r.msg, sizeof(rep.r.msg), "%s", msg);
 	send(fd, &rep, sizeof(rep), 0);
 	_exit(0);
@@ -976,11 +1039,11 @@ static struct result result_of(const struct out *o)
 
 	ck_assert_msg(l, "no RESULT line; stdout:\n%s\nstderr:\n%s", o->out, o->err);
 	ck_assert_msg(sscanf(l,
-			     "RESULT mvreplay batches=%" SCNu64 " bytes=%" SCNu64 " ops=%" SCNu64
-			     " errors=%" SCNu64 " offered_gbps=%*s achieved_gbps=%*s p50_us=%lf "
-			     "p99_us=%*s p999_us=%*s max_late_us=%lf",
-			     &r.batches, &r.bytes, &r.ops, &r.errors, &r.p50, &r.max_late) == 6,
-		      "%s", l);
+	                     "RESULT mvreplay batches=%" SCNu64 " bytes=%" SCNu64 " ops=%" SCNu64
+	                     " errors=%" SCNu64 " offered_gbps=%*s achieved_gbps=%*s p50_us=%lf "
+	                     "p99_us=%*s p999_us=%*s max_late_us=%lf",
+	                     &r.batches, &r.bytes, &r.ops, &r.errors, &r.p50, &r.max_late) == 6,
+	              "%s", l);
 	return r;
 }
 
@@ -991,7 +1054,7 @@ struct totals {
 static struct totals totals_of(const char *path)
 {
 	struct mvt_trace t;
-	struct totals s = { 0 };
+	struct totals s = {0};
 
 	load_ok(path, &t);
 	s.batches = t.nrec;
@@ -1005,7 +1068,7 @@ static struct totals totals_of(const char *path)
 
 static void replay_spawn(struct job *j, const char *trace, const char *const *extra)
 {
-	const char *args[24] = { "--trace", trace, "--send", A.sock, "--recv", B.sock };
+	const char *args[24] = {"--trace", trace, "--send", A.sock, "--recv", B.sock};
 	int n = 6;
 
 	while (extra && *extra && n < 23)
@@ -1039,7 +1102,7 @@ START_TEST(test_replay_asap_issues_exactly_the_trace)
 
 	import_azure(p, sizeof(p));
 	struct totals want = totals_of(p);
-	replay(&o, p, (const char *const[]){ "--asap", "--pool-mib", "16", NULL });
+	replay(&o, p, (const char *const[]){"--asap", "--pool-mib", "16", NULL});
 	ck_assert_msg(o.status == 0, "exit %d\n%s\n%s", o.status, o.out, o.err);
 	struct result r = result_of(&o);
 	ck_assert_uint_eq(r.batches, want.batches);
@@ -1062,21 +1125,34 @@ START_TEST(test_replay_splits_writes_and_segments_exactly)
 	uint64_t t0 = h.start_ns;
 
 	/* Uneven splits, every kind, a batch that mixed kinds, in completion order. */
-	r[0] = (struct mv_trace_rec){ .type = MV_TR_BATCH, .submit_ns = t0 + 5, .bytes = 1000,
-				      .nops = 3, .kind = MV_TK_WRITE };
-	r[1] = (struct mv_trace_rec){ .type = MV_TR_BATCH, .submit_ns = t0 + 1, .bytes = 12345,
-				      .nops = 5, .kind = MV_TK_WRITEV | MV_TK_IMM, .imm = 1 };
-	r[2] = (struct mv_trace_rec){ .type = MV_TR_BATCH, .submit_ns = t0 + 3, .kind = MV_TK_IMM,
-				      .imm = 2 };
+	r[0] = (struct mv_trace_rec){.type = MV_TR_BATCH,
+	                             .submit_ns = t0 + 5,
+	                             .bytes = 1000,
+	                             .nops = 3,
+	                             .kind = MV_TK_WRITE};
+	r[1] = (struct mv_trace_rec){.type = MV_TR_BATCH,
+	                             .submit_ns = t0 + 1,
+	                             .bytes = 12345,
+	                             .nops = 5,
+	                             .kind = MV_TK_WRITEV | MV_TK_IMM,
+	                             .imm = 1};
+	r[2] = (struct mv_trace_rec){
+	    .type = MV_TR_BATCH, .submit_ns = t0 + 3, .kind = MV_TK_IMM, .imm = 2};
 	r[3] = rec_paged(t0 + 2, 7, 4096, 3);
-	r[4] = (struct mv_trace_rec){ .type = MV_TR_BATCH, .submit_ns = t0 + 4,
-				      .bytes = 3 * 4096 + 777, .nops = 4, .page_size = 4096,
-				      .kind = MV_TK_PAGED | MV_TK_WRITE };
-	r[5] = (struct mv_trace_rec){ .type = MV_TR_BATCH, .submit_ns = t0 + 6,
-				      .bytes = 3u << 20, .nops = 1, .kind = MV_TK_WRITE | MV_TK_IMM,
-				      .imm = 5 };
+	r[4] = (struct mv_trace_rec){.type = MV_TR_BATCH,
+	                             .submit_ns = t0 + 4,
+	                             .bytes = 3 * 4096 + 777,
+	                             .nops = 4,
+	                             .page_size = 4096,
+	                             .kind = MV_TK_PAGED | MV_TK_WRITE};
+	r[5] = (struct mv_trace_rec){.type = MV_TR_BATCH,
+	                             .submit_ns = t0 + 6,
+	                             .bytes = 3u << 20,
+	                             .nops = 1,
+	                             .kind = MV_TK_WRITE | MV_TK_IMM,
+	                             .imm = 5};
 	write_trace(in_dir(p, sizeof(p), "w.trace"), &h, r, 6, 1, 0);
-	replay(&o, p, (const char *const[]){ "--asap", "--pool-mib", "4", "--window", "2", NULL });
+	replay(&o, p, (const char *const[]){"--asap", "--pool-mib", "4", "--window", "2", NULL});
 	ck_assert_msg(o.status == 0, "exit %d\n%s\n%s", o.status, o.out, o.err);
 	struct result res = result_of(&o);
 	ck_assert_uint_eq(res.batches, 6);
@@ -1098,7 +1174,7 @@ START_TEST(test_replay_keeps_the_schedule)
 	for (int i = 0; i < 6; i++)
 		r[i] = rec_paged(h.start_ns + (uint64_t)i * 100000000u, 32, 4096, (uint32_t)i);
 	write_trace(in_dir(p, sizeof(p), "s.trace"), &h, r, 6, 1, 0);
-	replay(&o, p, (const char *const[]){ "--speed", "2", "--pool-mib", "4", NULL });
+	replay(&o, p, (const char *const[]){"--speed", "2", "--pool-mib", "4", NULL});
 	ck_assert_msg(o.status == 0, "exit %d\n%s\n%s", o.status, o.out, o.err);
 	struct result res = result_of(&o);
 	ck_assert_uint_eq(res.batches, 6);
@@ -1116,24 +1192,24 @@ START_TEST(test_replay_refuses_pages_larger_than_the_pool)
 	struct out o;
 
 	write_trace(in_dir(p, sizeof(p), "big.trace"), &h, &r, 1, 1, 0);
-	replay(&o, p, (const char *const[]){ "--asap", "--pool-mib", "1", NULL });
+	replay(&o, p, (const char *const[]){"--asap", "--pool-mib", "1", NULL});
 	ck_assert_int_eq(o.status, 1);
 	ck_has(o.err, "trace record 0 has a page of 2097152 bytes; the regions are 1048576 bytes: "
-		      "raise --pool-mib to at least 2");
+	              "raise --pool-mib to at least 2");
 }
 END_TEST
 
 START_TEST(test_replay_names_batches_too_big_for_the_rings)
 {
 	struct mv_trace_hdr h = hdr_ok();
-	struct mv_trace_rec r[2] = { rec_paged(h.start_ns, 20000, 64, 0),
-				     rec_paged(h.start_ns + 1, 10, 64, 1) };
+	struct mv_trace_rec r[2] = {rec_paged(h.start_ns, 20000, 64, 0),
+	                            rec_paged(h.start_ns + 1, 10, 64, 1)};
 	char p[128];
 	struct out o;
 
 	/* 20000 scattered pages are 10000 descriptors per shard: more than a ring. */
 	write_trace(in_dir(p, sizeof(p), "many.trace"), &h, r, 2, 1, 0);
-	replay(&o, p, (const char *const[]){ "--asap", "--pool-mib", "2", NULL });
+	replay(&o, p, (const char *const[]){"--asap", "--pool-mib", "2", NULL});
 	ck_assert_int_eq(o.status, 1);
 	ck_has(o.err, "batch 0 (trace record 0) failed: too_big");
 	ck_has(o.err, "replay with --contig");
@@ -1142,7 +1218,7 @@ START_TEST(test_replay_names_batches_too_big_for_the_rings)
 	ck_assert_uint_eq(res.batches, 1);
 	ck_has(o.out, "errors     1: too_big 1");
 	/* Consecutive pages merge into a few descriptors and fit. */
-	replay(&o, p, (const char *const[]){ "--asap", "--pool-mib", "2", "--contig", NULL });
+	replay(&o, p, (const char *const[]){"--asap", "--pool-mib", "2", "--contig", NULL});
 	ck_assert_msg(o.status == 0, "exit %d\n%s\n%s", o.status, o.out, o.err);
 	ck_assert_uint_eq(result_of(&o).ops, 20010);
 }
@@ -1160,7 +1236,7 @@ START_TEST(test_replay_counts_errors_by_cause_when_the_peer_dies)
 	for (int i = 0; i < 40; i++)
 		r[i] = rec_paged(h.start_ns + (uint64_t)i * 50000000u, 64, 4096, (uint32_t)i);
 	write_trace(in_dir(p, sizeof(p), "d.trace"), &h, r, 40, 1, 0);
-	replay_spawn(&j, p, (const char *const[]){ "--pool-mib", "4", NULL });
+	replay_spawn(&j, p, (const char *const[]){"--pool-mib", "4", NULL});
 	usleep(500000);
 	kill(B.pid, SIGKILL);
 	waitpid(B.pid, NULL, 0);
@@ -1200,7 +1276,7 @@ START_TEST(test_captured_replay_replays_to_the_same_totals)
 	struct totals want = totals_of(az);
 	/* Capture 1: started from the mover's command line, stopped at run time. */
 	movers_up(in_dir(cap1, sizeof(cap1), "cap1.trace"));
-	replay(&o, az, (const char *const[]){ "--asap", "--pool-mib", "16", NULL });
+	replay(&o, az, (const char *const[]){"--asap", "--pool-mib", "16", NULL});
 	ck_assert_msg(o.status == 0, "exit %d\n%s\n%s", o.status, o.out, o.err);
 	RUN(&o, NULL, "mvtrace", "stop", "--socket", A.sock);
 	ck_assert_msg(o.status == 0, "%s", o.err);
@@ -1227,7 +1303,7 @@ START_TEST(test_captured_replay_replays_to_the_same_totals)
 	/* Capture 2: switched on at run time, of a replay of capture 1. */
 	RUN(&o, dir, "mvtrace", "start", "--socket", A.sock, "cap2.trace");
 	ck_assert_msg(o.status == 0, "%s", o.err);
-	replay(&o, cap1, (const char *const[]){ "--pool-mib", "16", NULL });
+	replay(&o, cap1, (const char *const[]){"--pool-mib", "16", NULL});
 	ck_assert_msg(o.status == 0, "exit %d\n%s\n%s", o.status, o.out, o.err);
 	RUN(&o, NULL, "mvtrace", "stop", "--socket", A.sock);
 	ck_assert_msg(o.status == 0, "%s", o.err);
@@ -1253,13 +1329,15 @@ START_TEST(test_sigterm_closes_the_trace)
 	}
 	import_azure(az, sizeof(az));
 	movers_up(in_dir(cap, sizeof(cap), "cap.trace"));
-	replay(&o, az, (const char *const[]){ "--asap", "--pool-mib", "16", NULL });
+	replay(&o, az, (const char *const[]){"--asap", "--pool-mib", "16", NULL});
 	ck_assert_msg(o.status == 0, "exit %d\n%s\n%s", o.status, o.out, o.err);
 	char log[2048];
 	int st = mover_stop(&A);
 	slurp(A.log, log, sizeof(log));
-	ck_assert_msg(st == 0, "the tracing mover did not exit cleanly within 6 s of SIGTERM; "
-			       "its log:\n%s", log);
+	ck_assert_msg(st == 0,
+	              "the tracing mover did not exit cleanly within 6 s of SIGTERM; "
+	              "its log:\n%s",
+	              log);
 	struct mvt_trace t;
 	load_ok(cap, &t);
 	ck_assert_msg(t.has_end, "SIGTERM left the trace without its END record");

@@ -21,13 +21,17 @@ void mv_dbg(const char *fmt, ...)
 	(void)fmt;
 }
 
-static struct mv_region src = { .id = 0x10001, .owner = 7, .len = 65536 };
-static struct mv_import dst = { .handle = 3, .len = 4096 };
+static struct mv_region src = {.id = 0x10001, .owner = 7, .len = 65536};
+static struct mv_import dst = {.handle = 3, .len = 4096};
 
 static int check(uint64_t so, uint64_t doff, uint64_t len, char *why, uint8_t *cause)
 {
-	struct mv_desc d = { .op = MV_OP_WRITE, .src = src.id, .dst = dst.handle,
-			     .src_off = so, .dst_off = doff, .len = len };
+	struct mv_desc d = {.op = MV_OP_WRITE,
+	                    .src = src.id,
+	                    .dst = dst.handle,
+	                    .src_off = so,
+	                    .dst_off = doff,
+	                    .len = len};
 
 	return mv_check_write(&d, &src, &dst, 7, why, MV_ERRLEN, cause);
 }
@@ -49,7 +53,8 @@ START_TEST(test_write_past_source_end_names_sizes)
 
 	ck_assert_int_eq(check(65000, 0, 1000, why, &cause), -ERANGE);
 	ck_assert_int_eq(cause, MV_CAUSE_BOUNDS);
-	ck_assert_str_eq(why, "region 65537 is 65536 bytes; write of 1000 at offset 65000 exceeds it");
+	ck_assert_str_eq(why,
+	                 "region 65537 is 65536 bytes; write of 1000 at offset 65000 exceeds it");
 }
 END_TEST
 
@@ -79,7 +84,7 @@ START_TEST(test_zero_length_and_foreign_regions_are_refused)
 {
 	char why[MV_ERRLEN];
 	uint8_t cause;
-	struct mv_desc d = { .op = MV_OP_WRITE, .src = src.id, .dst = 3, .len = 8 };
+	struct mv_desc d = {.op = MV_OP_WRITE, .src = src.id, .dst = 3, .len = 8};
 
 	ck_assert_int_eq(check(0, 0, 0, why, &cause), -EINVAL);
 	ck_assert_int_eq(cause, MV_CAUSE_BAD_DESC);
@@ -94,8 +99,11 @@ END_TEST
 
 static struct mv_addr_blob good_addr(void)
 {
-	struct mv_addr_blob b = { .magic = MV_BLOB_MAGIC_ADDR, .version = MV_WIRE_VERSION,
-				  .nshards = 2, .mover_id = 42, .addrlen = 16 };
+	struct mv_addr_blob b = {.magic = MV_BLOB_MAGIC_ADDR,
+	                         .version = MV_WIRE_VERSION,
+	                         .nshards = 2,
+	                         .mover_id = 42,
+	                         .addrlen = 16};
 
 	strcpy(b.provider, "tcp;ofi_rxm");
 	return b;
@@ -110,7 +118,8 @@ START_TEST(test_address_blob_checks)
 	ck_assert_int_eq(mv_check_addr_blob(&b, full, "tcp;ofi_rxm", why, sizeof(why)), 0);
 	ck_assert_int_eq(mv_check_addr_blob(&b, 10, "tcp;ofi_rxm", why, sizeof(why)), -EINVAL);
 	ck_assert_msg(strstr(why, "shorter than its header"), "%s", why);
-	ck_assert_int_eq(mv_check_addr_blob(&b, full - 1, "tcp;ofi_rxm", why, sizeof(why)), -EINVAL);
+	ck_assert_int_eq(mv_check_addr_blob(&b, full - 1, "tcp;ofi_rxm", why, sizeof(why)),
+	                 -EINVAL);
 	ck_assert_msg(strstr(why, "truncated"), "%s", why);
 	ck_assert_int_eq(mv_check_addr_blob(&b, full, "shm", why, sizeof(why)), -EPROTONOSUPPORT);
 	ck_assert_msg(strstr(why, "'tcp;ofi_rxm'") && strstr(why, "'shm'"), "%s", why);
@@ -129,12 +138,12 @@ END_TEST
 START_TEST(test_region_blob_checks)
 {
 	char why[MV_ERRLEN];
-	struct mv_region_blob b = { .magic = MV_BLOB_MAGIC_REGION, .version = MV_WIRE_VERSION,
-				    .nshards = 4, .len = 100 };
+	struct mv_region_blob b = {
+	    .magic = MV_BLOB_MAGIC_REGION, .version = MV_WIRE_VERSION, .nshards = 4, .len = 100};
 
 	ck_assert_int_eq(mv_check_region_blob(&b, MV_REGION_BLOB_SIZE(4), why, sizeof(why)), 0);
 	ck_assert_int_eq(mv_check_region_blob(&b, MV_REGION_BLOB_SIZE(3), why, sizeof(why)),
-			 -EINVAL);
+	                 -EINVAL);
 	ck_assert_msg(strstr(why, "names 4 shards"), "%s", why);
 	b.nshards = MV_MAX_SHARDS + 1;
 	ck_assert_int_eq(mv_check_region_blob(&b, sizeof(b), why, sizeof(why)), -EINVAL);

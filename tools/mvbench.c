@@ -48,18 +48,18 @@
 #include "mvc.h"
 
 /* libclient's striping rule (libclient/client.c), mirrored by the baseline. */
-#define STRIPE_MIN (256u << 10)
+#define STRIPE_MIN   (256u << 10)
 #define STRIPE_ALIGN 4096u
 
-#define BATCH_BYTES (4u << 20)	      /* a batch carries about this much */
-#define BATCH_WRITES_MAX 64u	      /* and at most this many writes */
-#define BATCHES_PER_SHARD 8u	      /* in flight per shard */
-#define WINDOW_BYTES (128ull << 20)   /* but never more than this in flight */
-#define SLOT_GAP 4096u		      /* keeps neighbouring writes apart */
-#define STALL_S 10.0		      /* no completion this long: something is stuck */
-#define CALL_S 30		      /* a receiver command answers within this */
-#define CQ_BATCH 64
-#define MAX_LIST 32
+#define BATCH_BYTES       (4u << 20)     /* a batch carries about this much */
+#define BATCH_WRITES_MAX  64u            /* and at most this many writes */
+#define BATCHES_PER_SHARD 8u             /* in flight per shard */
+#define WINDOW_BYTES      (128ull << 20) /* but never more than this in flight */
+#define SLOT_GAP          4096u          /* keeps neighbouring writes apart */
+#define STALL_S           10.0           /* no completion this long: something is stuck */
+#define CALL_S            30             /* a receiver command answers within this */
+#define CQ_BATCH          64
+#define MAX_LIST          32
 
 /* ---- small helpers ---- */
 
@@ -115,9 +115,9 @@ static const char *size_str(uint64_t s, char *buf, size_t len)
 /* ---- the shape of one measurement ---- */
 
 struct geom {
-	uint64_t size;	 /* bytes per write */
+	uint64_t size;   /* bytes per write */
 	uint64_t stride; /* slot pitch, the same in both regions */
-	uint32_t k;	 /* writes per batch */
+	uint32_t k;      /* writes per batch */
 	uint32_t window; /* batches in flight over all shards */
 	uint32_t nshards;
 	int striped; /* libclient splits each write over the shards */
@@ -125,7 +125,7 @@ struct geom {
 
 static struct geom geom_of(uint64_t size, uint32_t n)
 {
-	struct geom g = { .size = size, .nshards = n };
+	struct geom g = {.size = size, .nshards = n};
 	uint64_t k = BATCH_BYTES / size, w;
 
 	g.k = k < 1 ? 1 : k > BATCH_WRITES_MAX ? BATCH_WRITES_MAX : (uint32_t)k;
@@ -156,7 +156,7 @@ struct meas {
 	double secs;
 	uint64_t bytes;
 	uint64_t checked; /* window positions whose slots were verified */
-	int cut;	  /* the time limit ended it before its bytes were done */
+	int cut;          /* the time limit ended it before its bytes were done */
 };
 
 /* ---- the receiver process ---- */
@@ -250,16 +250,16 @@ static void rx_fail(struct target *tg, const char *fmt, ...)
 static void rx_poll(struct drecv *r, struct fi_cq_data_entry *ent)
 {
 	ssize_t n = fi_cq_read(r->fab.cq, ent, CQ_BATCH);
-	struct fi_cq_err_entry e = { 0 };
+	struct fi_cq_err_entry e = {0};
 	char buf[128];
 
 	if (n == -FI_EAVAIL) {
 		if (fi_cq_readerr(r->fab.cq, &e, 0) != 1)
 			return;
 		const char *pe =
-			fi_cq_strerror(r->fab.cq, e.prov_errno, e.err_data, buf, sizeof(buf));
+		    fi_cq_strerror(r->fab.cq, e.prov_errno, e.err_data, buf, sizeof(buf));
 		rx_fail(r->tg, "receiver endpoint %u: error completion: %s: %s", r->id,
-			fi_strerror(e.err), pe ? pe : "");
+		        fi_strerror(e.err), pe ? pe : "");
 	} else if (n < 0 && n != -FI_EAGAIN) {
 		rx_fail(r->tg, "receiver endpoint %u: fi_cq_read: %s", r->id, fi_strerror((int)-n));
 	}
@@ -280,17 +280,17 @@ static void *drecv_main(void *arg)
 	ret = pin_cpu(r->cpu);
 	if (ret) {
 		snprintf(r->msg, sizeof(r->msg), "pinning receiver endpoint %u to CPU %d: %s",
-			 r->id, r->cpu, strerror(-ret));
+		         r->id, r->cpu, strerror(-ret));
 		goto out_start;
 	}
 	ret = mv_fabric_open(&r->fab, tg->prov, tg->iface[0] ? tg->iface : NULL, 0);
 	if (ret) {
 		snprintf(r->msg, sizeof(r->msg), "receiver endpoint %u: opening %s%s%s: %s", r->id,
-			 tg->prov, tg->iface[0] ? " on " : "", tg->iface, fi_strerror(-ret));
+		         tg->prov, tg->iface[0] ? " on " : "", tg->iface, fi_strerror(-ret));
 		goto out_start;
 	}
 	ret = mv_fabric_reg(&r->fab, tg->pool.addr, tg->pool.len, 0x100 + r->id, &r->mr, &desc,
-			    &key, r->msg, sizeof(r->msg));
+	                    &key, r->msg, sizeof(r->msg));
 	if (ret)
 		mv_fabric_close(&r->fab);
 out_start:
@@ -443,10 +443,10 @@ static int check_once(const struct target *tg, const struct tcmd *c, char *why, 
 			memcpy(&w, base + at, 8);
 			if (w != pat(at)) {
 				snprintf(why, len,
-					 "the write of slot %" PRIu64
-					 " did not land: its word at +%" PRIu64 " is %016" PRIx64
-					 ", expected %016" PRIx64,
-					 s, o, w, pat(at));
+				         "the write of slot %" PRIu64
+				         " did not land: its word at +%" PRIu64 " is %016" PRIx64
+				         ", expected %016" PRIx64,
+				         s, o, w, pat(at));
 				return -EIO;
 			}
 		}
@@ -492,7 +492,7 @@ static int target_cmd(struct target *tg, const struct tcmd *c, struct trep *rep)
 		ret = mvc_connect(&tg->c, c->path);
 		if (ret) {
 			snprintf(rep->msg, sizeof(rep->msg), "connecting to mover B at %s: %s",
-				 c->path, strerror(-ret));
+			         c->path, strerror(-ret));
 			return ret;
 		}
 		rep->alen = rep->rlen = MVC_BLOB_MAX;
@@ -657,7 +657,7 @@ static void cleanup(int show_logs)
 	/* Its socket closed, the receiver closes its endpoints and leaves. */
 	stop_pid(&target_pid, 0, 5);
 	if (show_logs) {
-		struct mvproc *mp[2] = { &mover_a, &mover_b };
+		struct mvproc *mp[2] = {&mover_a, &mover_b};
 		for (int i = 0; i < 2; i++) {
 			int pid = atomic_load(&mp[i]->pid), st;
 			if (pid <= 0)
@@ -666,8 +666,8 @@ static void cleanup(int show_logs)
 				atomic_store(&mp[i]->pid, 0);
 				int sig = WIFSIGNALED(st);
 				fprintf(stderr, "mvbench: mover %c (pid %d) %s %d\n", 'A' + i, pid,
-					sig ? "was killed by signal" : "exited with status",
-					sig ? WTERMSIG(st) : WEXITSTATUS(st));
+				        sig ? "was killed by signal" : "exited with status",
+				        sig ? WTERMSIG(st) : WEXITSTATUS(st));
 			}
 			tail_log(i ? "mover B" : "mover A", mp[i]->log);
 		}
@@ -734,7 +734,7 @@ static void on_signal(int sig)
 }
 
 static void mover_start(struct mvproc *m, const char *bin, const char *name, const char *prov,
-			const char *iface, uint32_t n, const char *cpus)
+                        const char *iface, uint32_t n, const char *cpus)
 {
 	char shards[16], cpuarg[600];
 	const char *argv[16];
@@ -802,8 +802,8 @@ static void mover_stop(struct mvproc *m, const char *name)
 
 	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
 		fprintf(stderr, "mvbench: warning: %s did not stop cleanly on SIGTERM (%s %d)\n",
-			name, WIFEXITED(st) ? "status" : "signal",
-			WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+		        name, WIFEXITED(st) ? "status" : "signal",
+		        WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
 		tail_log(name, m->log);
 	}
 	unlink(m->sock);
@@ -812,7 +812,7 @@ static void mover_stop(struct mvproc *m, const char *name)
 /* One command to the receiver process and its reply, bounded in time. */
 static void tcall(const struct tcmd *c, struct trep *rep)
 {
-	struct pollfd pf = { .fd = target_sock, .events = POLLIN };
+	struct pollfd pf = {.fd = target_sock, .events = POLLIN};
 	int timeout = CALL_S * 1000;
 
 	if (send(target_sock, c, sizeof(*c), MSG_NOSIGNAL) != (ssize_t)sizeof(*c))
@@ -831,14 +831,14 @@ static void tcall(const struct tcmd *c, struct trep *rep)
 		die("the receiver process is gone (command %u)", c->op);
 	if (rep->status) {
 		static const char *const what[] = {
-			[T_MOVER_UP] = "setting up the region on mover B",
-			[T_MOVER_DOWN] = "freeing the region",
-			[T_DIRECT_UP] = "opening the direct receiver endpoints",
-			[T_DIRECT_GO] = "starting the direct receivers",
-			[T_DIRECT_PARK] = "parking the direct receivers",
-			[T_DIRECT_DOWN] = "closing the direct receivers",
-			[T_CLEAR] = "clearing the region",
-			[T_CHECK] = "checking what landed",
+		    [T_MOVER_UP] = "setting up the region on mover B",
+		    [T_MOVER_DOWN] = "freeing the region",
+		    [T_DIRECT_UP] = "opening the direct receiver endpoints",
+		    [T_DIRECT_GO] = "starting the direct receivers",
+		    [T_DIRECT_PARK] = "parking the direct receivers",
+		    [T_DIRECT_DOWN] = "closing the direct receivers",
+		    [T_CLEAR] = "clearing the region",
+		    [T_CHECK] = "checking what landed",
 		};
 		die("receiver, %s%s: %s", c->op <= T_CHECK ? what[c->op] : "?", c->tag,
 		    rep->msg[0] ? rep->msg : strerror(-rep->status));
@@ -847,7 +847,7 @@ static void tcall(const struct tcmd *c, struct trep *rep)
 
 static void tsimple(uint32_t op, uint64_t a)
 {
-	struct tcmd c = { .op = op, .a = a };
+	struct tcmd c = {.op = op, .a = a};
 	static struct trep rep;
 
 	tcall(&c, &rep);
@@ -938,7 +938,7 @@ static void dop_put(struct dsend *t, struct dop *op)
  * the provider's limit.
  */
 static void build_batch(struct dsend *t, const struct geom *g, uint64_t batch, uint32_t track,
-			uint64_t soff, uint64_t slen)
+                        uint64_t soff, uint64_t slen)
 {
 	for (uint32_t w = 0; w < g->k; w++) {
 		uint64_t off = slot_off(g, batch, w) + soff;
@@ -960,11 +960,10 @@ static void build_batch(struct dsend *t, const struct geom *g, uint64_t batch, u
 					continue;
 				}
 				if (tail->niov < t->fab.iov_limit) {
-					tail->iov[tail->niov] = (struct iovec){ la, n };
+					tail->iov[tail->niov] = (struct iovec){la, n};
 					tail->desc[tail->niov] = t->desc;
 					tail->riov[tail->niov] = (struct fi_rma_iov){
-						.addr = ra, .len = n, .key = t->rkey
-					};
+					    .addr = ra, .len = n, .key = t->rkey};
 					tail->niov++;
 					tail->bytes += n;
 					x += n;
@@ -975,9 +974,9 @@ static void build_batch(struct dsend *t, const struct geom *g, uint64_t batch, u
 			op->track = track;
 			op->niov = 1;
 			op->bytes = n;
-			op->iov[0] = (struct iovec){ la, n };
+			op->iov[0] = (struct iovec){la, n};
 			op->desc[0] = t->desc;
-			op->riov[0] = (struct fi_rma_iov){ .addr = ra, .len = n, .key = t->rkey };
+			op->riov[0] = (struct fi_rma_iov){.addr = ra, .len = n, .key = t->rkey};
 			op->next = NULL;
 			if (t->pend_tail)
 				t->pend_tail->next = op;
@@ -1000,13 +999,13 @@ static int dpost(struct dsend *t)
 		struct dop *op = t->pend_head;
 		uint64_t flags = FI_COMPLETION | t->fab.dc_flag;
 		struct fi_msg_rma msg = {
-			.msg_iov = op->iov,
-			.desc = op->desc,
-			.iov_count = op->niov,
-			.addr = t->peer,
-			.rma_iov = op->riov,
-			.rma_iov_count = op->niov,
-			.context = &op->ctx,
+		    .msg_iov = op->iov,
+		    .desc = op->desc,
+		    .iov_count = op->niov,
+		    .addr = t->peer,
+		    .rma_iov = op->riov,
+		    .rma_iov_count = op->niov,
+		    .context = &op->ctx,
 		};
 
 		if (op->next && t->posted + 1 < t->fab.tx_size)
@@ -1016,7 +1015,7 @@ static int dpost(struct dsend *t)
 			break;
 		if (ret) {
 			snprintf(t->err, sizeof(t->err), "direct sender %u: fi_writemsg: %s", t->id,
-				 fi_strerror((int)-ret));
+			         fi_strerror((int)-ret));
 			return -1;
 		}
 		t->pend_head = op->next;
@@ -1038,19 +1037,19 @@ static int dreap(struct dsend *t)
 		if (n == -FI_EAGAIN || n == 0)
 			break;
 		if (n == -FI_EAVAIL) {
-			struct fi_cq_err_entry e = { 0 };
+			struct fi_cq_err_entry e = {0};
 			char buf[128];
 			const char *pe = NULL;
 			if (fi_cq_readerr(t->fab.cq, &e, 0) == 1)
 				pe = fi_cq_strerror(t->fab.cq, e.prov_errno, e.err_data, buf,
-						    sizeof(buf));
+				                    sizeof(buf));
 			snprintf(t->err, sizeof(t->err), "direct sender %u: a write failed: %s: %s",
-				 t->id, fi_strerror(e.err), pe ? pe : "");
+			         t->id, fi_strerror(e.err), pe ? pe : "");
 			return -1;
 		}
 		if (n < 0) {
 			snprintf(t->err, sizeof(t->err), "direct sender %u: fi_cq_read: %s", t->id,
-				 fi_strerror((int)-n));
+			         fi_strerror((int)-n));
 			return -1;
 		}
 		for (ssize_t i = 0; i < n; i++) {
@@ -1112,8 +1111,8 @@ static void dsend_run(struct dsend *t, const struct djob *j)
 	double start = now_s(), deadline = start + j->limit_s, last = start;
 	t->t0 = t->t1 = start;
 	while (t->done < mine || t->issued > t->done) {
-		if (!t->cut && (now_s() > deadline || atomic_load_explicit(&t->p->abort,
-									    memory_order_relaxed)))
+		if (!t->cut && (now_s() > deadline ||
+		                atomic_load_explicit(&t->p->abort, memory_order_relaxed)))
 			t->cut = 1;
 		if (t->cut && t->issued == t->done)
 			break;
@@ -1130,8 +1129,8 @@ static void dsend_run(struct dsend *t, const struct djob *j)
 			last = tn;
 		} else if (tn - last > STALL_S) {
 			snprintf(t->err, sizeof(t->err),
-				 "direct sender %u: no completion for %.0f s with %u writes posted",
-				 t->id, STALL_S, t->posted);
+			         "direct sender %u: no completion for %.0f s with %u writes posted",
+			         t->id, STALL_S, t->posted);
 			goto out;
 		} else if (j->yield && !post) {
 			sched_yield();
@@ -1158,23 +1157,23 @@ static void *dsend_main(void *arg)
 	ret = pin_cpu(t->cpu);
 	if (ret) {
 		snprintf(t->err, sizeof(t->err), "pinning direct sender %u to CPU %d: %s", t->id,
-			 t->cpu, strerror(-ret));
+		         t->cpu, strerror(-ret));
 		goto out_start;
 	}
 	/* Opened after pinning, like a shard's, so its memory is near it. */
 	ret = mv_fabric_open(&t->fab, p->prov, p->iface, 0);
 	if (ret) {
 		snprintf(t->err, sizeof(t->err), "direct sender %u: opening %s: %s", t->id, p->prov,
-			 fi_strerror(-ret));
+		         fi_strerror(-ret));
 		goto out_start;
 	}
 	ret = mv_fabric_reg(&t->fab, p->src, p->src_len, 0x200 + t->id, &t->mr, &t->desc, &key,
-			    t->err, sizeof(t->err));
+	                    t->err, sizeof(t->err));
 	if (!ret) {
 		ret = mv_fabric_av_insert(&t->fab, ep->addr, &t->peer);
 		if (ret) {
 			snprintf(t->err, sizeof(t->err), "direct sender %u: fi_av_insert: %s",
-				 t->id, fi_strerror(-ret));
+			         t->id, fi_strerror(-ret));
 			fi_close(&t->mr->fid);
 		}
 	}
@@ -1303,9 +1302,9 @@ static void plan_cpus(uint32_t n, struct plan *p)
 		p->a[i] = p->pinned ? avail_cpus[base + i] : -1;
 		p->b[i] = p->pinned ? avail_cpus[base + n + i] : -1;
 		la += (size_t)snprintf(p->alist + la, sizeof(p->alist) - la, "%s%d", i ? "," : "",
-				       p->a[i]);
+		                       p->a[i]);
 		lb += (size_t)snprintf(p->blist + lb, sizeof(p->blist) - lb, "%s%d", i ? "," : "",
-				       p->b[i]);
+		                       p->b[i]);
 		if (la >= sizeof(p->alist) - 8 || lb >= sizeof(p->blist) - 8)
 			break;
 	}
@@ -1327,12 +1326,12 @@ static void set_main_affinity(int cpu)
 
 static void clear_and_check(const struct geom *g, uint64_t npos, int check, const char *who)
 {
-	struct tcmd c = { .op = check ? T_CHECK : T_CLEAR };
+	struct tcmd c = {.op = check ? T_CHECK : T_CLEAR};
 	static struct trep rep;
 	char sz[32];
 
-	snprintf(c.tag, sizeof(c.tag), " %s a %s run of %s writes", check ? "after" : "before",
-		 who, size_str(g->size, sz, sizeof(sz)));
+	snprintf(c.tag, sizeof(c.tag), " %s a %s run of %s writes", check ? "after" : "before", who,
+	         size_str(g->size, sz, sizeof(sz)));
 
 	if (npos > g->window)
 		npos = g->window;
@@ -1349,7 +1348,7 @@ static void clear_and_check(const struct geom *g, uint64_t npos, int check, cons
 
 /* Through the mover: a window of batches, each k writes of one size. */
 static void mover_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, double limit_s,
-		       struct meas *m)
+                       struct meas *m)
 {
 	struct mvc_event ev[64];
 	uint64_t submitted = 0, done = 0, bytes = 0;
@@ -1413,7 +1412,7 @@ static void mover_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, d
 
 /* The baseline: the same batches, posted by the threads directly. */
 static void direct_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, double limit_s,
-			struct meas *m)
+                        struct meas *m)
 {
 	struct dpool *p = &x->dp;
 	uint64_t min_cover = UINT64_MAX;
@@ -1421,8 +1420,8 @@ static void direct_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, 
 	clear_and_check(g, nbatches, 0, "direct");
 	tsimple(T_DIRECT_GO, 0);
 	pthread_mutex_lock(&p->mu);
-	p->job = (struct djob){ .g = *g, .nbatches = nbatches, .limit_s = limit_s,
-				.yield = !x->cpu.pinned };
+	p->job = (struct djob){
+	    .g = *g, .nbatches = nbatches, .limit_s = limit_s, .yield = !x->cpu.pinned};
 	p->ndone = 0;
 	p->gen++;
 	pthread_cond_broadcast(&p->go);
@@ -1556,8 +1555,8 @@ static void print_head(void)
 {
 	printf("%-5s %6s %8s | %9s %8s %9s | %9s %8s %9s | %6s  %-12s %s\n", "prov", "shards",
 	       "size", "mover", "", "", "direct", "", "", "ratio", "bar", "range m/d");
-	printf("%-5s %6s %8s | %9s %8s %9s | %9s %8s %9s | %6s  %-12s %s\n", "", "", "",
-	       "Gbit/s", "GB/s", "Mmsg/s", "Gbit/s", "GB/s", "Mmsg/s", "m/d", "", "(max-min)/med");
+	printf("%-5s %6s %8s | %9s %8s %9s | %9s %8s %9s | %6s  %-12s %s\n", "", "", "", "Gbit/s",
+	       "GB/s", "Mmsg/s", "Gbit/s", "GB/s", "Mmsg/s", "m/d", "", "(max-min)/med");
 }
 
 static void print_row(const struct row *r)
@@ -1587,9 +1586,9 @@ static void print_bench(const struct row *r, double seconds)
 	       "direct_mmsgs=%.6f ratio=%.4f bar=%.2f pass=%d mover_min_gbps=%.4f "
 	       "mover_max_gbps=%.4f direct_min_gbps=%.4f direct_max_gbps=%.4f cut=%d\n",
 	       r->prov, r->shards, r->size, r->reps, seconds, r->m_med * 8 / 1e9, r->m_med / 1e9,
-	       r->m_med / s / 1e6, r->d_med * 8 / 1e9, r->d_med / 1e9, r->d_med / s / 1e6,
-	       r->ratio, r->bar, r->pass, r->m_min * 8 / 1e9, r->m_max * 8 / 1e9,
-	       r->d_min * 8 / 1e9, r->d_max * 8 / 1e9, r->cut);
+	       r->m_med / s / 1e6, r->d_med * 8 / 1e9, r->d_med / 1e9, r->d_med / s / 1e6, r->ratio,
+	       r->bar, r->pass, r->m_min * 8 / 1e9, r->m_max * 8 / 1e9, r->d_min * 8 / 1e9,
+	       r->d_max * 8 / 1e9, r->cut);
 }
 
 static void csv_row(FILE *f, const struct row *r, double seconds)
@@ -1599,19 +1598,19 @@ static void csv_row(FILE *f, const struct row *r, double seconds)
 	if (!f)
 		return;
 	fprintf(f,
-		"%s,%u,%" PRIu64 ",%d,%.2f,%.4f,%.4f,%.6f,%.4f,%.4f,%.6f,%.4f,%.2f,%d,%.4f,%.4f,"
-		"%.4f,%.4f,%d\n",
-		r->prov, r->shards, r->size, r->reps, seconds, r->m_med * 8 / 1e9, r->m_med / 1e9,
-		r->m_med / s / 1e6, r->d_med * 8 / 1e9, r->d_med / 1e9, r->d_med / s / 1e6,
-		r->ratio, r->bar, r->pass, r->m_min * 8 / 1e9, r->m_max * 8 / 1e9,
-		r->d_min * 8 / 1e9, r->d_max * 8 / 1e9, r->cut);
+	        "%s,%u,%" PRIu64 ",%d,%.2f,%.4f,%.4f,%.6f,%.4f,%.4f,%.6f,%.4f,%.2f,%d,%.4f,%.4f,"
+	        "%.4f,%.4f,%d\n",
+	        r->prov, r->shards, r->size, r->reps, seconds, r->m_med * 8 / 1e9, r->m_med / 1e9,
+	        r->m_med / s / 1e6, r->d_med * 8 / 1e9, r->d_med / 1e9, r->d_med / s / 1e6,
+	        r->ratio, r->bar, r->pass, r->m_min * 8 / 1e9, r->m_max * 8 / 1e9,
+	        r->d_min * 8 / 1e9, r->d_max * 8 / 1e9, r->cut);
 	fflush(f);
 }
 
 /* Starts both movers and both clients, opens the direct endpoints, runs
  * every size, and undoes it all in reverse. */
 static int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t n,
-		      struct row *rows, int *nrows, FILE *csv, int first)
+                      struct row *rows, int *nrows, FILE *csv, int first)
 {
 	static struct cfg x;
 	static struct trep rep;
@@ -1765,10 +1764,23 @@ static int parse_size(const char *s, uint64_t *out)
 	if (end == s)
 		return -EINVAL;
 	switch (*end) {
-	case 'k': case 'K': mul = 1ull << 10; end++; break;
-	case 'm': case 'M': mul = 1ull << 20; end++; break;
-	case 'g': case 'G': mul = 1ull << 30; end++; break;
-	default: break;
+	case 'k':
+	case 'K':
+		mul = 1ull << 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		mul = 1ull << 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		mul = 1ull << 30;
+		end++;
+		break;
+	default:
+		break;
 	}
 	if (*end == 'i')
 		end++;
@@ -1801,31 +1813,37 @@ static int parse_list(const char *arg, uint64_t *v, int max)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: mvbench [options]\n"
-		"  --provider LIST   tcp, shm, or both: tcp,shm (default tcp)\n"
-		"  --iface NAME      interface for tcp (default lo)\n"
-		"  --shards LIST     shard counts, e.g. 1,2,4 (default 1,2,... up to nproc/4)\n"
-		"  --sizes LIST      write sizes, K/M/G suffixes (default 4K,64K,1M,16M,64M)\n"
-		"  --seconds S       length of one measured run (default 1)\n"
-		"  --reps N          measured runs of each side per row, medians (default 5)\n"
-		"  --quick           --seconds 0.25 --reps 3 unless given\n"
-		"  --csv FILE        the table as CSV too\n"
-		"  --mover PATH      the mover binary (default: next to mvbench)\n"
-		"  --check-bars      exit 3 when a row misses its bar (0.97x direct from 64 KiB,\n"
-		"                    0.9x at 4 KiB and below)\n"
-		"  -v, --verbose     every run's figures\n");
+	        "usage: mvbench [options]\n"
+	        "  --provider LIST   tcp, shm, or both: tcp,shm (default tcp)\n"
+	        "  --iface NAME      interface for tcp (default lo)\n"
+	        "  --shards LIST     shard counts, e.g. 1,2,4 (default 1,2,... up to nproc/4)\n"
+	        "  --sizes LIST      write sizes, K/M/G suffixes (default 4K,64K,1M,16M,64M)\n"
+	        "  --seconds S       length of one measured run (default 1)\n"
+	        "  --reps N          measured runs of each side per row, medians (default 5)\n"
+	        "  --quick           --seconds 0.25 --reps 3 unless given\n"
+	        "  --csv FILE        the table as CSV too\n"
+	        "  --mover PATH      the mover binary (default: next to mvbench)\n"
+	        "  --check-bars      exit 3 when a row misses its bar (0.97x direct from 64 KiB,\n"
+	        "                    0.9x at 4 KiB and below)\n"
+	        "  -v, --verbose     every run's figures\n");
 }
 
 static void parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-		{ "provider", required_argument, 0, 'p' }, { "iface", required_argument, 0, 'i' },
-		{ "shards", required_argument, 0, 'n' },   { "sizes", required_argument, 0, 's' },
-		{ "seconds", required_argument, 0, 't' },  { "reps", required_argument, 0, 'r' },
-		{ "quick", no_argument, 0, 'q' },	   { "csv", required_argument, 0, 'c' },
-		{ "mover", required_argument, 0, 'm' },	   { "check-bars", no_argument, 0, 'b' },
-		{ "verbose", no_argument, 0, 'v' },	   { "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
+	    {"provider", required_argument, 0, 'p'},
+	    {"iface", required_argument, 0, 'i'},
+	    {"shards", required_argument, 0, 'n'},
+	    {"sizes", required_argument, 0, 's'},
+	    {"seconds", required_argument, 0, 't'},
+	    {"reps", required_argument, 0, 'r'},
+	    {"quick", no_argument, 0, 'q'},
+	    {"csv", required_argument, 0, 'c'},
+	    {"mover", required_argument, 0, 'm'},
+	    {"check-bars", no_argument, 0, 'b'},
+	    {"verbose", no_argument, 0, 'v'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	uint64_t v[MAX_LIST];
 	char *provs = NULL;
@@ -1838,19 +1856,21 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 			free(provs);
 			provs = strdup(optarg);
 			break;
-		case 'i': o->iface = optarg; break;
+		case 'i':
+			o->iface = optarg;
+			break;
 		case 'n':
 			n = parse_list(optarg, v, MAX_LIST);
 			if (n <= 0) {
 				fprintf(stderr, "mvbench: --shards %s: give a list like 1,2,4\n",
-					optarg);
+				        optarg);
 				exit(2);
 			}
 			for (int i = 0; i < n; i++) {
 				if (v[i] < 1 || v[i] > MV_MAX_SHARDS) {
 					fprintf(stderr,
-						"mvbench: --shards: %" PRIu64 " is not 1 to %u\n",
-						v[i], MV_MAX_SHARDS);
+					        "mvbench: --shards: %" PRIu64 " is not 1 to %u\n",
+					        v[i], MV_MAX_SHARDS);
 					exit(2);
 				}
 				o->shards[i] = (uint32_t)v[i];
@@ -1861,14 +1881,15 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 			n = parse_list(optarg, o->sizes, MAX_LIST);
 			if (n <= 0) {
 				fprintf(stderr, "mvbench: --sizes %s: give a list like 4K,64K,1M\n",
-					optarg);
+				        optarg);
 				exit(2);
 			}
 			for (int i = 0; i < n; i++)
 				if (o->sizes[i] < 8 || o->sizes[i] > (1ull << 30)) {
-					fprintf(stderr, "mvbench: --sizes: %" PRIu64
-							" is outside 8 bytes to 1 GiB\n",
-						o->sizes[i]);
+					fprintf(stderr,
+					        "mvbench: --sizes: %" PRIu64
+					        " is outside 8 bytes to 1 GiB\n",
+					        o->sizes[i]);
 					exit(2);
 				}
 			o->nsizes = n;
@@ -1887,13 +1908,27 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 				exit(2);
 			}
 			break;
-		case 'q': o->quick = 1; break;
-		case 'c': o->csv = optarg; break;
-		case 'm': o->mover = optarg; break;
-		case 'b': o->check_bars = 1; break;
-		case 'v': o->verbose = 1; break;
-		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); exit(2);
+		case 'q':
+			o->quick = 1;
+			break;
+		case 'c':
+			o->csv = optarg;
+			break;
+		case 'm':
+			o->mover = optarg;
+			break;
+		case 'b':
+			o->check_bars = 1;
+			break;
+		case 'v':
+			o->verbose = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			exit(2);
 		}
 	}
 	if (optind < argc) {
@@ -1915,7 +1950,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	if (!o->reps)
 		o->reps = o->quick ? 3 : 5;
 	if (!o->nsizes) {
-		const uint64_t def[] = { 4096, 65536, 1 << 20, 16 << 20, 64 << 20 };
+		const uint64_t def[] = {4096, 65536, 1 << 20, 16 << 20, 64 << 20};
 		memcpy(o->sizes, def, sizeof(def));
 		o->nsizes = 5;
 	}
@@ -1989,7 +2024,7 @@ int main(int argc, char **argv)
 		workdir[0] = 0;
 		die("mkdtemp: %s", strerror(errno));
 	}
-	const char *names[4] = { "a.sock", "b.sock", "a.log", "b.log" };
+	const char *names[4] = {"a.sock", "b.sock", "a.log", "b.log"};
 	for (int i = 0; i < 4; i++)
 		snprintf(work_files[i], sizeof(work_files[i]), "%s/%s", workdir, names[i]);
 	if (o.csv) {
@@ -1997,8 +2032,8 @@ int main(int argc, char **argv)
 		if (!csv)
 			die("--csv %s: %s", o.csv, strerror(errno));
 		fprintf(csv, "provider,shards,size,reps,seconds,mover_gbps,mover_GBps,mover_mmsgs,"
-			     "direct_gbps,direct_GBps,direct_mmsgs,ratio,bar,pass,mover_min_gbps,"
-			     "mover_max_gbps,direct_min_gbps,direct_max_gbps,cut\n");
+		             "direct_gbps,direct_GBps,direct_mmsgs,ratio,bar,pass,mover_min_gbps,"
+		             "mover_max_gbps,direct_min_gbps,direct_max_gbps,cut\n");
 	}
 
 	double t0 = now_s();

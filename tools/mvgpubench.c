@@ -29,7 +29,7 @@
 
 #ifdef MV_HAVE_CUDA
 
-#define REPS 5
+#define REPS   5
 #define WINDOW 16 /* transfers in flight, through the mover and in the baselines */
 
 static double now_s(void)
@@ -54,7 +54,7 @@ static double median(double *v, int n)
 }
 
 static pid_t start_mover(const char *bin, const char *prov, int shards, const char *sock,
-			 const char *log)
+                         const char *log)
 {
 	char ns[16];
 	pid_t pid = fork();
@@ -64,8 +64,8 @@ static pid_t start_mover(const char *bin, const char *prov, int shards, const ch
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		freopen(log, "w", stderr);
 		if (!strcmp(prov, "tcp"))
-			execl(bin, bin, "--provider", "tcp", "--iface", "lo", "--shards", ns, "--socket",
-			      sock, (char *)NULL);
+			execl(bin, bin, "--provider", "tcp", "--iface", "lo", "--shards", ns,
+			      "--socket", sock, (char *)NULL);
 		else
 			execl(bin, bin, "--provider", prov, "--shards", ns, "--socket", sock,
 			      (char *)NULL);
@@ -93,7 +93,7 @@ static int receiver(const char *sock, size_t max, int to, int from)
 	struct mv_cuda *cu = mv_cuda_load(&why);
 	struct mvc *c;
 	struct mvc_mem g, h;
-	struct blobs b = { .alen = MVC_BLOB_MAX, .glen = MVC_BLOB_MAX, .hlen = MVC_BLOB_MAX };
+	struct blobs b = {.alen = MVC_BLOB_MAX, .glen = MVC_BLOB_MAX, .hlen = MVC_BLOB_MAX};
 	CUdevice dev;
 	CUcontext ctx;
 	CUdeviceptr d;
@@ -106,7 +106,8 @@ static int receiver(const char *sock, size_t max, int to, int from)
 	    mvc_alloc(c, max, &h) || mvc_address(c, b.addr, &b.alen) ||
 	    mvc_region_blob(c, g.region, b.gpu, &b.glen) ||
 	    mvc_region_blob(c, h.region, b.host, &b.hlen)) {
-		fprintf(stderr, "mvgpubench receiver: %s\n", c ? mvc_error(c) : mvc_connect_error());
+		fprintf(stderr, "mvgpubench receiver: %s\n",
+		        c ? mvc_error(c) : mvc_connect_error());
 		return 1;
 	}
 	if (write(to, &b, sizeof(b)) != sizeof(b))
@@ -152,7 +153,7 @@ static double through(struct mvc *c, uint32_t src, uint32_t dst, size_t size, do
 
 /* The same bytes with a plain CUDA copy on one stream: the ceiling. */
 static double copy_rate(struct mv_cuda *cu, CUdeviceptr dst_d, void *dst_h, CUdeviceptr src,
-			size_t size, double secs, CUstream st)
+                        size_t size, double secs, CUstream st)
 {
 	uint64_t n = 0;
 	double t0 = now_s();
@@ -175,17 +176,27 @@ int main(int argc, char **argv)
 	const char *prov = "shm", *why;
 	int shards = 2, c;
 	double secs = 0.5;
-	size_t sizes[] = { 1u << 20, 4u << 20, 16u << 20, 64u << 20, 256u << 20 };
+	size_t sizes[] = {1u << 20, 4u << 20, 16u << 20, 64u << 20, 256u << 20};
 	int nsizes = 5;
 
 	while ((c = getopt(argc, argv, "p:n:t:q")) != -1) {
 		switch (c) {
-		case 'p': prov = optarg; break;
-		case 'n': shards = atoi(optarg); break;
-		case 't': secs = atof(optarg); break;
-		case 'q': nsizes = 3; secs = 0.25; break;
+		case 'p':
+			prov = optarg;
+			break;
+		case 'n':
+			shards = atoi(optarg);
+			break;
+		case 't':
+			secs = atof(optarg);
+			break;
+		case 'q':
+			nsizes = 3;
+			secs = 0.25;
+			break;
 		default:
-			fprintf(stderr, "usage: mvgpubench [-p tcp|shm] [-n shards] [-t seconds] [-q]\n");
+			fprintf(stderr,
+			        "usage: mvgpubench [-p tcp|shm] [-n shards] [-t seconds] [-q]\n");
 			return 2;
 		}
 	}
@@ -251,8 +262,9 @@ int main(int argc, char **argv)
 	}
 	memset(hsrc.addr, 0x33, max);
 
-	printf("mvgpubench: %s, %d shards per mover, %d reps of %.2f s, interleaved, medians (GB/s)\n",
-	       prov, shards, REPS, secs);
+	printf(
+	    "mvgpubench: %s, %d shards per mover, %d reps of %.2f s, interleaved, medians (GB/s)\n",
+	    prov, shards, REPS, secs);
 	printf("%9s | %9s %9s %6s %4s | %9s %9s %9s %6s %4s\n", "size", "path2", "DtoD", "ratio",
 	       "bar", "path3", "DtoH", "fabric", "ratio", "bar");
 	int low = 0;
@@ -271,8 +283,9 @@ int main(int argc, char **argv)
 		double mf = median(fab_v, REPS) / 1e9, lesser = mdh < mf ? mdh : mf;
 		int ok2 = m2 >= 0.9 * mdd, ok3 = m3 >= 0.8 * lesser;
 		low += !ok2 + !ok3;
-		printf("%6zu MiB | %9.2f %9.2f %6.3f %4s | %9.2f %9.2f %9.2f %6.3f %4s\n", s >> 20, m2,
-		       mdd, m2 / mdd, ok2 ? "ok" : "LOW", m3, mdh, mf, m3 / lesser, ok3 ? "ok" : "LOW");
+		printf("%6zu MiB | %9.2f %9.2f %6.3f %4s | %9.2f %9.2f %9.2f %6.3f %4s\n", s >> 20,
+		       m2, mdd, m2 / mdd, ok2 ? "ok" : "LOW", m3, mdh, mf, m3 / lesser,
+		       ok3 ? "ok" : "LOW");
 		printf("BENCH mvgpubench prov=%s shards=%d size=%zu path2_GBps=%.3f dtod_GBps=%.3f "
 		       "path2_ratio=%.3f path3_GBps=%.3f dtoh_GBps=%.3f fabric_GBps=%.3f "
 		       "path3_ratio=%.3f\n",

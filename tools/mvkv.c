@@ -34,8 +34,8 @@ struct page_hdr {
 
 struct cfg {
 	const char *send_sock, *recv_sock;
-	uint32_t pages;	    /* pages per round */
-	uint32_t pool;	    /* destination pages */
+	uint32_t pages; /* pages per round */
+	uint32_t pool;  /* destination pages */
 	uint64_t page_size;
 	double seconds;
 	int quiet;
@@ -123,7 +123,7 @@ static int receiver(const struct cfg *cf, int to_send, int from_send)
 {
 	struct mvc *c;
 	struct mvc_mem pool;
-	struct blobs b = { .alen = MVC_BLOB_MAX, .rlen = MVC_BLOB_MAX };
+	struct blobs b = {.alen = MVC_BLOB_MAX, .rlen = MVC_BLOB_MAX};
 	struct mvc_event ev[16];
 	uint64_t round, bad = 0;
 	int ret;
@@ -157,8 +157,9 @@ static int receiver(const struct cfg *cf, int to_send, int from_send)
 		while (!got) {
 			int n = mvc_wait(c, ev, 16, 10000);
 			if (n <= 0) {
-				fprintf(stderr, "mvkv receiver: no immediate for round %" PRIu64 ": %s\n",
-					round, n ? mvc_error(c) : "timed out after 10 s");
+				fprintf(stderr,
+				        "mvkv receiver: no immediate for round %" PRIu64 ": %s\n",
+				        round, n ? mvc_error(c) : "timed out after 10 s");
 				return 1;
 			}
 			for (int i = 0; i < n; i++)
@@ -174,17 +175,18 @@ static int receiver(const struct cfg *cf, int to_send, int from_send)
 			seen++;
 			if (h->dst_page != d ||
 			    h->sum != body_sum((uint64_t *)(p + sizeof(*h)),
-					       (cf->page_size - sizeof(*h)) / 8)) {
+			                       (cf->page_size - sizeof(*h)) / 8)) {
 				if (bad++ < 5)
 					fprintf(stderr,
-						"mvkv receiver: round %" PRIu64 " page %u corrupt "
-						"(says dst %u src %u)\n",
-						round, d, h->dst_page, h->src_page);
+					        "mvkv receiver: round %" PRIu64 " page %u corrupt "
+					        "(says dst %u src %u)\n",
+					        round, d, h->dst_page, h->src_page);
 			}
 		}
 		if (seen != cf->pages) {
-			fprintf(stderr, "mvkv receiver: round %" PRIu64 ": %u of %u pages arrived\n",
-				round, seen, cf->pages);
+			fprintf(stderr,
+			        "mvkv receiver: round %" PRIu64 ": %u of %u pages arrived\n", round,
+			        seen, cf->pages);
 			bad++;
 		}
 		uint64_t verdict = bad;
@@ -243,13 +245,18 @@ static int sender(const struct cfg *cf, int from_recv, int to_recv)
 			dp[j] = t;
 			sp[i] = i;
 			fill_page((uint8_t *)src.addr + (uint64_t)i * cf->page_size, cf->page_size,
-				  round, i, dp[i]);
+			          round, i, dp[i]);
 		}
 		if (xwrite(to_recv, &round, sizeof(round)))
 			return 1;
-		struct mvc_pages pg = { .src = src.region, .dst = dst, .src_stride = cf->page_size,
-					.dst_stride = cf->page_size, .page_size = cf->page_size,
-					.src_pages = sp, .dst_pages = dp, .npages = cf->pages };
+		struct mvc_pages pg = {.src = src.region,
+		                       .dst = dst,
+		                       .src_stride = cf->page_size,
+		                       .dst_stride = cf->page_size,
+		                       .page_size = cf->page_size,
+		                       .src_pages = sp,
+		                       .dst_pages = dp,
+		                       .npages = cf->pages};
 		double ts = now_s();
 		ret = mvc_write_paged(c, &pg);
 		if (!ret)
@@ -257,23 +264,26 @@ static int sender(const struct cfg *cf, int from_recv, int to_recv)
 		if (!ret)
 			ret = mvc_submit(c, round);
 		if (ret) {
-			fprintf(stderr, "mvkv sender: round %" PRIu64 ": %s\n", round, mvc_error(c));
+			fprintf(stderr, "mvkv sender: round %" PRIu64 ": %s\n", round,
+			        mvc_error(c));
 			return 1;
 		}
 		int done = 0;
 		while (!done) {
 			int n = mvc_wait(c, ev, 16, 10000);
 			if (n <= 0) {
-				fprintf(stderr, "mvkv sender: round %" PRIu64 " did not complete: %s\n",
-					round, n ? mvc_error(c) : "timed out after 10 s");
+				fprintf(stderr,
+				        "mvkv sender: round %" PRIu64 " did not complete: %s\n",
+				        round, n ? mvc_error(c) : "timed out after 10 s");
 				return 1;
 			}
 			for (int i = 0; i < n; i++) {
 				if (ev[i].type != MVC_EV_BATCH)
 					continue;
 				if (ev[i].status) {
-					fprintf(stderr, "mvkv sender: round %" PRIu64 " failed: %s\n",
-						round, ev[i].msg);
+					fprintf(stderr,
+					        "mvkv sender: round %" PRIu64 " failed: %s\n",
+					        round, ev[i].msg);
 					return 1;
 				}
 				done = 1;
@@ -285,7 +295,8 @@ static int sender(const struct cfg *cf, int from_recv, int to_recv)
 		if (xread(from_recv, &verdict, sizeof(verdict)))
 			return 1;
 		if (verdict) {
-			fprintf(stderr, "mvkv sender: receiver found %" PRIu64 " bad pages\n", verdict);
+			fprintf(stderr, "mvkv sender: receiver found %" PRIu64 " bad pages\n",
+			        verdict);
 			return 1;
 		}
 	}
@@ -302,10 +313,11 @@ static int sender(const struct cfg *cf, int from_recv, int to_recv)
 		       (double)sb * 8 / busy / 1e9, (double)sb / busy / 1e9,
 		       (double)mvc_shard_descs(c, s) / busy);
 	}
-	printf("  total  : %8.3f Gbit/s  %7.3f GB/s  %8.0f pages/s  (transfer time %.2f s of %.2f s;"
-	       " the rest is filling and checking pages)\n",
-	       (double)bytes * 8 / busy / 1e9, (double)bytes / busy / 1e9,
-	       (double)round * cf->pages / busy, busy, wall);
+	printf(
+	    "  total  : %8.3f Gbit/s  %7.3f GB/s  %8.0f pages/s  (transfer time %.2f s of %.2f s;"
+	    " the rest is filling and checking pages)\n",
+	    (double)bytes * 8 / busy / 1e9, (double)bytes / busy / 1e9,
+	    (double)round * cf->pages / busy, busy, wall);
 	printf("RESULT mvkv rounds=%" PRIu64 " bytes=%" PRIu64 " gbit_s=%.3f\n", round, bytes,
 	       (double)bytes * 8 / busy / 1e9);
 	mvc_free(c, &src);
@@ -318,32 +330,47 @@ static int sender(const struct cfg *cf, int from_recv, int to_recv)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "send", required_argument, 0, 's' }, { "recv", required_argument, 0, 'r' },
-		{ "pages", required_argument, 0, 'n' }, { "pool", required_argument, 0, 'P' },
-		{ "page-size", required_argument, 0, 'b' }, { "seconds", required_argument, 0, 't' },
-		{ 0, 0, 0, 0 },
+	    {"send", required_argument, 0, 's'},
+	    {"recv", required_argument, 0, 'r'},
+	    {"pages", required_argument, 0, 'n'},
+	    {"pool", required_argument, 0, 'P'},
+	    {"page-size", required_argument, 0, 'b'},
+	    {"seconds", required_argument, 0, 't'},
+	    {0, 0, 0, 0},
 	};
-	struct cfg cf = { .pages = 4096, .pool = 8192, .page_size = 16384, .seconds = 3 };
+	struct cfg cf = {.pages = 4096, .pool = 8192, .page_size = 16384, .seconds = 3};
 	int c, a[2], b[2], st;
 
 	while ((c = getopt_long(argc, argv, "s:r:n:P:b:t:", opts, NULL)) != -1) {
 		switch (c) {
-		case 's': cf.send_sock = optarg; break;
-		case 'r': cf.recv_sock = optarg; break;
-		case 'n': cf.pages = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'P': cf.pool = (uint32_t)strtoul(optarg, NULL, 0); break;
-		case 'b': cf.page_size = strtoull(optarg, NULL, 0); break;
-		case 't': cf.seconds = atof(optarg); break;
+		case 's':
+			cf.send_sock = optarg;
+			break;
+		case 'r':
+			cf.recv_sock = optarg;
+			break;
+		case 'n':
+			cf.pages = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'P':
+			cf.pool = (uint32_t)strtoul(optarg, NULL, 0);
+			break;
+		case 'b':
+			cf.page_size = strtoull(optarg, NULL, 0);
+			break;
+		case 't':
+			cf.seconds = atof(optarg);
+			break;
 		default:
 			fprintf(stderr, "usage: mvkv --send SOCK --recv SOCK [--pages N] [--pool N]"
-					" [--page-size B] [--seconds S]\n");
+			                " [--page-size B] [--seconds S]\n");
 			return 2;
 		}
 	}
 	if (!cf.send_sock || !cf.recv_sock || cf.pages == 0 || cf.pool < cf.pages ||
 	    cf.page_size < 64 || cf.page_size % 8) {
 		fprintf(stderr, "mvkv: need --send and --recv sockets, pages <= pool, page size a"
-				" multiple of 8 from 64\n");
+		                " multiple of 8 from 64\n");
 		return 2;
 	}
 	if (pipe(a) || pipe(b))

@@ -37,10 +37,10 @@
 #include "trace_format.h"
 #include "trace_read.h"
 
-#define STUCK_NS (30ull * 1000000000u) /* a batch must complete within this */
-#define IMM_WAIT_MS 10000	       /* stragglers: immediates after the last completion */
-#define PIPE_WAIT_MS 60000	       /* the other process answers within this */
-#define MAX_ERR_LINES 5		       /* failures printed one by one, then counted */
+#define STUCK_NS      (30ull * 1000000000u) /* a batch must complete within this */
+#define IMM_WAIT_MS   10000                 /* stragglers: immediates after the last completion */
+#define PIPE_WAIT_MS  60000                 /* the other process answers within this */
+#define MAX_ERR_LINES 5                     /* failures printed one by one, then counted */
 
 struct cfg {
 	const char *trace, *send_sock, *recv_sock;
@@ -74,7 +74,7 @@ static int xread(int fd, void *buf, size_t len, int timeout_ms)
 	uint64_t end = now_ns() + (uint64_t)timeout_ms * 1000000u;
 
 	while (len) {
-		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
 		uint64_t now = now_ns();
 		if (now >= end || poll(&pf, 1, (int)((end - now) / 1000000u) + 1) < 0)
 			return -1;
@@ -116,23 +116,25 @@ static int receiver(const struct cfg *cf, int to_send, int from_send)
 {
 	struct mvc *c;
 	struct mvc_mem pool;
-	struct blobs b = { .alen = MVC_BLOB_MAX, .rlen = MVC_BLOB_MAX };
+	struct blobs b = {.alen = MVC_BLOB_MAX, .rlen = MVC_BLOB_MAX};
 	struct mvc_event ev[64];
 	uint64_t got = 0, want = 0, give_up = 0;
 	int ret, asked = 0;
 
 	ret = mvc_connect(&c, cf->recv_sock);
 	if (ret) {
-		fprintf(stderr, "mvreplay receiver: connect to %s: %s (is a mover listening "
-				"there?)\n",
-			cf->recv_sock, strerror(-ret));
+		fprintf(stderr,
+		        "mvreplay receiver: connect to %s: %s (is a mover listening "
+		        "there?)\n",
+		        cf->recv_sock, strerror(-ret));
 		return 1;
 	}
 	ret = mvc_alloc(c, cf->pool, &pool);
 	if (ret) {
-		fprintf(stderr, "mvreplay receiver: a %" PRIu64 " MiB pool: %s (lower "
-				"--pool-mib)\n",
-			cf->pool >> 20, mvc_error(c));
+		fprintf(stderr,
+		        "mvreplay receiver: a %" PRIu64 " MiB pool: %s (lower "
+		        "--pool-mib)\n",
+		        cf->pool >> 20, mvc_error(c));
 		goto err_disconnect;
 	}
 	size_t alen = MVC_BLOB_MAX, rlen = MVC_BLOB_MAX;
@@ -157,7 +159,7 @@ static int receiver(const struct cfg *cf, int to_send, int from_send)
 		for (int i = 0; i < n; i++)
 			got += ev[i].type == MVC_EV_IMM;
 		if (!asked) {
-			struct pollfd pf = { .fd = from_send, .events = POLLIN };
+			struct pollfd pf = {.fd = from_send, .events = POLLIN};
 			if (poll(&pf, 1, 0) == 1) {
 				/* EOF or UINT64_MAX: the sender is gone or gave up. */
 				if (xread(from_send, &want, sizeof(want), 1000) ||
@@ -185,20 +187,25 @@ err_disconnect:
 /* Error causes: libclient's, then the replay's own. */
 enum {
 	ERR_TOO_BIG = MVT_MAX_CAUSE + 1, /* the batch can never fit the rings */
-	ERR_SUBMIT,			 /* building or submitting it failed otherwise */
-	ERR_TIMEOUT,			 /* no completion within 30 s */
-	ERR_IMM,			 /* immediates that never arrived */
+	ERR_SUBMIT,                      /* building or submitting it failed otherwise */
+	ERR_TIMEOUT,                     /* no completion within 30 s */
+	ERR_IMM,                         /* immediates that never arrived */
 	ERR_N,
 };
 
 static const char *err_name(unsigned e)
 {
 	switch (e) {
-	case ERR_TOO_BIG: return "too_big";
-	case ERR_SUBMIT: return "submit";
-	case ERR_TIMEOUT: return "timeout";
-	case ERR_IMM: return "imm_missing";
-	default: return mvt_cause_name(e);
+	case ERR_TOO_BIG:
+		return "too_big";
+	case ERR_SUBMIT:
+		return "submit";
+	case ERR_TIMEOUT:
+		return "timeout";
+	case ERR_IMM:
+		return "imm_missing";
+	default:
+		return mvt_cause_name(e);
 	}
 }
 
@@ -220,14 +227,14 @@ struct replay {
 	/* the trace, in submit order */
 	struct mvt_trace t;
 	size_t nb;
-	size_t *order;	   /* order[i]: index in the file of the i-th batch to issue */
+	size_t *order;     /* order[i]: index in the file of the i-th batch to issue */
 	uint64_t first_ns; /* the first submit_ns */
 	uint64_t trace_bytes, trace_ops, trace_imms;
 
 	/* per batch, by issue index (= cookie) */
 	uint64_t *t_sub; /* when this replay submitted it */
-	uint8_t *state;	 /* enum bstate */
-	uint64_t *lat;	 /* successful batches' latencies */
+	uint8_t *state;  /* enum bstate */
+	uint64_t *lat;   /* successful batches' latencies */
 	size_t nlat;
 
 	/* where the next batch's data comes from and goes */
@@ -238,9 +245,9 @@ struct replay {
 	uint32_t stride; /* scattered destination pages: step between neighbours */
 
 	/* what was issued and what came back */
-	size_t next;	  /* batches before this one were tried */
-	size_t oldest;	  /* batches before this one are finished */
-	size_t issued;	  /* submitted */
+	size_t next;   /* batches before this one were tried */
+	size_t oldest; /* batches before this one are finished */
+	size_t issued; /* submitted */
 	size_t done, inflight;
 	uint64_t bytes, ops, done_bytes;
 	uint64_t err[ERR_N], nerr;
@@ -260,10 +267,10 @@ static void report_err(struct replay *r, unsigned cause, size_t i, const char *m
 	r->err[cause < ERR_N ? cause : 0]++;
 	if (r->nerr++ < MAX_ERR_LINES)
 		fprintf(stderr, "%smvreplay: batch %zu (trace record %zu) failed: %s: %s\n",
-			r->line_open ? "\n" : "", i, r->order[i], err_name(cause), msg);
+		        r->line_open ? "\n" : "", i, r->order[i], err_name(cause), msg);
 	else if (r->nerr == MAX_ERR_LINES + 1)
 		fprintf(stderr, "%smvreplay: more failures; counted below\n",
-			r->line_open ? "\n" : "");
+		        r->line_open ? "\n" : "");
 	else
 		return;
 	r->line_open = 0;
@@ -278,11 +285,11 @@ static void progress(struct replay *r, int last)
 	r->t_progress = now;
 	double s = (double)(now - r->t0) / 1e9;
 	fprintf(stderr,
-		"\rmvreplay: %zu/%zu batches, %.1f MiB, %zu in flight, %.2f Gbit/s, "
-		"behind %.1f ms, %" PRIu64 " errors  %s",
-		r->done, r->nb, (double)r->done_bytes / 1048576.0, r->inflight,
-		s > 0 ? (double)r->done_bytes * 8 / s / 1e9 : 0.0,
-		r->cf->asap ? 0.0 : (double)r->max_late / 1e6, r->nerr, last ? "\n" : "");
+	        "\rmvreplay: %zu/%zu batches, %.1f MiB, %zu in flight, %.2f Gbit/s, "
+	        "behind %.1f ms, %" PRIu64 " errors  %s",
+	        r->done, r->nb, (double)r->done_bytes / 1048576.0, r->inflight,
+	        s > 0 ? (double)r->done_bytes * 8 / s / 1e9 : 0.0,
+	        r->cf->asap ? 0.0 : (double)r->max_late / 1e6, r->nerr, last ? "\n" : "");
 	r->line_open = !last;
 }
 
@@ -299,9 +306,9 @@ static void check_stuck(struct replay *r)
 			continue;
 		char msg[160];
 		snprintf(msg, sizeof(msg),
-			 "not completed %.0f s after its submit; the mover or its peer is stuck "
-			 "(see their logs)",
-			 (double)(now - r->t_sub[i]) / 1e9);
+		         "not completed %.0f s after its submit; the mover or its peer is stuck "
+		         "(see their logs)",
+		         (double)(now - r->t_sub[i]) / 1e9);
 		report_err(r, ERR_TIMEOUT, i, msg);
 		r->state[i] = B_FAILED;
 		r->inflight--;
@@ -321,7 +328,7 @@ static void reap(struct replay *r, int timeout_ms)
 	if (n < 0) {
 		if (!r->fatal)
 			fprintf(stderr, "%smvreplay: %s\n", r->line_open ? "\n" : "",
-				mvc_error(r->c));
+			        mvc_error(r->c));
 		r->line_open = 0;
 		r->fatal = "completions could not be read";
 		return;
@@ -395,9 +402,14 @@ static int issue(struct replay *r, size_t i, uint64_t *ops, uint64_t *bytes)
 			r->sp[k] = (uint32_t)((scur + k) % ns);
 			r->dp[k] = (uint32_t)((dcur + (uint64_t)k * step) % nd);
 		}
-		struct mvc_pages pg = { .src = r->src.region, .dst = r->dst, .src_stride = ps,
-					.dst_stride = ps, .page_size = ps, .src_pages = r->sp,
-					.dst_pages = r->dp, .npages = t->nops };
+		struct mvc_pages pg = {.src = r->src.region,
+		                       .dst = r->dst,
+		                       .src_stride = ps,
+		                       .dst_stride = ps,
+		                       .page_size = ps,
+		                       .src_pages = r->sp,
+		                       .dst_pages = r->dp,
+		                       .npages = t->nops};
 		ret = mvc_write_paged(r->c, &pg);
 		scur = (scur + t->nops) % ns;
 		dcur = (dcur + t->nops) % nd;
@@ -406,9 +418,9 @@ static int issue(struct replay *r, size_t i, uint64_t *ops, uint64_t *bytes)
 	} else if (data == MV_TK_WRITEV) {
 		for (uint32_t k = 0; k < t->nops; k++) {
 			uint64_t len = part_len(t->bytes, t->nops, k);
-			r->segs[k] = (struct mvc_seg){ .src_off = take(&scur, len, r->src.len),
-						       .dst_off = take(&dcur, len, r->dst_len),
-						       .len = len };
+			r->segs[k] = (struct mvc_seg){.src_off = take(&scur, len, r->src.len),
+			                              .dst_off = take(&dcur, len, r->dst_len),
+			                              .len = len};
 		}
 		ret = mvc_writev(r->c, r->src.region, r->dst, r->segs, t->nops);
 		*ops = t->nops;
@@ -449,8 +461,8 @@ static void wait_until(struct replay *r, uint64_t at)
 			reap(r, left_ms > 100 ? 100 : (int)left_ms);
 			continue;
 		}
-		struct timespec ts = { .tv_sec = (time_t)(at / 1000000000u),
-				       .tv_nsec = (long)(at % 1000000000u) };
+		struct timespec ts = {.tv_sec = (time_t)(at / 1000000000u),
+		                      .tv_nsec = (long)(at % 1000000000u)};
 		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
 	}
 }
@@ -546,15 +558,15 @@ static int plan(struct replay *r, uint64_t src_len, uint64_t dst_len)
 		const struct mv_trace_rec *t = &r->t.rec[r->order[i]];
 		uint32_t data = t->kind & MVT_KIND_DATA;
 		uint64_t biggest = data == MV_TK_PAGED && t->page_size ? t->page_size
-				   : data		 ? part_len(t->bytes, t->nops, 0)
-							 : 0;
+		                   : data ? part_len(t->bytes, t->nops, 0)
+		                          : 0;
 		if (biggest > cap) {
 			fprintf(stderr,
-				"mvreplay: trace record %zu has a %s of %" PRIu64 " bytes; the "
-				"regions are %" PRIu64 " bytes: raise --pool-mib to at least "
-				"%" PRIu64 "\n",
-				r->order[i], data == MV_TK_PAGED && t->page_size ? "page" : "write", biggest, cap,
-				(biggest + (1u << 20) - 1) >> 20);
+			        "mvreplay: trace record %zu has a %s of %" PRIu64 " bytes; the "
+			        "regions are %" PRIu64 " bytes: raise --pool-mib to at least "
+			        "%" PRIu64 "\n",
+			        r->order[i], data == MV_TK_PAGED && t->page_size ? "page" : "write",
+			        biggest, cap, (biggest + (1u << 20) - 1) >> 20);
 			return -EINVAL;
 		}
 		if (t->nops > r->max_ops)
@@ -569,7 +581,7 @@ static int plan(struct replay *r, uint64_t src_len, uint64_t dst_len)
 /* A step between destination pages: coprime with the page count, never 1 apart. */
 static uint32_t scatter_stride(uint64_t npages)
 {
-	static const uint32_t primes[] = { 7919, 7907, 7901, 7883, 7879, 7877, 7873 };
+	static const uint32_t primes[] = {7919, 7907, 7901, 7883, 7879, 7877, 7873};
 
 	for (size_t i = 0; i < sizeof(primes) / sizeof(primes[0]); i++)
 		if (npages % primes[i] && (npages <= 2 || primes[i] % npages != 1))
@@ -592,15 +604,16 @@ static int sender(struct replay *r, int from_recv, int to_recv)
 	ret = mvc_connect(&r->c, cf->send_sock);
 	if (ret) {
 		fprintf(stderr, "mvreplay: connect to %s: %s (is a mover listening there?)\n",
-			cf->send_sock, strerror(-ret));
+		        cf->send_sock, strerror(-ret));
 		return 1;
 	}
 	mvc_info(r->c, &info);
 	ret = mvc_alloc(r->c, cf->pool, &r->src);
 	if (ret) {
-		fprintf(stderr, "mvreplay: a %" PRIu64 " MiB source region: %s (lower "
-				"--pool-mib)\n",
-			cf->pool >> 20, mvc_error(r->c));
+		fprintf(stderr,
+		        "mvreplay: a %" PRIu64 " MiB source region: %s (lower "
+		        "--pool-mib)\n",
+		        cf->pool >> 20, mvc_error(r->c));
 		goto err_disconnect;
 	}
 	ret = mvc_peer_add(r->c, b.addr, b.alen, &peer);
@@ -615,9 +628,10 @@ static int sender(struct replay *r, int from_recv, int to_recv)
 		goto err_free;
 	r->window = cf->window;
 	if (r->window > info.max_batches) {
-		fprintf(stderr, "mvreplay: --window %u is more than the %u batches the mover "
-				"takes at once; using %u\n",
-			r->window, info.max_batches, info.max_batches);
+		fprintf(stderr,
+		        "mvreplay: --window %u is more than the %u batches the mover "
+		        "takes at once; using %u\n",
+		        r->window, info.max_batches, info.max_batches);
 		r->window = info.max_batches;
 	}
 	r->sp = malloc(((size_t)r->max_ops + 1) * sizeof(*r->sp));
@@ -663,15 +677,15 @@ static int sender(struct replay *r, int from_recv, int to_recv)
 
 	/* ---- the report ---- */
 	double wall = (double)(r->t_last - r->t0) / 1e9;
-	double span = r->nb ? (double)(r->t.rec[r->order[r->nb - 1]].submit_ns - r->first_ns) / 1e9
-			    : 0;
+	double span =
+	    r->nb ? (double)(r->t.rec[r->order[r->nb - 1]].submit_ns - r->first_ns) / 1e9 : 0;
 	double offered = span > 0 ? (double)r->trace_bytes * 8 / span / 1e9 : INFINITY;
 	double achieved = wall > 0 ? (double)r->bytes * 8 / wall / 1e9 : 0;
 	if (!r->fatal && got < want) {
 		char msg[96];
 		snprintf(msg, sizeof(msg),
-			 "%" PRIu64 " of %" PRIu64 " immediates arrived within %d s", got, want,
-			 IMM_WAIT_MS / 1000);
+		         "%" PRIu64 " of %" PRIu64 " immediates arrived within %d s", got, want,
+		         IMM_WAIT_MS / 1000);
 		r->err[ERR_IMM] += want - got;
 		r->nerr += want - got;
 		fprintf(stderr, "mvreplay: %s\n", msg);
@@ -728,11 +742,12 @@ static int sender(struct replay *r, int from_recv, int to_recv)
 	fflush(stdout);
 
 	int bad = r->fatal != NULL || r->stuck || r->nerr || r->issued != r->nb ||
-		  r->bytes != r->trace_bytes || r->ops != r->trace_ops;
+	          r->bytes != r->trace_bytes || r->ops != r->trace_ops;
 	if (!bad && r->done_bytes != r->bytes) {
-		fprintf(stderr, "mvreplay: the mover reported %" PRIu64 " bytes written of %" PRIu64
-				" issued\n",
-			r->done_bytes, r->bytes);
+		fprintf(stderr,
+		        "mvreplay: the mover reported %" PRIu64 " bytes written of %" PRIu64
+		        " issued\n",
+		        r->done_bytes, r->bytes);
 		bad = 1;
 	}
 	/* Batches still in flight (stuck) are cancelled by the mover on disconnect. */
@@ -750,62 +765,75 @@ err_disconnect:
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: mvreplay --trace FILE --send SOCK --recv SOCK [--speed X | --asap]\n"
-		"                [--window N] [--pool-mib M] [--contig] [--quiet]\n"
-		"\n"
-		"Re-issues every batch of a trace (from `mover --trace`, `mvtrace start` or\n"
-		"`mvtrace import`) from a client of the mover at --send into memory of a\n"
-		"client of the mover at --recv, in submit order.\n"
-		"  --speed X     X times the trace's pace (default 1)\n"
-		"  --asap        no pacing: only the window limits\n"
-		"  --window N    batches in flight at most (default 64)\n"
-		"  --pool-mib M  destination pool and source region, MiB each (default 256);\n"
-		"                pages and writes wrap around in them\n"
-		"  --contig      paged batches write consecutive pool pages (the client merges\n"
-		"                them into large writes); by default pages scatter, one\n"
-		"                descriptor each, as in a paged KV cache\n"
-		"  --quiet       no progress line (there is none when stderr is not a terminal)\n"
-		"Prints trace against replay (batches, ops, bytes, immediates, duration,\n"
-		"throughput), latency percentiles, lateness and errors by cause, then\n"
-		"RESULT mvreplay batches=.. bytes=.. ops=.. errors=.. offered_gbps=..\n"
-		"achieved_gbps=.. p50_us=.. p99_us=.. p999_us=.. max_late_us=..\n"
-		"Exit status 0 only if every batch completed without error.\n");
+	        "usage: mvreplay --trace FILE --send SOCK --recv SOCK [--speed X | --asap]\n"
+	        "                [--window N] [--pool-mib M] [--contig] [--quiet]\n"
+	        "\n"
+	        "Re-issues every batch of a trace (from `mover --trace`, `mvtrace start` or\n"
+	        "`mvtrace import`) from a client of the mover at --send into memory of a\n"
+	        "client of the mover at --recv, in submit order.\n"
+	        "  --speed X     X times the trace's pace (default 1)\n"
+	        "  --asap        no pacing: only the window limits\n"
+	        "  --window N    batches in flight at most (default 64)\n"
+	        "  --pool-mib M  destination pool and source region, MiB each (default 256);\n"
+	        "                pages and writes wrap around in them\n"
+	        "  --contig      paged batches write consecutive pool pages (the client merges\n"
+	        "                them into large writes); by default pages scatter, one\n"
+	        "                descriptor each, as in a paged KV cache\n"
+	        "  --quiet       no progress line (there is none when stderr is not a terminal)\n"
+	        "Prints trace against replay (batches, ops, bytes, immediates, duration,\n"
+	        "throughput), latency percentiles, lateness and errors by cause, then\n"
+	        "RESULT mvreplay batches=.. bytes=.. ops=.. errors=.. offered_gbps=..\n"
+	        "achieved_gbps=.. p50_us=.. p99_us=.. p999_us=.. max_late_us=..\n"
+	        "Exit status 0 only if every batch completed without error.\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "trace", required_argument, 0, 't' },	 { "send", required_argument, 0, 's' },
-		{ "recv", required_argument, 0, 'r' },	 { "speed", required_argument, 0, 'x' },
-		{ "asap", no_argument, 0, 'a' },	 { "window", required_argument, 0, 'w' },
-		{ "pool-mib", required_argument, 0, 'p' }, { "quiet", no_argument, 0, 'q' },
-		{ "contig", no_argument, 0, 'c' },	 { "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
+	    {"trace", required_argument, 0, 't'},
+	    {"send", required_argument, 0, 's'},
+	    {"recv", required_argument, 0, 'r'},
+	    {"speed", required_argument, 0, 'x'},
+	    {"asap", no_argument, 0, 'a'},
+	    {"window", required_argument, 0, 'w'},
+	    {"pool-mib", required_argument, 0, 'p'},
+	    {"quiet", no_argument, 0, 'q'},
+	    {"contig", no_argument, 0, 'c'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
-	struct cfg cf = { .speed = 1, .window = 64, .pool = 256ull << 20 };
+	struct cfg cf = {.speed = 1, .window = 64, .pool = 256ull << 20};
 	int c, a[2], b[2], st;
 	char *end;
 
 	while ((c = getopt_long(argc, argv, "t:s:r:x:aw:p:qch", opts, NULL)) != -1) {
 		switch (c) {
-		case 't': cf.trace = optarg; break;
-		case 's': cf.send_sock = optarg; break;
-		case 'r': cf.recv_sock = optarg; break;
+		case 't':
+			cf.trace = optarg;
+			break;
+		case 's':
+			cf.send_sock = optarg;
+			break;
+		case 'r':
+			cf.recv_sock = optarg;
+			break;
 		case 'x':
 			cf.speed = strtod(optarg, &end);
 			if (*end || !(cf.speed > 0) || isinf(cf.speed)) {
 				fprintf(stderr,
-					"mvreplay: --speed wants a positive number, not '%s'\n",
-					optarg);
+				        "mvreplay: --speed wants a positive number, not '%s'\n",
+				        optarg);
 				return 2;
 			}
 			break;
-		case 'a': cf.asap = 1; break;
+		case 'a':
+			cf.asap = 1;
+			break;
 		case 'w': {
 			unsigned long v = strtoul(optarg, &end, 0);
 			if (*end || v == 0 || v > 1u << 20) {
 				fprintf(stderr, "mvreplay: --window wants 1 to 1048576, not '%s'\n",
-					optarg);
+				        optarg);
 				return 2;
 			}
 			cf.window = (uint32_t)v;
@@ -815,17 +843,25 @@ int main(int argc, char **argv)
 			unsigned long long v = strtoull(optarg, &end, 0);
 			if (*end || v == 0 || v > 1u << 20) {
 				fprintf(stderr,
-					"mvreplay: --pool-mib wants 1 to 1048576, not '%s'\n",
-					optarg);
+				        "mvreplay: --pool-mib wants 1 to 1048576, not '%s'\n",
+				        optarg);
 				return 2;
 			}
 			cf.pool = (uint64_t)v << 20;
 			break;
 		}
-		case 'q': cf.quiet = 1; break;
-		case 'c': cf.contig = 1; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'q':
+			cf.quiet = 1;
+			break;
+		case 'c':
+			cf.contig = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (!cf.trace || !cf.send_sock || !cf.recv_sock || optind != argc) {
@@ -834,7 +870,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	struct replay r = { .cf = &cf, .tty = !cf.quiet && isatty(2) };
+	struct replay r = {.cf = &cf, .tty = !cf.quiet && isatty(2)};
 	char err[512];
 	if (mvt_load(cf.trace, &r.t, err, sizeof(err))) {
 		fprintf(stderr, "mvreplay: %s\n", err);

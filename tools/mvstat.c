@@ -67,9 +67,9 @@ static const char *default_socket(char *buf, size_t len)
 /* Asks for the segment; returns its fd and size, or -errno with why. */
 static int fetch_segment(const char *path, size_t *size, char *why, size_t whylen)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	struct mv_msg_hdr h = { .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION,
-				.type = MV_MSG_STATS, .seq = 1 };
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	struct mv_msg_hdr h = {
+	    .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = MV_MSG_STATS, .seq = 1};
 	struct {
 		struct mv_msg_hdr h;
 		struct mv_stats_rep r;
@@ -78,9 +78,11 @@ static int fetch_segment(const char *path, size_t *size, char *why, size_t whyle
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} u;
-	struct iovec iov = { &rep, sizeof(rep) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
+	struct iovec iov = {&rep, sizeof(rep)};
+	struct msghdr mh = {.msg_iov = &iov,
+	                    .msg_iovlen = 1,
+	                    .msg_control = u.buf,
+	                    .msg_controllen = sizeof(u.buf)};
 	int fd = -1, s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
 	if (strlen(path) >= sizeof(a.sun_path)) {
@@ -91,7 +93,7 @@ static int fetch_segment(const char *path, size_t *size, char *why, size_t whyle
 	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		int e = errno;
 		snprintf(why, whylen, "no mover at %s: %s%s", path, strerror(e),
-			 e == ENOENT || e == ECONNREFUSED ? " (is it running?)" : "");
+		         e == ENOENT || e == ECONNREFUSED ? " (is it running?)" : "");
 		if (s >= 0)
 			close(s);
 		return -e;
@@ -108,7 +110,7 @@ static int fetch_segment(const char *path, size_t *size, char *why, size_t whyle
 			memcpy(&fd, CMSG_DATA(c), sizeof(int));
 	if (n < (ssize_t)sizeof(rep) || rep.r.r.status || fd < 0) {
 		snprintf(why, whylen, "the mover at %s did not hand out its stats: %s", path,
-			 n < (ssize_t)sizeof(rep) ? "short reply (an older mover?)" : rep.r.r.msg);
+		         n < (ssize_t)sizeof(rep) ? "short reply (an older mover?)" : rep.r.r.msg);
 		if (fd >= 0)
 			close(fd);
 		return -EPROTO;
@@ -133,9 +135,10 @@ static int map_view(int fd, size_t size, struct view *v, char *why, size_t whyle
 	    h->shard_off + (uint64_t)h->nshards * sizeof(struct mv_stats_shard) > size ||
 	    h->ring_off + (uint64_t)h->nshards * h->nrings * sizeof(struct mv_stats_ring) > size ||
 	    h->peer_off + (uint64_t)h->nshards * h->npeers * sizeof(struct mv_stats_peer) > size) {
-		snprintf(why, whylen, "the stats segment is not one this mvstat reads (magic %#" PRIx64
-				      ", ABI %u)",
-			 size >= sizeof(*h) ? h->magic : 0, size >= sizeof(*h) ? h->abi : 0);
+		snprintf(why, whylen,
+		         "the stats segment is not one this mvstat reads (magic %#" PRIx64
+		         ", ABI %u)",
+		         size >= sizeof(*h) ? h->magic : 0, size >= sizeof(*h) ? h->abi : 0);
 		munmap(base, size);
 		return -EPROTO;
 	}
@@ -159,7 +162,7 @@ static void take(const struct view *v, struct snap *s)
 /* "running", "stopped", "dead" or "stale": never zeros for a mover that is gone. */
 static const char *state(const struct view *v)
 {
-	struct pollfd p = { .fd = v->pidfd, .events = POLLIN };
+	struct pollfd p = {.fd = v->pidfd, .events = POLLIN};
 
 	if (GET(v->h->stopped))
 		return "stopped";
@@ -181,37 +184,39 @@ static void print_text(FILE *f, const struct view *v, const struct snap *a, cons
 	double secs = (double)(b->t_ns - a->t_ns) * 1e-9;
 	uint64_t age = (mono_ns() - GET(h->heartbeat_ns)) / 1000000;
 
-	fprintf(f, "mover %016" PRIx64 " pid %d on %s: %s (heartbeat %" PRIu64 " ms ago), %u clients,"
-		   " %u shards, socket %s\n",
-		h->mover_id, h->pid, h->provider, state(v), age, GET(h->clients), h->nshards,
-		h->socket);
+	fprintf(f,
+	        "mover %016" PRIx64 " pid %d on %s: %s (heartbeat %" PRIu64 " ms ago), %u clients,"
+	        " %u shards, socket %s\n",
+	        h->mover_id, h->pid, h->provider, state(v), age, GET(h->clients), h->nshards,
+	        h->socket);
 	if (GET(h->tracing))
 		fprintf(f, "tracing to %s: %" PRIu64 " records written\n", h->trace_path,
-			GET(h->trace_records));
+		        GET(h->trace_records));
 	fprintf(f, "%-5s %-12s %-8s %4s %12s %12s %14s %9s %10s %7s %7s %7s %6s %6s\n", "shard",
-		"provider", "iface", "cpu", "posted", "completed", "bytes", "Gbit/s", "msg/s",
-		"pending", "inflight", "eagain", "cqerr", "tmo");
+	        "provider", "iface", "cpu", "posted", "completed", "bytes", "Gbit/s", "msg/s",
+	        "pending", "inflight", "eagain", "cqerr", "tmo");
 	for (uint32_t s = 0; s < h->nshards; s++) {
 		const struct mv_stats_shard *x = &a->shard[s], *y = &b->shard[s];
-		fprintf(f, "%-5u %-12.12s %-8.8s %4d %12" PRIu64 " %12" PRIu64 " %14" PRIu64
-			   " %9.3f %10.0f %7" PRIu64 " %7" PRIu64 " %7" PRIu64 " %6" PRIu64 " %6" PRIu64
-			   "\n",
-			s, y->provider, y->iface, y->cpu, GET(y->posted), GET(y->completed),
-			GET(y->bytes), rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
-			rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
-			GET(y->inflight), GET(y->eagain), GET(y->cq_errors), GET(y->timeouts));
+		fprintf(f,
+		        "%-5u %-12.12s %-8.8s %4d %12" PRIu64 " %12" PRIu64 " %14" PRIu64
+		        " %9.3f %10.0f %7" PRIu64 " %7" PRIu64 " %7" PRIu64 " %6" PRIu64
+		        " %6" PRIu64 "\n",
+		        s, y->provider, y->iface, y->cpu, GET(y->posted), GET(y->completed),
+		        GET(y->bytes), rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
+		        rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
+		        GET(y->inflight), GET(y->eagain), GET(y->cq_errors), GET(y->timeouts));
 	}
 	uint64_t gpu = 0;
 	for (uint32_t s = 0; s < h->nshards; s++)
 		gpu += GET(b->shard[s].path_bytes[1]) + GET(b->shard[s].path_bytes[2]) +
 		       GET(b->shard[s].path_bytes[3]);
 	if (gpu) {
-		fprintf(f, "%-5s %16s %16s %16s %16s   (bytes by path)\n", "shard", "host", "FI_HMEM",
-			"CUDA copy", "staged");
+		fprintf(f, "%-5s %16s %16s %16s %16s   (bytes by path)\n", "shard", "host",
+		        "FI_HMEM", "CUDA copy", "staged");
 		for (uint32_t s = 0; s < h->nshards; s++)
-			fprintf(f, "%-5u %16" PRIu64 " %16" PRIu64 " %16" PRIu64 " %16" PRIu64 "\n", s,
-				GET(b->shard[s].path_bytes[0]), GET(b->shard[s].path_bytes[1]),
-				GET(b->shard[s].path_bytes[2]), GET(b->shard[s].path_bytes[3]));
+			fprintf(f, "%-5u %16" PRIu64 " %16" PRIu64 " %16" PRIu64 " %16" PRIu64 "\n",
+			        s, GET(b->shard[s].path_bytes[0]), GET(b->shard[s].path_bytes[1]),
+			        GET(b->shard[s].path_bytes[2]), GET(b->shard[s].path_bytes[3]));
 	}
 	int any = 0;
 	for (uint32_t s = 0; s < h->nshards; s++)
@@ -220,18 +225,19 @@ static void print_text(FILE *f, const struct view *v, const struct snap *a, cons
 			if (!GET(r->used))
 				continue;
 			if (!any++)
-				fprintf(f, "%-5s %-8s %7s %5s %10s %10s %6s %6s %10s %10s %6s %6s %s\n",
-					"shard", "client", "pid", "alive", "sub.tail", "sub.head",
-					"occ", "hwm", "comp.tail", "comp.head", "occ", "hwm", "asleep");
+				fprintf(
+				    f, "%-5s %-8s %7s %5s %10s %10s %6s %6s %10s %10s %6s %6s %s\n",
+				    "shard", "client", "pid", "alive", "sub.tail", "sub.head",
+				    "occ", "hwm", "comp.tail", "comp.head", "occ", "hwm", "asleep");
 			uint32_t so = GET(r->sub_tail) - GET(r->sub_head);
 			uint32_t co = GET(r->comp_tail) - GET(r->comp_head);
-			fprintf(f, "%-5u %-8u %7d %5s %10u %10u %6u %6u %10u %10u %6u %6u %s%s%s\n", s,
-				GET(r->client), GET(r->pid), GET(r->alive) ? "yes" : "NO",
-				GET(r->sub_tail), GET(r->sub_head), so, GET(r->sub_hwm),
-				GET(r->comp_tail), GET(r->comp_head), co, GET(r->comp_hwm),
-				GET(r->shard_sleeping) ? "shard " : "",
-				GET(r->client_sleeping) ? "client" : "",
-				!GET(r->shard_sleeping) && !GET(r->client_sleeping) ? "-" : "");
+			fprintf(f, "%-5u %-8u %7d %5s %10u %10u %6u %6u %10u %10u %6u %6u %s%s%s\n",
+			        s, GET(r->client), GET(r->pid), GET(r->alive) ? "yes" : "NO",
+			        GET(r->sub_tail), GET(r->sub_head), so, GET(r->sub_hwm),
+			        GET(r->comp_tail), GET(r->comp_head), co, GET(r->comp_hwm),
+			        GET(r->shard_sleeping) ? "shard " : "",
+			        GET(r->client_sleeping) ? "client" : "",
+			        !GET(r->shard_sleeping) && !GET(r->client_sleeping) ? "-" : "");
 		}
 	any = 0;
 	for (uint32_t p = 0; p < h->npeers; p++) {
@@ -248,7 +254,7 @@ static void print_text(FILE *f, const struct view *v, const struct snap *a, cons
 		if (!any++)
 			fprintf(f, "%-16s %14s %12s %8s\n", "peer", "bytes", "writes", "errors");
 		fprintf(f, "%016" PRIx64 " %14" PRIu64 " %12" PRIu64 " %8" PRIu64 "\n", id, bytes,
-			writes, errors);
+		        writes, errors);
 	}
 }
 
@@ -257,29 +263,31 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 	const struct mv_stats_hdr *h = v->h;
 	double secs = (double)(b->t_ns - a->t_ns) * 1e-9;
 
-	fprintf(f, "{\"mover_id\":\"%016" PRIx64 "\",\"pid\":%d,\"provider\":\"%s\",\"state\":\"%s\","
-		   "\"heartbeat_age_ms\":%" PRIu64 ",\"clients\":%u,\"interval_s\":%.3f,"
-		   "\"tracing\":%s,\"trace_records\":%" PRIu64 ",\"shards\":[",
-		h->mover_id, h->pid, h->provider, state(v),
-		(mono_ns() - GET(h->heartbeat_ns)) / 1000000, GET(h->clients), secs,
-		GET(h->tracing) ? "true" : "false", GET(h->trace_records));
+	fprintf(f,
+	        "{\"mover_id\":\"%016" PRIx64 "\",\"pid\":%d,\"provider\":\"%s\",\"state\":\"%s\","
+	        "\"heartbeat_age_ms\":%" PRIu64 ",\"clients\":%u,\"interval_s\":%.3f,"
+	        "\"tracing\":%s,\"trace_records\":%" PRIu64 ",\"shards\":[",
+	        h->mover_id, h->pid, h->provider, state(v),
+	        (mono_ns() - GET(h->heartbeat_ns)) / 1000000, GET(h->clients), secs,
+	        GET(h->tracing) ? "true" : "false", GET(h->trace_records));
 	for (uint32_t s = 0; s < h->nshards; s++) {
 		const struct mv_stats_shard *x = &a->shard[s], *y = &b->shard[s];
-		fprintf(f, "%s{\"shard\":%u,\"provider\":\"%s\",\"iface\":\"%s\",\"cpu\":%d,"
-			   "\"numa\":%d,\"posted\":%" PRIu64 ",\"completed\":%" PRIu64
-			   ",\"bytes\":%" PRIu64 ",\"descs\":%" PRIu64 ",\"batches\":%" PRIu64
-			   ",\"gbit_s\":%.6f,\"msg_s\":%.1f,\"pending\":%" PRIu64 ",\"inflight\":%" PRIu64
-			   ",\"eagain\":%" PRIu64 ",\"cq_errors\":%" PRIu64 ",\"retries\":%" PRIu64
-			   ",\"timeouts\":%" PRIu64 ",\"imm_rx\":%" PRIu64 ",\"host_bytes\":%" PRIu64
-			   ",\"hmem_bytes\":%" PRIu64 ",\"copy_bytes\":%" PRIu64
-			   ",\"staged_bytes\":%" PRIu64 "}",
-			s ? "," : "", s, y->provider, y->iface, y->cpu, y->numa, GET(y->posted),
-			GET(y->completed), GET(y->bytes), GET(y->descs), GET(y->batches),
-			rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
-			rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
-			GET(y->inflight), GET(y->eagain), GET(y->cq_errors), GET(y->retries),
-			GET(y->timeouts), GET(y->imm_rx), GET(y->path_bytes[0]), GET(y->path_bytes[1]),
-			GET(y->path_bytes[2]), GET(y->path_bytes[3]));
+		fprintf(f,
+		        "%s{\"shard\":%u,\"provider\":\"%s\",\"iface\":\"%s\",\"cpu\":%d,"
+		        "\"numa\":%d,\"posted\":%" PRIu64 ",\"completed\":%" PRIu64
+		        ",\"bytes\":%" PRIu64 ",\"descs\":%" PRIu64 ",\"batches\":%" PRIu64
+		        ",\"gbit_s\":%.6f,\"msg_s\":%.1f,\"pending\":%" PRIu64
+		        ",\"inflight\":%" PRIu64 ",\"eagain\":%" PRIu64 ",\"cq_errors\":%" PRIu64
+		        ",\"retries\":%" PRIu64 ",\"timeouts\":%" PRIu64 ",\"imm_rx\":%" PRIu64
+		        ",\"host_bytes\":%" PRIu64 ",\"hmem_bytes\":%" PRIu64
+		        ",\"copy_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64 "}",
+		        s ? "," : "", s, y->provider, y->iface, y->cpu, y->numa, GET(y->posted),
+		        GET(y->completed), GET(y->bytes), GET(y->descs), GET(y->batches),
+		        rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
+		        rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
+		        GET(y->inflight), GET(y->eagain), GET(y->cq_errors), GET(y->retries),
+		        GET(y->timeouts), GET(y->imm_rx), GET(y->path_bytes[0]),
+		        GET(y->path_bytes[1]), GET(y->path_bytes[2]), GET(y->path_bytes[3]));
 	}
 	fprintf(f, "],\"rings\":[");
 	int any = 0;
@@ -288,18 +296,20 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 			const struct mv_stats_ring *r = &v->rings[(size_t)s * h->nrings + i];
 			if (!GET(r->used))
 				continue;
-			fprintf(f, "%s{\"shard\":%u,\"client\":%u,\"pid\":%d,\"alive\":%s,"
-				   "\"sub_tail\":%u,\"sub_head\":%u,\"sub_capacity\":%u,\"sub_hwm\":%u,"
-				   "\"comp_tail\":%u,\"comp_head\":%u,\"comp_capacity\":%u,"
-				   "\"comp_hwm\":%u,\"shard_sleeping\":%s,\"client_sleeping\":%s,"
-				   "\"descs\":%" PRIu64 ",\"batches\":%" PRIu64 "}",
-				any++ ? "," : "", s, GET(r->client), GET(r->pid),
-				GET(r->alive) ? "true" : "false", GET(r->sub_tail), GET(r->sub_head),
-				GET(r->sub_cap), GET(r->sub_hwm), GET(r->comp_tail), GET(r->comp_head),
-				GET(r->comp_cap), GET(r->comp_hwm),
-				GET(r->shard_sleeping) ? "true" : "false",
-				GET(r->client_sleeping) ? "true" : "false", GET(r->descs),
-				GET(r->batches));
+			fprintf(
+			    f,
+			    "%s{\"shard\":%u,\"client\":%u,\"pid\":%d,\"alive\":%s,"
+			    "\"sub_tail\":%u,\"sub_head\":%u,\"sub_capacity\":%u,\"sub_hwm\":%u,"
+			    "\"comp_tail\":%u,\"comp_head\":%u,\"comp_capacity\":%u,"
+			    "\"comp_hwm\":%u,\"shard_sleeping\":%s,\"client_sleeping\":%s,"
+			    "\"descs\":%" PRIu64 ",\"batches\":%" PRIu64 "}",
+			    any++ ? "," : "", s, GET(r->client), GET(r->pid),
+			    GET(r->alive) ? "true" : "false", GET(r->sub_tail), GET(r->sub_head),
+			    GET(r->sub_cap), GET(r->sub_hwm), GET(r->comp_tail), GET(r->comp_head),
+			    GET(r->comp_cap), GET(r->comp_hwm),
+			    GET(r->shard_sleeping) ? "true" : "false",
+			    GET(r->client_sleeping) ? "true" : "false", GET(r->descs),
+			    GET(r->batches));
 		}
 	fprintf(f, "],\"peers\":[");
 	any = 0;
@@ -313,9 +323,10 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 			errors += GET(x->errors);
 		}
 		if (writes || errors)
-			fprintf(f, "%s{\"peer\":\"%016" PRIx64 "\",\"bytes\":%" PRIu64
-				   ",\"writes\":%" PRIu64 ",\"errors\":%" PRIu64 "}",
-				any++ ? "," : "", id, bytes, writes, errors);
+			fprintf(f,
+			        "%s{\"peer\":\"%016" PRIx64 "\",\"bytes\":%" PRIu64
+			        ",\"writes\":%" PRIu64 ",\"errors\":%" PRIu64 "}",
+			        any++ ? "," : "", id, bytes, writes, errors);
 	}
 	fprintf(f, "]}\n");
 }
@@ -328,53 +339,56 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 		size_t off;
 		int gauge;
 	} m[] = {
-#define M(n, h, g) { #n, h, offsetof(struct mv_stats_shard, n), g }
-		M(posted, "fabric writes posted", 0),
-		M(completed, "fabric writes completed", 0),
-		M(bytes, "bytes of completed writes", 0),
-		M(descs, "descriptors consumed from client rings", 0),
-		M(batches, "batch completions published", 0),
-		M(eagain, "posts the provider deferred with EAGAIN", 0),
-		M(cq_errors, "completion queue errors", 0),
-		M(retries, "writes re-posted after a broken connection", 0),
-		M(timeouts, "writes failed at their deadline", 0),
-		M(imm_rx, "immediates received", 0),
-		M(pending, "writes queued, not yet posted", 1),
-		M(inflight, "writes posted, not yet completed", 1),
+#define M(n, h, g) {#n, h, offsetof(struct mv_stats_shard, n), g}
+	    M(posted, "fabric writes posted", 0),
+	    M(completed, "fabric writes completed", 0),
+	    M(bytes, "bytes of completed writes", 0),
+	    M(descs, "descriptors consumed from client rings", 0),
+	    M(batches, "batch completions published", 0),
+	    M(eagain, "posts the provider deferred with EAGAIN", 0),
+	    M(cq_errors, "completion queue errors", 0),
+	    M(retries, "writes re-posted after a broken connection", 0),
+	    M(timeouts, "writes failed at their deadline", 0),
+	    M(imm_rx, "immediates received", 0),
+	    M(pending, "writes queued, not yet posted", 1),
+	    M(inflight, "writes posted, not yet completed", 1),
 #undef M
 	};
 
 	fprintf(f, "# HELP mover_up 1 while the mover runs and beats\n# TYPE mover_up gauge\n");
 	fprintf(f, "mover_up{mover=\"%016" PRIx64 "\",state=\"%s\"} %d\n", h->mover_id, state(v),
-		!strcmp(state(v), "running"));
+	        !strcmp(state(v), "running"));
 	fprintf(f, "# HELP mover_clients attached clients\n# TYPE mover_clients gauge\n");
 	fprintf(f, "mover_clients{mover=\"%016" PRIx64 "\"} %u\n", h->mover_id, GET(h->clients));
 	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
 		const char *suffix = m[i].gauge ? "" : "_total";
 		fprintf(f, "# HELP mover_shard_%s%s %s\n# TYPE mover_shard_%s%s %s\n", m[i].name,
-			suffix, m[i].help, m[i].name, suffix, m[i].gauge ? "gauge" : "counter");
+		        suffix, m[i].help, m[i].name, suffix, m[i].gauge ? "gauge" : "counter");
 		for (uint32_t s = 0; s < h->nshards; s++) {
 			const _Atomic uint64_t *p =
-				(const void *)((const char *)&b->shard[s] + m[i].off);
-			fprintf(f, "mover_shard_%s%s{mover=\"%016" PRIx64
-				   "\",shard=\"%u\",provider=\"%s\",iface=\"%s\"} %" PRIu64 "\n",
-				m[i].name, suffix, h->mover_id, s, b->shard[s].provider,
-				b->shard[s].iface, atomic_load_explicit(p, memory_order_relaxed));
+			    (const void *)((const char *)&b->shard[s] + m[i].off);
+			fprintf(f,
+			        "mover_shard_%s%s{mover=\"%016" PRIx64
+			        "\",shard=\"%u\",provider=\"%s\",iface=\"%s\"} %" PRIu64 "\n",
+			        m[i].name, suffix, h->mover_id, s, b->shard[s].provider,
+			        b->shard[s].iface, atomic_load_explicit(p, memory_order_relaxed));
 		}
 	}
 	fprintf(f, "# HELP mover_ring_occupancy descriptors waiting in a client's submission "
-		   "ring\n# TYPE mover_ring_occupancy gauge\n");
+	           "ring\n# TYPE mover_ring_occupancy gauge\n");
 	for (uint32_t s = 0; s < h->nshards; s++)
 		for (uint32_t i = 0; i < h->nrings; i++) {
 			const struct mv_stats_ring *r = &v->rings[(size_t)s * h->nrings + i];
 			if (GET(r->used))
-				fprintf(f, "mover_ring_occupancy{mover=\"%016" PRIx64 "\",shard=\"%u\","
-					   "client=\"%u\",pid=\"%d\"} %u\n",
-					h->mover_id, s, GET(r->client), GET(r->pid),
-					GET(r->sub_tail) - GET(r->sub_head));
+				fprintf(f,
+				        "mover_ring_occupancy{mover=\"%016" PRIx64
+				        "\",shard=\"%u\","
+				        "client=\"%u\",pid=\"%d\"} %u\n",
+				        h->mover_id, s, GET(r->client), GET(r->pid),
+				        GET(r->sub_tail) - GET(r->sub_head));
 		}
 	fprintf(f, "# HELP mover_peer_bytes_total bytes written to a peer\n"
-		   "# TYPE mover_peer_bytes_total counter\n");
+	           "# TYPE mover_peer_bytes_total counter\n");
 	for (uint32_t p = 0; p < h->npeers; p++) {
 		uint64_t bytes = 0, writes = 0, errors = 0, id = 0;
 		for (uint32_t s = 0; s < h->nshards; s++) {
@@ -385,9 +399,10 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 			errors += GET(x->errors);
 		}
 		if (writes || errors)
-			fprintf(f, "mover_peer_bytes_total{mover=\"%016" PRIx64 "\",peer=\"%016" PRIx64
-				   "\"} %" PRIu64 "\n",
-				h->mover_id, id, bytes);
+			fprintf(f,
+			        "mover_peer_bytes_total{mover=\"%016" PRIx64 "\",peer=\"%016" PRIx64
+			        "\"} %" PRIu64 "\n",
+			        h->mover_id, id, bytes);
 	}
 }
 
@@ -402,10 +417,10 @@ static void on_signal(int sig)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "socket", required_argument, 0, 's' }, { "watch", no_argument, 0, 'w' },
-		{ "json", no_argument, 0, 'j' },	 { "prometheus", no_argument, 0, 'p' },
-		{ "interval", required_argument, 0, 'i' }, { "count", required_argument, 0, 'n' },
-		{ "help", no_argument, 0, 'h' },	 { 0, 0, 0, 0 },
+	    {"socket", required_argument, 0, 's'},   {"watch", no_argument, 0, 'w'},
+	    {"json", no_argument, 0, 'j'},           {"prometheus", no_argument, 0, 'p'},
+	    {"interval", required_argument, 0, 'i'}, {"count", required_argument, 0, 'n'},
+	    {"help", no_argument, 0, 'h'},           {0, 0, 0, 0},
 	};
 	char sockbuf[256], why[256];
 	const char *path = NULL;
@@ -414,20 +429,35 @@ int main(int argc, char **argv)
 
 	while ((c = getopt_long(argc, argv, "s:wjpi:n:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 's': path = optarg; break;
-		case 'w': watch = 1; break;
-		case 'j': json = 1; break;
-		case 'p': prom = 1; break;
-		case 'i': interval = atof(optarg); break;
-		case 'n': count = atoi(optarg); break;
+		case 's':
+			path = optarg;
+			break;
+		case 'w':
+			watch = 1;
+			break;
+		case 'j':
+			json = 1;
+			break;
+		case 'p':
+			prom = 1;
+			break;
+		case 'i':
+			interval = atof(optarg);
+			break;
+		case 'n':
+			count = atoi(optarg);
+			break;
 		case 'h':
 		default:
-			fprintf(c == 'h' ? stdout : stderr,
-				"usage: mvstat [--socket PATH] [--watch [--count N]] [--json | --prometheus]"
-				" [--interval S]\n"
-				"  Shows a running mover's shards, client rings and peers. Rates are over"
-				" --interval\n  (default 1 s; --json and --prometheus take one snapshot"
-				" pair over it).\n");
+			fprintf(
+			    c == 'h' ? stdout : stderr,
+			    "usage: mvstat [--socket PATH] [--watch [--count N]] [--json | "
+			    "--prometheus]"
+			    " [--interval S]\n"
+			    "  Shows a running mover's shards, client rings and peers. Rates are "
+			    "over"
+			    " --interval\n  (default 1 s; --json and --prometheus take one snapshot"
+			    " pair over it).\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -450,7 +480,7 @@ int main(int argc, char **argv)
 
 	struct snap *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
 	int tty = isatty(1);
-	struct timespec ts = { (time_t)interval, (long)((interval - (time_t)interval) * 1e9) };
+	struct timespec ts = {(time_t)interval, (long)((interval - (time_t)interval) * 1e9)};
 	if (!a || !b)
 		return 1;
 	take(&v, a);

@@ -33,45 +33,45 @@
 #define MOONCAKE_BLOCK 512u /* tokens per hash_id in the Mooncake traces */
 
 static const char usage_text[] =
-	"usage: mvtrace dump FILE [--csv]\n"
-	"       mvtrace summary FILE\n"
-	"       mvtrace import azure|mooncake INPUT OUTPUT --layers L --kv-heads H\n"
-	"               --head-dim D --dtype-bytes E --tokens-per-page T [--limit N]\n"
-	"       mvtrace start --socket PATH FILE\n"
-	"       mvtrace stop --socket PATH\n"
-	"\n"
-	"dump     every record, one line each: time since the trace started, kind, ops,\n"
-	"         page size, bytes, latency (complete - submit), parts, descriptors,\n"
-	"         shards, client, peer, immediate, status and cause; --csv: the raw\n"
-	"         fields with a header row.\n"
-	"summary  batches, ops, bytes, duration, offered throughput, counts per kind,\n"
-	"         a histogram of batch bytes in power-of-two buckets, latency\n"
-	"         percentiles (n/a for imported traces), errors by cause, and the\n"
-	"         records the writer dropped (from its END record).\n"
-	"import   one request of a public LLM trace becomes one batch: the KV cache\n"
-	"         of its prompt (K and V of every layer) written by a prefill node to\n"
-	"         a decode node as a paged write, plus an immediate carrying the\n"
-	"         request's index (0 = the input's first request) saying it landed.\n"
-	"           page      = T tokens of one layer's K and V:\n"
-	"                       page_size = 2 * H * D * E * T bytes\n"
-	"           pages     = ceil(tokens / T) * L\n"
-	"           azure     tokens = ContextTokens; arrival = TIMESTAMP minus the\n"
-	"                     first row's (\"2023-11-16 18:17:03.9799600\", UTC)\n"
-	"           mooncake  arrival = timestamp (ms) minus the first line's; prefix\n"
-	"                     caching: each hash_id is a block of 512 tokens (the\n"
-	"                     last one partial: min(512, what is left)); blocks whose\n"
-	"                     hash_id an earlier request had are already on the\n"
-	"                     decode node and are not sent: tokens = input_length\n"
-	"                     minus those blocks' tokens, never below 0\n"
-	"         Records: kind paged|imm, nops = pages, bytes = pages * page_size,\n"
-	"         submit_ns = arrival, complete_ns = 0, imm = request index. A request\n"
-	"         with no pages to send (an empty or fully cached prompt) becomes no\n"
-	"         record; they are counted. --limit N reads the first N requests.\n"
-	"         E.g. Llama-3-8B in bf16, 16-token pages: --layers 32 --kv-heads 8\n"
-	"         --head-dim 128 --dtype-bytes 2 --tokens-per-page 16 (64 KiB pages).\n"
-	"start    asks the mover listening on PATH to write a trace to FILE (made\n"
-	"         absolute; the mover opens it, so it must be able to create it).\n"
-	"stop     asks it to finish and close the current trace.\n";
+    "usage: mvtrace dump FILE [--csv]\n"
+    "       mvtrace summary FILE\n"
+    "       mvtrace import azure|mooncake INPUT OUTPUT --layers L --kv-heads H\n"
+    "               --head-dim D --dtype-bytes E --tokens-per-page T [--limit N]\n"
+    "       mvtrace start --socket PATH FILE\n"
+    "       mvtrace stop --socket PATH\n"
+    "\n"
+    "dump     every record, one line each: time since the trace started, kind, ops,\n"
+    "         page size, bytes, latency (complete - submit), parts, descriptors,\n"
+    "         shards, client, peer, immediate, status and cause; --csv: the raw\n"
+    "         fields with a header row.\n"
+    "summary  batches, ops, bytes, duration, offered throughput, counts per kind,\n"
+    "         a histogram of batch bytes in power-of-two buckets, latency\n"
+    "         percentiles (n/a for imported traces), errors by cause, and the\n"
+    "         records the writer dropped (from its END record).\n"
+    "import   one request of a public LLM trace becomes one batch: the KV cache\n"
+    "         of its prompt (K and V of every layer) written by a prefill node to\n"
+    "         a decode node as a paged write, plus an immediate carrying the\n"
+    "         request's index (0 = the input's first request) saying it landed.\n"
+    "           page      = T tokens of one layer's K and V:\n"
+    "                       page_size = 2 * H * D * E * T bytes\n"
+    "           pages     = ceil(tokens / T) * L\n"
+    "           azure     tokens = ContextTokens; arrival = TIMESTAMP minus the\n"
+    "                     first row's (\"2023-11-16 18:17:03.9799600\", UTC)\n"
+    "           mooncake  arrival = timestamp (ms) minus the first line's; prefix\n"
+    "                     caching: each hash_id is a block of 512 tokens (the\n"
+    "                     last one partial: min(512, what is left)); blocks whose\n"
+    "                     hash_id an earlier request had are already on the\n"
+    "                     decode node and are not sent: tokens = input_length\n"
+    "                     minus those blocks' tokens, never below 0\n"
+    "         Records: kind paged|imm, nops = pages, bytes = pages * page_size,\n"
+    "         submit_ns = arrival, complete_ns = 0, imm = request index. A request\n"
+    "         with no pages to send (an empty or fully cached prompt) becomes no\n"
+    "         record; they are counted. --limit N reads the first N requests.\n"
+    "         E.g. Llama-3-8B in bf16, 16-token pages: --layers 32 --kv-heads 8\n"
+    "         --head-dim 128 --dtype-bytes 2 --tokens-per-page 16 (64 KiB pages).\n"
+    "start    asks the mover listening on PATH to write a trace to FILE (made\n"
+    "         absolute; the mover opens it, so it must be able to create it).\n"
+    "stop     asks it to finish and close the current trace.\n";
 
 static void usage(FILE *f)
 {
@@ -94,7 +94,7 @@ static const char *errno_name(int status, char *buf, size_t len)
 /* "18.81 MiB", "32 KiB", "100 B". */
 static const char *fmt_bytes(uint64_t b, char *buf, size_t len)
 {
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
 	double v = (double)b;
 	int u = 0;
 
@@ -117,7 +117,7 @@ static const char *fmt_status(const struct mv_trace_rec *r, char *buf, size_t le
 		snprintf(buf, len, "ok");
 	else
 		snprintf(buf, len, "%s(%s)", errno_name(r->status, e, sizeof(e)),
-			 mvt_cause_name(r->cause));
+		         mvt_cause_name(r->cause));
 	return buf;
 }
 
@@ -169,15 +169,15 @@ static int cmd_dump(const char *path, int csv)
 		char lat[32];
 		if (r->complete_ns)
 			snprintf(lat, sizeof(lat), "%.1f",
-				 (double)(r->complete_ns - r->submit_ns) / 1e3);
+			         (double)(r->complete_ns - r->submit_ns) / 1e3);
 		else
 			snprintf(lat, sizeof(lat), "n/a");
 		printf("  %5zu %12.3f %-12s %7u %9s %11s %10s %5u %6u 0x%04x %6u 0x%016" PRIx64
 		       " %10u %s\n",
 		       i, (double)rel / 1e6, kb, r->nops,
 		       r->page_size ? fmt_bytes(r->page_size, b1, sizeof(b1)) : "-",
-		       fmt_bytes(r->bytes, b2, sizeof(b2)), lat, r->nparts, r->ndesc,
-		       r->shard_mask, r->client, r->peer, r->imm, fmt_status(r, st, sizeof(st)));
+		       fmt_bytes(r->bytes, b2, sizeof(b2)), lat, r->nparts, r->ndesc, r->shard_mask,
+		       r->client, r->peer, r->imm, fmt_status(r, st, sizeof(st)));
 	}
 	if (t.has_end) {
 		if (csv)
@@ -213,8 +213,8 @@ static int cmd_summary(const char *path)
 	struct mvt_trace t;
 	const struct mv_trace_hdr *h = &t.hdr;
 	uint64_t bytes = 0, ops = 0, first = UINT64_MAX, last_sub = 0, last = 0;
-	uint64_t kinds[16] = { 0 }, hist[65] = { 0 }, cause[MVT_MAX_CAUSE + 1] = { 0 };
-	int cause_status[MVT_MAX_CAUSE + 1] = { 0 };
+	uint64_t kinds[16] = {0}, hist[65] = {0}, cause[MVT_MAX_CAUSE + 1] = {0};
+	int cause_status[MVT_MAX_CAUSE + 1] = {0};
 	uint64_t nerr = 0;
 	size_t nlat = 0;
 	char b1[32], b2[32], kb[32];
@@ -299,8 +299,8 @@ static int cmd_summary(const char *path)
 			snprintf(range, sizeof(range), "0 B");
 		else
 			snprintf(range, sizeof(range), "[%s, %s)",
-				 fmt_bytes(1ull << (b - 1), b1, sizeof(b1)),
-				 b < 64 ? fmt_bytes(1ull << b, b2, sizeof(b2)) : "16 EiB");
+			         fmt_bytes(1ull << (b - 1), b1, sizeof(b1)),
+			         b < 64 ? fmt_bytes(1ull << b, b2, sizeof(b2)) : "16 EiB");
 		int bar = (int)(40 * hist[b] / most);
 		printf("  %-24s %8" PRIu64 "  %.*s\n", range, hist[b], bar,
 		       "########################################");
@@ -357,8 +357,8 @@ struct importer {
 	struct model m;
 	struct mv_trace_hdr hdr;
 	uint64_t limit;
-	uint64_t nreq;	  /* requests read */
-	uint64_t nzero;	  /* of those, with no pages to send */
+	uint64_t nreq;  /* requests read */
+	uint64_t nzero; /* of those, with no pages to send */
 	uint64_t nrec, bytes, pages, tokens;
 	uint64_t base_ns; /* the first request's arrival, as the input states it */
 	int have_base;
@@ -367,7 +367,7 @@ struct importer {
 };
 
 static int imp_fail(struct importer *im, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 static int imp_fail(struct importer *im, const char *fmt, ...)
 {
@@ -389,26 +389,27 @@ static int imp_request(struct importer *im, uint64_t at_ns, uint64_t tokens)
 	}
 	if (at_ns < im->base_ns)
 		return imp_fail(im, "arrives before the first request; the input must be in "
-				    "arrival order (sort it)");
+		                    "arrival order (sort it)");
 	uint64_t idx = im->nreq++;
 	uint64_t per_layer = tokens / im->m.tpp + (tokens % im->m.tpp != 0);
 	if (per_layer > UINT32_MAX / im->m.layers)
-		return imp_fail(im, "%" PRIu64 " tokens make more than 2^32 pages; use a "
-				    "larger --tokens-per-page",
-				tokens);
+		return imp_fail(im,
+		                "%" PRIu64 " tokens make more than 2^32 pages; use a "
+		                "larger --tokens-per-page",
+		                tokens);
 	uint64_t pages = per_layer * im->m.layers;
 	if (pages == 0) {
 		im->nzero++;
 		return 0;
 	}
 	struct mv_trace_rec r = {
-		.type = MV_TR_BATCH,
-		.submit_ns = at_ns - im->base_ns,
-		.bytes = pages * im->m.page_size,
-		.nops = (uint32_t)pages,
-		.page_size = (uint32_t)im->m.page_size,
-		.kind = MV_TK_PAGED | MV_TK_IMM,
-		.imm = (uint32_t)idx,
+	    .type = MV_TR_BATCH,
+	    .submit_ns = at_ns - im->base_ns,
+	    .bytes = pages * im->m.page_size,
+	    .nops = (uint32_t)pages,
+	    .page_size = (uint32_t)im->m.page_size,
+	    .kind = MV_TK_PAGED | MV_TK_IMM,
+	    .imm = (uint32_t)idx,
 	};
 	if (fwrite(&r, sizeof(r), 1, im->f) != 1) {
 		snprintf(im->err, sizeof(im->err), "%s: write: %s", im->out, strerror(errno));
@@ -508,8 +509,8 @@ static int import_azure(struct importer *im, FILE *in)
 			}
 			if (col_ts < 0 || col_tok < 0) {
 				ret = imp_fail(im, "the header names no TIMESTAMP and "
-						   "ContextTokens columns: is this the Azure LLM "
-						   "inference trace 2023 CSV?");
+				                   "ContextTokens columns: is this the Azure LLM "
+				                   "inference trace 2023 CSV?");
 				break;
 			}
 			continue;
@@ -534,14 +535,15 @@ static int import_azure(struct importer *im, FILE *in)
 		}
 		uint64_t at, tokens;
 		if (parse_azure_time(f[col_ts], fe[col_ts], &at)) {
-			ret = imp_fail(im, "TIMESTAMP '%.*s' is not like "
-					   "2023-11-16 18:17:03.9799600",
-				       (int)(fe[col_ts] - f[col_ts]), f[col_ts]);
+			ret = imp_fail(im,
+			               "TIMESTAMP '%.*s' is not like "
+			               "2023-11-16 18:17:03.9799600",
+			               (int)(fe[col_ts] - f[col_ts]), f[col_ts]);
 			break;
 		}
 		if (parse_u64(f[col_tok], fe[col_tok], &tokens)) {
 			ret = imp_fail(im, "ContextTokens '%.*s' is not a non-negative integer",
-				       (int)(fe[col_tok] - f[col_tok]), f[col_tok]);
+			               (int)(fe[col_tok] - f[col_tok]), f[col_tok]);
 			break;
 		}
 		if (!im->have_base)
@@ -583,7 +585,7 @@ static int idset_has(const struct idset *s, uint64_t k)
 static int idset_add(struct idset *s, uint64_t k)
 {
 	if ((s->n + 1) * 2 > s->cap) {
-		struct idset t = { .cap = s->cap ? s->cap * 2 : 1024 };
+		struct idset t = {.cap = s->cap ? s->cap * 2 : 1024};
 		t.key = malloc(t.cap * sizeof(*t.key));
 		t.used = calloc(t.cap, 1);
 		if (!t.key || !t.used) {
@@ -709,7 +711,7 @@ struct mc_req {
 /* One Mooncake line into r; -EINVAL with the column in *col. */
 static int mc_parse(const char *line, struct mc_req *r, size_t *col, const char **what)
 {
-	struct json j = { line, line };
+	struct json j = {line, line};
 	const char *k, *a, *b;
 	size_t klen;
 
@@ -821,8 +823,8 @@ bad:
 
 static int import_mooncake(struct importer *im, FILE *in)
 {
-	struct idset seen = { 0 };
-	struct mc_req r = { 0 };
+	struct idset seen = {0};
+	struct mc_req r = {0};
 	char *line = NULL;
 	size_t cap = 0;
 	ssize_t n;
@@ -843,18 +845,20 @@ static int import_mooncake(struct importer *im, FILE *in)
 			break;
 		}
 		if (ret) {
-			ret = imp_fail(im, "column %zu: expected %s (a Mooncake trace line is "
-					   "{\"timestamp\": ms, \"input_length\": n, "
-					   "\"hash_ids\": [..]})",
-				       col + 1, what);
+			ret = imp_fail(im,
+			               "column %zu: expected %s (a Mooncake trace line is "
+			               "{\"timestamp\": ms, \"input_length\": n, "
+			               "\"hash_ids\": [..]})",
+			               col + 1, what);
 			break;
 		}
 		if (!r.has_ts || !r.has_in || !r.has_ids) {
-			ret = imp_fail(im, "no %s: each line needs timestamp, input_length and "
-					   "hash_ids",
-				       !r.has_ts   ? "timestamp"
-				       : !r.has_in ? "input_length"
-						   : "hash_ids");
+			ret = imp_fail(im,
+			               "no %s: each line needs timestamp, input_length and "
+			               "hash_ids",
+			               !r.has_ts   ? "timestamp"
+			               : !r.has_in ? "input_length"
+			                           : "hash_ids");
 			break;
 		}
 		/* Blocks an earlier request had are on the decode node already. */
@@ -865,13 +869,13 @@ static int import_mooncake(struct importer *im, FILE *in)
 				break;
 			if (idset_has(&seen, r.ids[b]))
 				cached += r.input - start < MOONCAKE_BLOCK ? r.input - start
-									    : MOONCAKE_BLOCK;
+				                                           : MOONCAKE_BLOCK;
 		}
 		for (size_t b = 0; b < r.nids; b++)
 			if (idset_add(&seen, r.ids[b])) {
 				ret = -ENOMEM;
 				snprintf(im->err, sizeof(im->err), "%s: no memory for hash ids",
-					 im->in);
+				         im->in);
 				goto out;
 			}
 		ret = imp_request(im, (uint64_t)llround(r.ts_ms * 1e6), r.input - cached);
@@ -892,7 +896,7 @@ static int opt_u64(const char *name, const char *arg, uint64_t *v)
 {
 	if (parse_u64(arg, arg + strlen(arg), v) || *v == 0) {
 		fprintf(stderr, "mvtrace import: %s wants a positive integer, not '%s'\n", name,
-			arg);
+		        arg);
 		return -EINVAL;
 	}
 	return 0;
@@ -901,37 +905,53 @@ static int opt_u64(const char *name, const char *arg, uint64_t *v)
 static int cmd_import(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "layers", required_argument, 0, 'L' },
-		{ "kv-heads", required_argument, 0, 'H' },
-		{ "head-dim", required_argument, 0, 'D' },
-		{ "dtype-bytes", required_argument, 0, 'E' },
-		{ "tokens-per-page", required_argument, 0, 'T' },
-		{ "limit", required_argument, 0, 'n' },
-		{ "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
+	    {"layers", required_argument, 0, 'L'},
+	    {"kv-heads", required_argument, 0, 'H'},
+	    {"head-dim", required_argument, 0, 'D'},
+	    {"dtype-bytes", required_argument, 0, 'E'},
+	    {"tokens-per-page", required_argument, 0, 'T'},
+	    {"limit", required_argument, 0, 'n'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
-	struct importer im = { 0 };
+	struct importer im = {0};
 	int c, ret;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		int r = 0;
 		switch (c) {
-		case 'L': r = opt_u64("--layers", optarg, &im.m.layers); break;
-		case 'H': r = opt_u64("--kv-heads", optarg, &im.m.heads); break;
-		case 'D': r = opt_u64("--head-dim", optarg, &im.m.dim); break;
-		case 'E': r = opt_u64("--dtype-bytes", optarg, &im.m.dtype); break;
-		case 'T': r = opt_u64("--tokens-per-page", optarg, &im.m.tpp); break;
-		case 'n': r = opt_u64("--limit", optarg, &im.limit); break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'L':
+			r = opt_u64("--layers", optarg, &im.m.layers);
+			break;
+		case 'H':
+			r = opt_u64("--kv-heads", optarg, &im.m.heads);
+			break;
+		case 'D':
+			r = opt_u64("--head-dim", optarg, &im.m.dim);
+			break;
+		case 'E':
+			r = opt_u64("--dtype-bytes", optarg, &im.m.dtype);
+			break;
+		case 'T':
+			r = opt_u64("--tokens-per-page", optarg, &im.m.tpp);
+			break;
+		case 'n':
+			r = opt_u64("--limit", optarg, &im.limit);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 		if (r)
 			return 2;
 	}
 	if (argc - optind != 3) {
 		fprintf(stderr, "mvtrace import: want FORMAT INPUT OUTPUT, got %d arguments\n",
-			argc - optind);
+		        argc - optind);
 		usage(stderr);
 		return 2;
 	}
@@ -945,19 +965,20 @@ static int cmd_import(int argc, char **argv)
 	}
 	if (!im.m.layers || !im.m.heads || !im.m.dim || !im.m.dtype || !im.m.tpp) {
 		fprintf(stderr, "mvtrace import: the model needs --layers, --kv-heads, --head-dim, "
-				"--dtype-bytes and --tokens-per-page (see --help)\n");
+		                "--dtype-bytes and --tokens-per-page (see --help)\n");
 		return 2;
 	}
 	/* 2 (K and V) * H * D * E * T, checked against the 32-bit page_size field. */
 	uint64_t ps = 2;
-	uint64_t f[] = { im.m.heads, im.m.dim, im.m.dtype, im.m.tpp };
+	uint64_t f[] = {im.m.heads, im.m.dim, im.m.dtype, im.m.tpp};
 	for (int i = 0; i < 4; i++)
 		ps = f[i] > UINT32_MAX || ps > UINT32_MAX / f[i] ? UINT64_MAX : ps * f[i];
 	if (ps > UINT32_MAX || im.m.layers > UINT32_MAX) {
-		fprintf(stderr, "mvtrace import: a page of 2 * %" PRIu64 " * %" PRIu64 " * %" PRIu64
-				" * %" PRIu64 " bytes does not fit the trace's 32-bit page_size; "
-				"use fewer --tokens-per-page\n",
-			im.m.heads, im.m.dim, im.m.dtype, im.m.tpp);
+		fprintf(stderr,
+		        "mvtrace import: a page of 2 * %" PRIu64 " * %" PRIu64 " * %" PRIu64
+		        " * %" PRIu64 " bytes does not fit the trace's 32-bit page_size; "
+		        "use fewer --tokens-per-page\n",
+		        im.m.heads, im.m.dim, im.m.dtype, im.m.tpp);
 		return 2;
 	}
 	im.m.page_size = ps;
@@ -981,9 +1002,10 @@ static int cmd_import(int argc, char **argv)
 		return 1;
 	}
 	const char *base = strrchr(im.in, '/') ? strrchr(im.in, '/') + 1 : im.in;
-	im.hdr = (struct mv_trace_hdr){ .magic = MV_TRACE_MAGIC, .version = MV_TRACE_VERSION,
-					.hdr_size = sizeof(struct mv_trace_hdr),
-					.rec_size = sizeof(struct mv_trace_rec) };
+	im.hdr = (struct mv_trace_hdr){.magic = MV_TRACE_MAGIC,
+	                               .version = MV_TRACE_VERSION,
+	                               .hdr_size = sizeof(struct mv_trace_hdr),
+	                               .rec_size = sizeof(struct mv_trace_rec)};
 	snprintf(im.hdr.provider, sizeof(im.hdr.provider), "import:%s", fmt);
 	snprintf(im.hdr.source, sizeof(im.hdr.source), "%s", base);
 	/* The header is rewritten at the end, when the start time is known. */
@@ -994,7 +1016,7 @@ static int cmd_import(int argc, char **argv)
 		ret = azure ? import_azure(&im, in) : import_mooncake(&im, in);
 	fclose(in);
 	if (!ret) {
-		struct mv_trace_rec end = { .type = MV_TR_END, .bytes = im.nrec };
+		struct mv_trace_rec end = {.type = MV_TR_END, .bytes = im.nrec};
 		if (fwrite(&end, sizeof(end), 1, im.f) != 1 || fseek(im.f, 0, SEEK_SET) ||
 		    fwrite(&im.hdr, sizeof(im.hdr), 1, im.f) != 1 || fflush(im.f)) {
 			ret = -EIO;
@@ -1027,20 +1049,26 @@ static int cmd_import(int argc, char **argv)
 static int cmd_control(int argc, char **argv, int on)
 {
 	static const struct option opts[] = {
-		{ "socket", required_argument, 0, 's' },
-		{ "help", no_argument, 0, 'h' },
-		{ 0, 0, 0, 0 },
+	    {"socket", required_argument, 0, 's'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	const char *sock = NULL, *what = on ? "start" : "stop";
-	struct mv_trace_req req = { .on = on ? 1u : 0u };
+	struct mv_trace_req req = {.on = on ? 1u : 0u};
 	int c;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "s:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 's': sock = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 's':
+			sock = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (!sock || argc - optind != (on ? 1 : 0)) {
@@ -1058,17 +1086,18 @@ static int cmd_control(int argc, char **argv, int on)
 		else
 			n = snprintf(req.path, sizeof(req.path), "%s/%s", cwd, file);
 		if (n < 0 || (size_t)n >= sizeof(req.path)) {
-			fprintf(stderr, "mvtrace start: the absolute path of %s is longer than the "
-					"%zu bytes a trace request carries; pick a shorter one\n",
-				file, sizeof(req.path) - 1);
+			fprintf(stderr,
+			        "mvtrace start: the absolute path of %s is longer than the "
+			        "%zu bytes a trace request carries; pick a shorter one\n",
+			        file, sizeof(req.path) - 1);
 			return 2;
 		}
 	}
 
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	if (strlen(sock) >= sizeof(sa.sun_path)) {
 		fprintf(stderr, "mvtrace %s: socket path %s is longer than %zu bytes\n", what, sock,
-			sizeof(sa.sun_path) - 1);
+		        sizeof(sa.sun_path) - 1);
 		return 2;
 	}
 	strcpy(sa.sun_path, sock);
@@ -1078,22 +1107,26 @@ static int cmd_control(int argc, char **argv, int on)
 		return 1;
 	}
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		fprintf(stderr, "mvtrace %s: connect to %s: %s (is a mover listening there? its "
-				"--socket option names the path)\n",
-			what, sock, strerror(errno));
+		fprintf(stderr,
+		        "mvtrace %s: connect to %s: %s (is a mover listening there? its "
+		        "--socket option names the path)\n",
+		        what, sock, strerror(errno));
 		close(fd);
 		return 1;
 	}
 	/* A mover answers control messages at once; never hang on one that does not. */
-	struct timeval tv = { .tv_sec = 10 };
+	struct timeval tv = {.tv_sec = 10};
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	struct {
 		struct mv_msg_hdr h;
 		struct mv_trace_req r;
-	} msg = { .h = { .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = MV_MSG_TRACE,
-			 .len = sizeof(struct mv_trace_req), .seq = 1 },
-		  .r = req };
+	} msg = {.h = {.magic = MV_WIRE_MAGIC,
+	               .version = MV_WIRE_VERSION,
+	               .type = MV_MSG_TRACE,
+	               .len = sizeof(struct mv_trace_req),
+	               .seq = 1},
+	         .r = req};
 	if (send(fd, &msg, sizeof(msg), MSG_NOSIGNAL) != (ssize_t)sizeof(msg)) {
 		fprintf(stderr, "mvtrace %s: send to %s: %s\n", what, sock, strerror(errno));
 		close(fd);
@@ -1111,30 +1144,32 @@ static int cmd_control(int argc, char **argv, int on)
 	close(fd);
 	if (n < 0) {
 		fprintf(stderr, "mvtrace %s: no reply from the mover at %s: %s\n", what, sock,
-			err == EAGAIN ? "timed out after 10 s" : strerror(err));
+		        err == EAGAIN ? "timed out after 10 s" : strerror(err));
 		return 1;
 	}
 	if (n == 0) {
-		fprintf(stderr, "mvtrace %s: the mover at %s closed the connection without a "
-				"reply: it does not know MV_MSG_TRACE (rebuild it with trace "
-				"support) or refused the request (see its log)\n",
-			what, sock);
+		fprintf(stderr,
+		        "mvtrace %s: the mover at %s closed the connection without a "
+		        "reply: it does not know MV_MSG_TRACE (rebuild it with trace "
+		        "support) or refused the request (see its log)\n",
+		        what, sock);
 		return 1;
 	}
 	if ((size_t)n < sizeof(rep.m) || rep.m.h.magic != MV_WIRE_MAGIC ||
 	    rep.m.h.type != (MV_MSG_TRACE | MV_MSG_REPLY) || rep.m.h.seq != 1 ||
 	    rep.m.h.len < sizeof(struct mv_reply_hdr)) {
-		fprintf(stderr, "mvtrace %s: malformed reply from %s (%zd bytes, type 0x%x): "
-				"mover and mvtrace come from different builds\n",
-			what, sock, n, (size_t)n >= sizeof(rep.m.h) ? rep.m.h.type : 0);
+		fprintf(stderr,
+		        "mvtrace %s: malformed reply from %s (%zd bytes, type 0x%x): "
+		        "mover and mvtrace come from different builds\n",
+		        what, sock, n, (size_t)n >= sizeof(rep.m.h) ? rep.m.h.type : 0);
 		return 1;
 	}
 	rep.m.r.msg[sizeof(rep.m.r.msg) - 1] = 0;
 	if (rep.m.r.status) {
 		char e[32];
 		fprintf(stderr, "mvtrace %s: the mover refused (%s): %s\n", what,
-			errno_name(rep.m.r.status, e, sizeof(e)),
-			rep.m.r.msg[0] ? rep.m.r.msg : strerror(-rep.m.r.status));
+		        errno_name(rep.m.r.status, e, sizeof(e)),
+		        rep.m.r.msg[0] ? rep.m.r.msg : strerror(-rep.m.r.status));
 		return 1;
 	}
 	if (on)
@@ -1168,7 +1203,7 @@ int main(int argc, char **argv)
 				return 0;
 			} else if (argv[i][0] == '-' || file) {
 				fprintf(stderr, "mvtrace %s: unexpected argument '%s'\n", cmd,
-					argv[i]);
+				        argv[i]);
 				usage(stderr);
 				return 2;
 			} else {

@@ -25,7 +25,7 @@
 
 #include "trace_format.h"
 
-#define MVT_KIND_ALL (MV_TK_WRITE | MV_TK_WRITEV | MV_TK_PAGED | MV_TK_IMM)
+#define MVT_KIND_ALL  (MV_TK_WRITE | MV_TK_WRITEV | MV_TK_PAGED | MV_TK_IMM)
 #define MVT_KIND_DATA (MV_TK_WRITE | MV_TK_WRITEV | MV_TK_PAGED)
 #define MVT_MAX_PARTS 64u /* MV_MAX_SHARDS in mv_wire.h */
 #define MVT_MAX_CAUSE 8u  /* mv_cause values, and libclient's MVC_CAUSE_MOVER_GONE */
@@ -41,7 +41,7 @@ struct mvt_trace {
 };
 
 static inline int mvt_fail(char *err, size_t errlen, int ret, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 static inline int mvt_fail(char *err, size_t errlen, int ret, const char *fmt, ...)
 {
@@ -56,9 +56,9 @@ static inline int mvt_fail(char *err, size_t errlen, int ret, const char *fmt, .
 /* The name of one mv_cause value (the same numbers as libclient's mvc_cause). */
 static inline const char *mvt_cause_name(unsigned cause)
 {
-	static const char *const names[] = { "none",	  "bad_desc",  "no_region",
-					     "no_import", "bounds",    "peer_gone",
-					     "provider",  "cancelled", "mover_gone" };
+	static const char *const names[] = {"none",      "bad_desc",  "no_region",
+	                                    "no_import", "bounds",    "peer_gone",
+	                                    "provider",  "cancelled", "mover_gone"};
 
 	return cause < sizeof(names) / sizeof(names[0]) ? names[cause] : "unknown";
 }
@@ -69,17 +69,17 @@ static inline const char *mvt_kind_name(unsigned kind, char *buf, size_t len)
 	static const struct {
 		unsigned bit;
 		const char *name;
-	} k[] = { { MV_TK_WRITE, "write" },
-		  { MV_TK_WRITEV, "writev" },
-		  { MV_TK_PAGED, "paged" },
-		  { MV_TK_IMM, "imm" } };
+	} k[] = {{MV_TK_WRITE, "write"},
+	         {MV_TK_WRITEV, "writev"},
+	         {MV_TK_PAGED, "paged"},
+	         {MV_TK_IMM, "imm"}};
 	size_t n = 0;
 
 	buf[0] = 0;
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
 		if (kind & k[i].bit)
 			n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%s%s", n ? "|" : "",
-					      k[i].name);
+			                      k[i].name);
 	if (!n)
 		snprintf(buf, len, "none");
 	return buf;
@@ -91,7 +91,7 @@ static inline const char *mvt_kind_name(unsigned kind, char *buf, size_t len)
  * or -EINVAL with err naming the record, its byte offset and the field.
  */
 static inline int mvt_check_rec(const struct mv_trace_rec *r, size_t idx, int last,
-				const struct mv_trace_hdr *h, char *err, size_t errlen)
+                                const struct mv_trace_hdr *h, char *err, size_t errlen)
 {
 	unsigned long long off = (unsigned long long)h->hdr_size + (unsigned long long)idx * 64u;
 	char where[64];
@@ -100,64 +100,64 @@ static inline int mvt_check_rec(const struct mv_trace_rec *r, size_t idx, int la
 	if (r->type == MV_TR_END) {
 		if (!last)
 			return mvt_fail(err, errlen, -EINVAL,
-					"%s: type is END but records follow it; END must be the "
-					"last record (the file was appended to or is corrupt)",
-					where);
+			                "%s: type is END but records follow it; END must be the "
+			                "last record (the file was appended to or is corrupt)",
+			                where);
 		return 0;
 	}
 	if (r->type != MV_TR_BATCH)
 		return mvt_fail(err, errlen, -EINVAL,
-				"%s: field type is %u; version 1 knows 1 (batch) and 2 (end)",
-				where, r->type);
+		                "%s: field type is %u; version 1 knows 1 (batch) and 2 (end)",
+		                where, r->type);
 	if (r->kind == 0 || (r->kind & ~MVT_KIND_ALL))
 		return mvt_fail(err, errlen, -EINVAL,
-				"%s: field kind is 0x%x; it must be a non-empty set of write 0x1, "
-				"writev 0x2, paged 0x4, imm 0x8",
-				where, r->kind);
+		                "%s: field kind is 0x%x; it must be a non-empty set of write 0x1, "
+		                "writev 0x2, paged 0x4, imm 0x8",
+		                where, r->kind);
 	if (r->nparts > MVT_MAX_PARTS)
 		return mvt_fail(err, errlen, -EINVAL,
-				"%s: field nparts is %u; a batch has at most %u parts (one per "
-				"shard)",
-				where, r->nparts, MVT_MAX_PARTS);
+		                "%s: field nparts is %u; a batch has at most %u parts (one per "
+		                "shard)",
+		                where, r->nparts, MVT_MAX_PARTS);
 	if (!(r->kind & MVT_KIND_DATA)) {
 		if (r->nops || r->bytes)
 			return mvt_fail(err, errlen, -EINVAL,
-					"%s: an immediate-only batch has nops %u and bytes %" PRIu64
-					"; both must be 0",
-					where, r->nops, r->bytes);
+			                "%s: an immediate-only batch has nops %u and bytes %" PRIu64
+			                "; both must be 0",
+			                where, r->nops, r->bytes);
 	} else {
 		if (r->nops == 0)
 			return mvt_fail(err, errlen, -EINVAL,
-					"%s: field nops is 0 in a batch that writes data", where);
+			                "%s: field nops is 0 in a batch that writes data", where);
 		if (r->bytes < r->nops)
 			return mvt_fail(err, errlen, -EINVAL,
-					"%s: field bytes is %" PRIu64 " for %u ops; every op "
-					"writes at least one byte",
-					where, r->bytes, r->nops);
+			                "%s: field bytes is %" PRIu64 " for %u ops; every op "
+			                "writes at least one byte",
+			                where, r->bytes, r->nops);
 	}
 	/* page_size 0 in a paged batch: its pages were of more than one size. */
 	if (!(r->kind & MV_TK_PAGED) && r->page_size != 0)
 		return mvt_fail(err, errlen, -EINVAL,
-				"%s: field page_size is %u in a batch without paged writes", where,
-				r->page_size);
+		                "%s: field page_size is %u in a batch without paged writes", where,
+		                r->page_size);
 	if ((r->kind & MVT_KIND_DATA) == MV_TK_PAGED && r->page_size &&
 	    r->bytes != (uint64_t)r->page_size * r->nops)
 		return mvt_fail(err, errlen, -EINVAL,
-				"%s: field bytes is %" PRIu64 " but %u pages of %u bytes are "
-				"%" PRIu64,
-				where, r->bytes, r->nops, r->page_size,
-				(uint64_t)r->page_size * r->nops);
+		                "%s: field bytes is %" PRIu64 " but %u pages of %u bytes are "
+		                "%" PRIu64,
+		                where, r->bytes, r->nops, r->page_size,
+		                (uint64_t)r->page_size * r->nops);
 	if (r->status > 0 || r->status < -4095)
 		return mvt_fail(err, errlen, -EINVAL,
-				"%s: field status is %d; it must be 0 or a negative errno", where,
-				r->status);
+		                "%s: field status is %d; it must be 0 or a negative errno", where,
+		                r->status);
 	if (r->cause > MVT_MAX_CAUSE || (r->status == 0 && r->cause != 0))
 		return mvt_fail(err, errlen, -EINVAL, "%s: field cause is %u with status %d", where,
-				r->cause, r->status);
+		                r->cause, r->status);
 	if (r->complete_ns && r->complete_ns < r->submit_ns)
 		return mvt_fail(err, errlen, -EINVAL,
-				"%s: field complete_ns %" PRIu64 " is before submit_ns %" PRIu64,
-				where, r->complete_ns, r->submit_ns);
+		                "%s: field complete_ns %" PRIu64 " is before submit_ns %" PRIu64,
+		                where, r->complete_ns, r->submit_ns);
 	return 0;
 }
 
@@ -189,15 +189,15 @@ static inline int mvt_load(const char *path, struct mvt_trace *t, char *err, siz
 	t->file_size = (uint64_t)st.st_size;
 	if (t->file_size < sizeof(struct mv_trace_hdr)) {
 		ret = mvt_fail(err, errlen, -ENODATA,
-			       "%s: truncated: the file is %" PRIu64 " bytes, shorter than the "
-			       "%zu-byte header (the writer died before writing it)",
-			       path, t->file_size, sizeof(struct mv_trace_hdr));
+		               "%s: truncated: the file is %" PRIu64 " bytes, shorter than the "
+		               "%zu-byte header (the writer died before writing it)",
+		               path, t->file_size, sizeof(struct mv_trace_hdr));
 		goto err_close;
 	}
 	buf = malloc(t->file_size);
 	if (!buf) {
 		ret = mvt_fail(err, errlen, -ENOMEM, "%s: no memory for %" PRIu64 " bytes", path,
-			       t->file_size);
+		               t->file_size);
 		goto err_close;
 	}
 	while (got < t->file_size) {
@@ -206,7 +206,7 @@ static inline int mvt_load(const char *path, struct mvt_trace *t, char *err, siz
 			continue;
 		if (n <= 0) {
 			ret = mvt_fail(err, errlen, n ? -errno : -EIO, "%s: read at byte %zu: %s",
-				       path, got, n ? strerror(errno) : "the file shrank");
+			               path, got, n ? strerror(errno) : "the file shrank");
 			goto err_free;
 		}
 		got += (size_t)n;
@@ -218,29 +218,29 @@ static inline int mvt_load(const char *path, struct mvt_trace *t, char *err, siz
 	memcpy(h, buf, sizeof(*h));
 	if (h->magic != MV_TRACE_MAGIC) {
 		ret = mvt_fail(err, errlen, -EPROTO,
-			       "%s: not a mover trace: magic is 0x%016" PRIx64 ", want 0x%016llx "
-			       "(\"CVTRACE1\"); write traces with `mover --trace` or "
-			       "`mvtrace start|import`",
-			       path, h->magic, MV_TRACE_MAGIC);
+		               "%s: not a mover trace: magic is 0x%016" PRIx64 ", want 0x%016llx "
+		               "(\"CVTRACE1\"); write traces with `mover --trace` or "
+		               "`mvtrace start|import`",
+		               path, h->magic, MV_TRACE_MAGIC);
 		goto err_free;
 	}
 	if (h->version == 0 || h->version > MV_TRACE_VERSION) {
 		ret = mvt_fail(err, errlen, -EPROTO,
-			       "%s: trace format version %u; this tool reads version %u and "
-			       "older: use the tools built with the mover that wrote it",
-			       path, h->version, MV_TRACE_VERSION);
+		               "%s: trace format version %u; this tool reads version %u and "
+		               "older: use the tools built with the mover that wrote it",
+		               path, h->version, MV_TRACE_VERSION);
 		goto err_free;
 	}
 	if (h->hdr_size != sizeof(struct mv_trace_hdr)) {
 		ret = mvt_fail(err, errlen, -EPROTO,
-			       "%s: field hdr_size is %u; version %u headers are %zu bytes", path,
-			       h->hdr_size, h->version, sizeof(struct mv_trace_hdr));
+		               "%s: field hdr_size is %u; version %u headers are %zu bytes", path,
+		               h->hdr_size, h->version, sizeof(struct mv_trace_hdr));
 		goto err_free;
 	}
 	if (h->rec_size != sizeof(struct mv_trace_rec)) {
 		ret = mvt_fail(err, errlen, -EPROTO,
-			       "%s: field rec_size is %u; this tool reads %zu-byte records", path,
-			       h->rec_size, sizeof(struct mv_trace_rec));
+		               "%s: field rec_size is %u; this tool reads %zu-byte records", path,
+		               h->rec_size, sizeof(struct mv_trace_rec));
 		goto err_free;
 	}
 	/* The text fields are printed: make sure they end. */
@@ -252,11 +252,10 @@ static inline int mvt_load(const char *path, struct mvt_trace *t, char *err, siz
 	if (body % h->rec_size) {
 		uint64_t keep = h->hdr_size + (uint64_t)nall * h->rec_size;
 		ret = mvt_fail(err, errlen, -ENODATA,
-			       "%s: truncated: partial record %zu at byte offset %" PRIu64
-			       " (%" PRIu64 " of %u bytes; the writer died mid-record); "
-			       "`truncate -s %" PRIu64 " %s` keeps the %zu whole records",
-			       path, nall, keep, body % h->rec_size, h->rec_size, keep, path,
-			       nall);
+		               "%s: truncated: partial record %zu at byte offset %" PRIu64
+		               " (%" PRIu64 " of %u bytes; the writer died mid-record); "
+		               "`truncate -s %" PRIu64 " %s` keeps the %zu whole records",
+		               path, nall, keep, body % h->rec_size, h->rec_size, keep, path, nall);
 		goto err_free;
 	}
 	t->rec = malloc((nall ? nall : 1) * sizeof(*t->rec));
