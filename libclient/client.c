@@ -27,6 +27,7 @@
 
 #include "mv_cuda.h"
 #include "mv_host.h"
+#include "mv_sock.h"
 #include "mv_wire.h"
 #include "shmring.h"
 #include "trace_format.h"
@@ -204,19 +205,6 @@ static int call(struct mvc *c, uint16_t type, const void *payload, size_t len, c
 	return 0;
 }
 
-static const char *default_path(char *buf, size_t len)
-{
-	const char *env = getenv("MOVER_SOCKET"), *xdg = getenv("XDG_RUNTIME_DIR");
-
-	if (env && *env)
-		snprintf(buf, len, "%s", env);
-	else if (xdg && *xdg)
-		snprintf(buf, len, "%s/mover.sock", xdg);
-	else
-		snprintf(buf, len, "/tmp/mover-%u.sock", getuid());
-	return buf;
-}
-
 static void close_rings(struct mvc *c)
 {
 	for (uint32_t s = 0; s < MV_MAX_SHARDS; s++) {
@@ -253,7 +241,7 @@ int mvc_connect(struct mvc **out, const char *path)
 	}
 	c->efd = -1;
 	if (!path)
-		path = default_path(buf, sizeof(buf));
+		path = mv_default_socket(buf, sizeof(buf));
 	if (strlen(path) >= sizeof(a.sun_path)) {
 		ret = -ENAMETOOLONG;
 		goto err_free;

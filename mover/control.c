@@ -254,6 +254,20 @@ err_rings:
 	return ret;
 }
 
+/* The reply to REG, REG_GPU and BLOB: a region's id, blob and placement. */
+static int reply_region(struct mover *mv, struct mv_client *cl, const struct rx *m,
+                        const struct mv_region *r)
+{
+	struct mv_reg_rep rep = {0};
+
+	rep.region = r->id;
+	rep.shard_mask = r->shard_mask;
+	rep.path = !r->is_gpu ? MV_PATH_HOST : mv->hmem ? MV_PATH_HMEM : MV_PATH_STAGED;
+	mv_region_blob(mv, r, &rep.blob);
+	rep.blob_len = (uint32_t)MV_REGION_BLOB_SIZE(mv->nshards);
+	return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+}
+
 /* Runs one request; 1 when it replied itself, 0 for a plain OK reply, <0 error. */
 static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *why, size_t whylen)
 {
@@ -291,7 +305,6 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		return do_attach(mv, cl, m, why, whylen);
 	case MV_MSG_REG: {
 		const struct mv_reg_req *req = (const void *)m->payload;
-		struct mv_reg_rep rep = {0};
 		struct mv_region *r;
 
 		if ((ret = need(m, sizeof(*req), 1, why, whylen)))
@@ -299,14 +312,10 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		ret = mv_region_add(mv, cl, m->fds[0], req->offset, req->len, &r, why, whylen);
 		if (ret)
 			return ret;
-		rep.region = r->id;
-		mv_region_blob(mv, r, &rep.blob);
-		rep.blob_len = (uint32_t)MV_REGION_BLOB_SIZE(mv->nshards);
-		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+		return reply_region(mv, cl, m, r);
 	}
 	case MV_MSG_REG_GPU: {
 		const struct mv_reg_gpu_req *req = (const void *)m->payload;
-		struct mv_reg_rep rep = {0};
 		struct mv_region *r;
 		int fds = m->len >= sizeof(*req) && req->gpu.kind == MV_GPU_VMM;
 
@@ -316,12 +325,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		                        whylen);
 		if (ret)
 			return ret;
-		rep.region = r->id;
-		rep.shard_mask = r->shard_mask;
-		rep.path = mv->hmem ? MV_PATH_HMEM : MV_PATH_STAGED;
-		mv_region_blob(mv, r, &rep.blob);
-		rep.blob_len = (uint32_t)MV_REGION_BLOB_SIZE(mv->nshards);
-		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+		return reply_region(mv, cl, m, r);
 	}
 	case MV_MSG_GPU_FD: {
 		/* A mover on this host (same uid: checked at accept) copying
@@ -343,7 +347,6 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 	}
 	case MV_MSG_BLOB: {
 		const struct mv_id_req *req = (const void *)m->payload;
-		struct mv_reg_rep rep = {0};
 		struct mv_region *r;
 
 		if ((ret = need(m, sizeof(*req), 0, why, whylen)))
@@ -354,11 +357,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 			         req->id);
 			return -ENOENT;
 		}
-		rep.region = r->id;
-		rep.shard_mask = r->shard_mask;
-		mv_region_blob(mv, r, &rep.blob);
-		rep.blob_len = (uint32_t)MV_REGION_BLOB_SIZE(mv->nshards);
-		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+		return reply_region(mv, cl, m, r);
 	}
 	case MV_MSG_DEREG: {
 		const struct mv_id_req *req = (const void *)m->payload;

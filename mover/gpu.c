@@ -24,6 +24,7 @@
 
 #include "mv_cuda.h"
 #include "mv_host.h"
+#include "mv_sock.h"
 
 #ifdef MV_HAVE_CUDA
 
@@ -188,47 +189,20 @@ void mv_gpu_region_close(struct mover *mv, struct mv_region *r)
 /* Asks the peer mover on this host for the fd behind one of its VMM regions. */
 static int fetch_vmm_fd(const char *sock, uint32_t region, char *why, size_t whylen)
 {
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	struct {
-		struct mv_msg_hdr h;
-		struct mv_id_req r;
-	} req = {{MV_WIRE_MAGIC, MV_WIRE_VERSION, MV_MSG_GPU_FD, sizeof(struct mv_id_req), 1},
-	         {.id = region}};
+	struct mv_id_req req = {.id = region};
 	struct {
 		struct mv_msg_hdr h;
 		struct mv_gpu_fd_rep r;
 	} rep;
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = {&rep, sizeof(rep)};
-	struct msghdr mh = {.msg_iov = &iov,
-	                    .msg_iovlen = 1,
-	                    .msg_control = u.buf,
-	                    .msg_controllen = sizeof(u.buf)};
-	int fd = -1, s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int fd, ret = mv_request(sock, MV_MSG_GPU_FD, &req, sizeof(req), &rep, sizeof(rep), &fd,
+	                         why, whylen);
 
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock);
-	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-	    send(s, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
-		snprintf(why, whylen, "asking the peer mover at %s for GPU memory: %s", sock,
-		         strerror(errno));
-		if (s >= 0)
-			close(s);
-		return -EHOSTUNREACH;
-	}
-	ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
-	close(s);
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); n > 0 && c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-			memcpy(&fd, CMSG_DATA(c), sizeof(int));
-	if (n < (ssize_t)sizeof(rep) || rep.r.r.status || fd < 0) {
-		snprintf(why, whylen, "the peer mover at %s refused its GPU memory: %.80s", sock,
-		         n >= (ssize_t)sizeof(rep) ? rep.r.r.msg : "short reply");
-		if (fd >= 0)
-			close(fd);
-		return -EACCES;
+	if (ret)
+		return ret;
+	if (fd < 0) {
+		snprintf(why, whylen, "the peer mover at %s sent no fd for GPU region %u", sock,
+		         region);
+		return -EPROTO;
 	}
 	return fd;
 }

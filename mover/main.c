@@ -7,6 +7,7 @@
  */
 #include "mover.h"
 #include "mv_host.h"
+#include "mv_sock.h"
 
 #include <getopt.h>
 #include <stdalign.h>
@@ -59,7 +60,8 @@ void mv_dbg(const char *fmt, ...)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: mover [options]\n"
-	           "  --socket PATH     control socket (default $XDG_RUNTIME_DIR/mover.sock,\n"
+	           "  --socket PATH     control socket (default $MOVER_SOCKET, else\n"
+	           "                    $XDG_RUNTIME_DIR/mover.sock,\n"
 	           "                    else /tmp/mover-UID.sock), mode 0600\n"
 	           "  --provider P      auto|efa|verbs|tcp|shm (default auto: efa, verbs, tcp)\n"
 	           "  --iface NAME      use this interface/domain only (e.g. lo, veth0)\n"
@@ -72,17 +74,6 @@ static void usage(FILE *f)
 	           "                    at run time with 'mvtrace start|stop')\n"
 	           "  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
 	           "  -v, --verbose     log client events\n");
-}
-
-static const char *default_socket(char *buf, size_t len)
-{
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-
-	if (xdg && *xdg)
-		snprintf(buf, len, "%s/mover.sock", xdg);
-	else
-		snprintf(buf, len, "/tmp/mover-%u.sock", getuid());
-	return buf;
 }
 
 int main(int argc, char **argv)
@@ -157,7 +148,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!mv->cfg.socket_path)
-		mv->cfg.socket_path = default_socket(sockbuf, sizeof(sockbuf));
+		mv->cfg.socket_path = mv_default_socket(sockbuf, sizeof(sockbuf));
 
 	/* Signals go to the control thread's signalfd, never to a shard. */
 	sigset_t sigs;

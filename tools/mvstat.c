@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mv_sock.h"
 #include "mv_wire.h"
 #include "stats_layout.h"
 
@@ -51,68 +52,19 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static const char *default_socket(char *buf, size_t len)
-{
-	const char *env = getenv("MOVER_SOCKET"), *xdg = getenv("XDG_RUNTIME_DIR");
-
-	if (env && *env)
-		snprintf(buf, len, "%s", env);
-	else if (xdg && *xdg)
-		snprintf(buf, len, "%s/mover.sock", xdg);
-	else
-		snprintf(buf, len, "/tmp/mover-%u.sock", getuid());
-	return buf;
-}
-
 /* Asks for the segment; returns its fd and size, or -errno with why. */
 static int fetch_segment(const char *path, size_t *size, char *why, size_t whylen)
 {
-	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	struct mv_msg_hdr h = {
-	    .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = MV_MSG_STATS, .seq = 1};
 	struct {
 		struct mv_msg_hdr h;
 		struct mv_stats_rep r;
 	} rep;
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = {&rep, sizeof(rep)};
-	struct msghdr mh = {.msg_iov = &iov,
-	                    .msg_iovlen = 1,
-	                    .msg_control = u.buf,
-	                    .msg_controllen = sizeof(u.buf)};
-	int fd = -1, s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int fd, ret = mv_request(path, MV_MSG_STATS, NULL, 0, &rep, sizeof(rep), &fd, why, whylen);
 
-	if (strlen(path) >= sizeof(a.sun_path)) {
-		snprintf(why, whylen, "socket path too long: %s", path);
-		return -ENAMETOOLONG;
-	}
-	strcpy(a.sun_path, path);
-	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		int e = errno;
-		snprintf(why, whylen, "no mover at %s: %s%s", path, strerror(e),
-		         e == ENOENT || e == ECONNREFUSED ? " (is it running?)" : "");
-		if (s >= 0)
-			close(s);
-		return -e;
-	}
-	if (send(s, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h)) {
-		snprintf(why, whylen, "sending to %s: %s", path, strerror(errno));
-		close(s);
-		return -EIO;
-	}
-	ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
-	close(s);
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); n > 0 && c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-			memcpy(&fd, CMSG_DATA(c), sizeof(int));
-	if (n < (ssize_t)sizeof(rep) || rep.r.r.status || fd < 0) {
-		snprintf(why, whylen, "the mover at %s did not hand out its stats: %s", path,
-		         n < (ssize_t)sizeof(rep) ? "short reply (an older mover?)" : rep.r.r.msg);
-		if (fd >= 0)
-			close(fd);
+	if (ret)
+		return ret;
+	if (fd < 0) {
+		snprintf(why, whylen, "the mover at %s did not hand out its stats segment", path);
 		return -EPROTO;
 	}
 	*size = rep.r.seg_size;
@@ -158,6 +110,24 @@ static void take(const struct view *v, struct snap *s)
 }
 
 #define GET(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
+struct peer_total {
+	uint64_t id, bytes, writes, errors;
+};
+
+/* One peer's traffic over every shard; 0 when nobody wrote to it. */
+static int peer_total(const struct view *v, uint32_t p, struct peer_total *t)
+{
+	memset(t, 0, sizeof(*t));
+	for (uint32_t s = 0; s < v->h->nshards; s++) {
+		const struct mv_stats_peer *x = &v->peers[(size_t)s * v->h->npeers + p];
+		t->id |= GET(x->mover_id);
+		t->bytes += GET(x->bytes);
+		t->writes += GET(x->writes);
+		t->errors += GET(x->errors);
+	}
+	return t->writes || t->errors;
+}
 
 /* "running", "stopped", "dead" or "stale": never zeros for a mover that is gone. */
 static const char *state(const struct view *v)
@@ -241,20 +211,13 @@ static void print_text(FILE *f, const struct view *v, const struct snap *a, cons
 		}
 	any = 0;
 	for (uint32_t p = 0; p < h->npeers; p++) {
-		uint64_t bytes = 0, writes = 0, errors = 0, id = 0;
-		for (uint32_t s = 0; s < h->nshards; s++) {
-			const struct mv_stats_peer *x = &v->peers[(size_t)s * h->npeers + p];
-			id |= GET(x->mover_id);
-			bytes += GET(x->bytes);
-			writes += GET(x->writes);
-			errors += GET(x->errors);
-		}
-		if (!writes && !errors)
+		struct peer_total t;
+		if (!peer_total(v, p, &t))
 			continue;
 		if (!any++)
 			fprintf(f, "%-16s %14s %12s %8s\n", "peer", "bytes", "writes", "errors");
-		fprintf(f, "%016" PRIx64 " %14" PRIu64 " %12" PRIu64 " %8" PRIu64 "\n", id, bytes,
-		        writes, errors);
+		fprintf(f, "%016" PRIx64 " %14" PRIu64 " %12" PRIu64 " %8" PRIu64 "\n", t.id,
+		        t.bytes, t.writes, t.errors);
 	}
 }
 
@@ -314,19 +277,12 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 	fprintf(f, "],\"peers\":[");
 	any = 0;
 	for (uint32_t p = 0; p < h->npeers; p++) {
-		uint64_t bytes = 0, writes = 0, errors = 0, id = 0;
-		for (uint32_t s = 0; s < h->nshards; s++) {
-			const struct mv_stats_peer *x = &v->peers[(size_t)s * h->npeers + p];
-			id |= GET(x->mover_id);
-			bytes += GET(x->bytes);
-			writes += GET(x->writes);
-			errors += GET(x->errors);
-		}
-		if (writes || errors)
+		struct peer_total t;
+		if (peer_total(v, p, &t))
 			fprintf(f,
 			        "%s{\"peer\":\"%016" PRIx64 "\",\"bytes\":%" PRIu64
 			        ",\"writes\":%" PRIu64 ",\"errors\":%" PRIu64 "}",
-			        any++ ? "," : "", id, bytes, writes, errors);
+			        any++ ? "," : "", t.id, t.bytes, t.writes, t.errors);
 	}
 	fprintf(f, "]}\n");
 }
@@ -390,19 +346,12 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 	fprintf(f, "# HELP mover_peer_bytes_total bytes written to a peer\n"
 	           "# TYPE mover_peer_bytes_total counter\n");
 	for (uint32_t p = 0; p < h->npeers; p++) {
-		uint64_t bytes = 0, writes = 0, errors = 0, id = 0;
-		for (uint32_t s = 0; s < h->nshards; s++) {
-			const struct mv_stats_peer *x = &v->peers[(size_t)s * h->npeers + p];
-			id |= GET(x->mover_id);
-			bytes += GET(x->bytes);
-			writes += GET(x->writes);
-			errors += GET(x->errors);
-		}
-		if (writes || errors)
+		struct peer_total t;
+		if (peer_total(v, p, &t))
 			fprintf(f,
 			        "mover_peer_bytes_total{mover=\"%016" PRIx64 "\",peer=\"%016" PRIx64
 			        "\"} %" PRIu64 "\n",
-			        h->mover_id, id, bytes);
+			        h->mover_id, t.id, t.bytes);
 	}
 }
 
@@ -466,7 +415,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (!path)
-		path = default_socket(sockbuf, sizeof(sockbuf));
+		path = mv_default_socket(sockbuf, sizeof(sockbuf));
 
 	size_t size = 0;
 	int fd = fetch_segment(path, &size, why, sizeof(why));
