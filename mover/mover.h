@@ -297,7 +297,9 @@ struct mv_shard {
 	struct mv_wr *gq_head, *gq_tail; /* GPU copies in flight, in stream order */
 	struct mv_wr *sq_head, *sq_tail; /* staged writes waiting for a bounce chunk */
 	uint32_t ngpu;                   /* ops in those two queues */
-	int gpu_open_dev;                /* device of copies queued since the last fence, or -1 */
+	struct mv_wr *rq_head, *rq_tail; /* writes waiting to be posted again, due at posted_at */
+	uint32_t nretry;
+	int gpu_open_dev; /* device of copies queued since the last fence, or -1 */
 	struct {
 		uint64_t bytes, writes, errors;
 	} pst[256]; /* per peer slot (first 256), for the stats */

@@ -777,6 +777,8 @@ static int consume(struct mv_shard *s)
 	return (int)total;
 }
 
+static int retry(struct mv_shard *s, struct mv_wr *op, int err);
+
 static int post(struct mv_shard *s)
 {
 	int n = 0;
@@ -820,6 +822,8 @@ static int post(struct mv_shard *s)
 		s->npend--;
 		if (ret) {
 			char text[MV_ERRLEN];
+			if (retry(s, op, (int)-ret))
+				continue;
 			snprintf(text, sizeof(text), "posting a write: %s", fi_strerror((int)-ret));
 			op_done(s, op, ret == -FI_EHOSTUNREACH ? -EHOSTUNREACH : (int)ret, text);
 			continue;
@@ -850,28 +854,63 @@ static void deliver_imm(struct mv_shard *s, uint64_t data)
 /*
  * A connection that broke (the peer reset it, say because another client's
  * late write hit a region that was just freed) says nothing about this op:
- * rxm reconnects on the next post, so the op goes back to the front of the
- * queue, a few times, within its original deadline.
+ * rxm reconnects on a later post. So the op waits on the retry list, 10 ms
+ * the first time and twice as long each next time, and is posted again,
+ * for as long as its deadline allows.
  */
+#define RETRY_FIRST_NS 10000000ll
+#define RETRY_MAX      10
+
 static int retry(struct mv_shard *s, struct mv_wr *op, int err)
 {
 	int64_t limit = s->mv->cfg.op_timeout_ms * 1000000ll;
+	int64_t wait = RETRY_FIRST_NS << op->retries;
 
-	if (op->abandoned || op->at->detaching || op->retries >= 3 || s->now - op->born > limit)
+	if (op->abandoned || op->at->detaching || op->retries >= RETRY_MAX ||
+	    s->now + wait - op->born > limit)
 		return 0;
 	/* rxm flushes the ops of a dropped connection as FI_ECANCELED. */
 	if (err != FI_ENOTCONN && err != EPIPE && err != FI_ECONNRESET && err != FI_ECONNABORTED &&
 	    err != FI_ECONNREFUSED && err != FI_ECANCELED)
 		return 0;
 	op->retries++;
-	op->posted_at = s->now;
-	op->next = s->pend_head;
-	s->pend_head = op;
-	if (!s->pend_tail)
-		s->pend_tail = op;
-	s->npend++;
+	op->posted_at = s->now + wait; /* due then; pend_push restamps it */
+	op->next = NULL;
+	if (s->rq_tail)
+		s->rq_tail->next = op;
+	else
+		s->rq_head = op;
+	s->rq_tail = op;
+	s->nretry++;
 	s->st.retries++;
 	return 1;
+}
+
+/* Ops whose retry is due go back to the front of the pending queue. */
+static int retry_due(struct mv_shard *s)
+{
+	struct mv_wr **pp = &s->rq_head, *tail = NULL;
+	int n = 0;
+
+	while (*pp) {
+		struct mv_wr *op = *pp;
+		if (op->posted_at > s->now) {
+			tail = op;
+			pp = &op->next;
+			continue;
+		}
+		*pp = op->next;
+		s->nretry--;
+		op->posted_at = s->now;
+		op->next = s->pend_head;
+		s->pend_head = op;
+		if (!s->pend_tail)
+			s->pend_tail = op;
+		s->npend++;
+		n++;
+	}
+	s->rq_tail = tail;
+	return n;
 }
 
 static int reap(struct mv_shard *s)
@@ -1004,6 +1043,22 @@ static void cancel_pending(struct mv_shard *s, struct mv_attach *at)
 		pp = &op->next;
 	}
 	s->sq_tail = keep_tail;
+	/* Writes waiting to be retried: nothing of them is in the provider. */
+	pp = &s->rq_head;
+	keep_tail = NULL;
+	while (*pp) {
+		struct mv_wr *op = *pp;
+		if (op->at == at) {
+			*pp = op->next;
+			s->nretry--;
+			op_report(s, op, -ECANCELED, "the client left");
+			op_put(s, op);
+			continue;
+		}
+		keep_tail = op;
+		pp = &op->next;
+	}
+	s->rq_tail = keep_tail;
 	pp = &s->pend_head;
 	keep_tail = NULL;
 
@@ -1170,7 +1225,7 @@ static int sleep_once(struct mv_shard *s, int64_t idle_ns)
 		if (!at->dead && !at->detaching && shmring_arm_doorbell(&at->sub))
 			goto disarm;
 	}
-	if (s->posted > s->abandoned || s->npend || s->ngpu) {
+	if (s->posted > s->abandoned || s->npend || s->ngpu || s->nretry) {
 		/* Work is in flight: yield the core briefly, never block long. */
 		timeout = s->fab.cq_fd >= 0 ? 1 : 0;
 	} else if (s->fab.cq_fd >= 0) {
@@ -1213,6 +1268,8 @@ static void shard_loop(struct mv_shard *s)
 
 		s->now = now_ns();
 		mailbox(s);
+		if (s->nretry)
+			work += retry_due(s);
 		work += consume(s);
 		if (s->gpu_open_dev >= 0) {
 			char why[MV_ERRLEN];
