@@ -10,6 +10,7 @@
 #include "mv_sock.h"
 
 #include <getopt.h>
+#include <glob.h>
 #include <stdalign.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -189,6 +190,21 @@ int main(int argc, char **argv)
 		sh->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (sh->efd < 0)
 			return 1;
+	}
+	/* shm names its endpoints PID:N:M under /dev/shm. One left there by a
+	 * killed process whose pid we now have would make our endpoint fail
+	 * with EBUSY; no live process can own it, so it goes. */
+	if (!strncmp(mv->prov, "shm", 3)) {
+		char pat[64];
+		glob_t g;
+		snprintf(pat, sizeof(pat), "/dev/shm/%d:*", getpid());
+		if (glob(pat, 0, NULL, &g) == 0) {
+			for (size_t i = 0; i < g.gl_pathc; i++)
+				if (unlink(g.gl_pathv[i]) == 0)
+					mv_log("removed %s, left by an earlier process of our pid",
+					       g.gl_pathv[i]);
+			globfree(&g);
+		}
 	}
 	mv_host_id(mv->host_id);
 	/* Path 1 only if the provider really registers GPU memory: try it. */
