@@ -122,6 +122,8 @@ struct mv_reg_req {
 
 #define MV_BLOB_GPU       1u /* the region is GPU memory (see gpu below) */
 #define MV_BLOB_NO_FABRIC 2u /* ... that the owner's provider could not register */
+#define MV_BLOB_LANDING                                                                            \
+	4u /* ... so its mover takes it as landing messages (receiver-side staging) */
 
 struct mv_region_blob {
 	uint32_t magic; /* MV_BLOB_MAGIC_REGION */
@@ -228,6 +230,33 @@ struct mv_trace_req {
 	uint32_t rsvd;
 	char path[256];
 };
+
+/*
+ * Receiver-side staging: a write into GPU memory its mover's fabric cannot
+ * register travels as a two-sided message, this header then the data, into
+ * a pinned receive buffer of the target shard. The target copies the data
+ * to the device and only then answers with remote CQ data on the sender
+ * shard's doorbell: MV_ACK | token, or MV_ACK | MV_ACK_ERR | token.
+ */
+#define MV_LAND_MAGIC 0x444e414cu /* "LAND" */
+#define MV_LAND_HDR   128u
+#define MV_ACK        (1ull << 63)
+#define MV_ACK_ERR    (1ull << 62)
+
+struct mv_land_hdr {
+	uint32_t magic;
+	uint32_t region; /* on the target mover */
+	uint64_t offset;
+	uint64_t len;
+	uint64_t token;    /* echoed in the ack (62 bits) */
+	uint64_t mover_id; /* the sender's */
+	uint16_t shard;    /* the sender's shard */
+	uint16_t addrlen;
+	uint32_t rsvd;
+	uint64_t bell_addr, bell_key; /* the sender shard's doorbell */
+	uint8_t addr[MV_MAX_ADDRLEN]; /* the sender shard's fabric address */
+};
+static_assert(sizeof(struct mv_land_hdr) == MV_LAND_HDR, "landing headers are 128 bytes");
 
 /* Submission descriptors: 64-byte slots. */
 enum mv_op {

@@ -35,7 +35,9 @@ static struct fi_info *make_hints(const char *prov, const char *iface)
 
 	if (!h)
 		return NULL;
-	h->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+	/* Messages carry writes into GPU memory the fabric cannot register
+	 * (receiver-side staging); everything else is RMA. */
+	h->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_MSG | FI_SEND | FI_RECV;
 	h->ep_attr->type = FI_EP_RDM;
 	h->mode = FI_CONTEXT | FI_CONTEXT2;
 	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;

@@ -362,6 +362,28 @@ int mv_gpu_copy(struct mv_shard *s, int dev, uint64_t dst, int dst_dev, uint64_t
 	return r == CUDA_SUCCESS ? 0 : cu_fail(why, whylen, "cuMemcpyAsync", r);
 }
 
+/* Pinned host memory (page-locked for fast copies), in any device's context. */
+void *mv_gpu_pinned(struct mv_shard *s, size_t len, char *why, size_t whylen)
+{
+	struct mv_cuda *cu = mv_cuda_load(NULL);
+	void *p = NULL;
+	CUresult r = cu ? cu->MemAllocHost(&p, len) : CUDA_ERROR_NOT_INITIALIZED;
+
+	if (r != CUDA_SUCCESS) {
+		cu_fail(why, whylen, "pinning host memory", r);
+		return NULL;
+	}
+	return p;
+}
+
+void mv_gpu_unpin(void *p)
+{
+	struct mv_cuda *cu = mv_cuda_load(NULL);
+
+	if (cu && p)
+		cu->MemFreeHost(p);
+}
+
 /* Blocks until everything queued on the device's stream is done. */
 int mv_gpu_sync(struct mv_shard *s, int dev, char *why, size_t whylen)
 {
@@ -460,6 +482,14 @@ int mv_gpu_copy(struct mv_shard *s, int dev, uint64_t dst, int dst_dev, uint64_t
 int mv_gpu_sync(struct mv_shard *s, int dev, char *why, size_t whylen)
 {
 	return -ENOTSUP;
+}
+void *mv_gpu_pinned(struct mv_shard *s, size_t len, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "this mover was built without CUDA");
+	return NULL;
+}
+void mv_gpu_unpin(void *p)
+{
 }
 void mv_gpu_shard_close(struct mv_shard *s)
 {

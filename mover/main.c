@@ -73,6 +73,8 @@ static void usage(FILE *f)
 	           "                    (default 10: a peer that died or never answered)\n"
 	           "  --trace FILE      record every batch to FILE (see mvtrace; also switched\n"
 	           "                    at run time with 'mvtrace start|stop')\n"
+	           "  --no-gpu-copy     never copy into a same-host peer's GPU memory with CUDA;\n"
+	           "                    send it as landing messages, as to another host\n"
 	           "  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
 	           "  -v, --verbose     log client events\n");
 }
@@ -80,17 +82,12 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"socket", required_argument, 0, 's'},
-	    {"provider", required_argument, 0, 'p'},
-	    {"iface", required_argument, 0, 'i'},
-	    {"shards", required_argument, 0, 'n'},
-	    {"cpus", required_argument, 0, 'c'},
-	    {"allow-any-uid", no_argument, 0, 'u'},
-	    {"verbose", no_argument, 0, 'v'},
-	    {"op-timeout", required_argument, 0, 't'},
-	    {"trace", required_argument, 0, 'T'},
-	    {"help", no_argument, 0, 'h'},
-	    {0, 0, 0, 0},
+	    {"socket", required_argument, 0, 's'}, {"provider", required_argument, 0, 'p'},
+	    {"iface", required_argument, 0, 'i'},  {"shards", required_argument, 0, 'n'},
+	    {"cpus", required_argument, 0, 'c'},   {"allow-any-uid", no_argument, 0, 'u'},
+	    {"verbose", no_argument, 0, 'v'},      {"op-timeout", required_argument, 0, 't'},
+	    {"trace", required_argument, 0, 'T'},  {"no-gpu-copy", no_argument, 0, 'G'},
+	    {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
 	};
 	struct mover *mv = calloc(1, sizeof(*mv));
 	char sockbuf[256], why[MV_ERRLEN] = "";
@@ -101,7 +98,7 @@ int main(int argc, char **argv)
 		return 1;
 	mv->cfg.provider = "auto";
 	mv->cfg.op_timeout_ms = 10000;
-	while ((c = getopt_long(argc, argv, "s:p:i:n:c:t:T:uvh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:p:i:n:c:t:T:Guvh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			mv->cfg.socket_path = optarg;
@@ -133,6 +130,9 @@ int main(int argc, char **argv)
 			break;
 		case 'T':
 			mv->cfg.trace = optarg;
+			break;
+		case 'G':
+			mv->cfg.no_gpu_copy = 1;
 			break;
 		case 'u':
 			mv->cfg.allow_any_uid = 1;

@@ -41,6 +41,7 @@
 #define MV_CHUNK              (4u << 20) /* bytes one fabric write carries at most */
 #define MV_MAX_GPUS           16
 #define MV_BOUNCE_CHUNKS      8 /* pinned MV_CHUNK bounce buffers per shard (path 3) */
+#define MV_LAND_BUFS          8 /* receive buffers per shard for landing messages */
 
 extern int mv_verbose;
 void mv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -87,6 +88,19 @@ struct mv_gpu_remote {
 	uint32_t region;
 	int refs;
 	struct mv_gpu_map map;
+};
+
+/* A receive buffer for landing messages (receiver-side staging). */
+struct mv_land_buf {
+	struct fi_context2 ctx;  /* the posted receive */
+	struct fi_context2 actx; /* the ack written back */
+	struct mv_land_buf *next;
+	uint8_t *buf; /* MV_LAND_HDR + MV_CHUNK pinned bytes */
+	void *ev;     /* the host-to-device copy */
+	int dev;
+	int state; /* MV_LAND_POSTED, _COPYING, _ACKING, _ACKED */
+	fi_addr_t ack_to;
+	uint64_t ack_addr, ack_key, ack_data;
 };
 
 /* A shard's CUDA resources: created on its thread on first use. */
@@ -299,6 +313,21 @@ struct mv_shard {
 	uint32_t ngpu;                   /* ops in those two queues */
 	struct mv_wr *rq_head, *rq_tail; /* writes waiting to be posted again, due at posted_at */
 	uint32_t nretry;
+	struct mv_land_buf *land; /* the receive pool, once a GPU region needs it */
+	struct fid_mr *land_mr;
+	void *land_desc;
+	struct mv_land_buf *lq_head, *lq_tail; /* arrived: copying, then acking */
+	uint32_t nland_busy;
+	uint32_t land_inflight; /* landing messages sent and not yet acked */
+	struct fid_mr *ops_mr;  /* the op pool, where landing headers live */
+	void *ops_desc;
+	uint32_t seq;
+	struct {
+		uint64_t mover_id;
+		uint32_t shard;
+		fi_addr_t fa;
+	} senders[64]; /* landing senders this shard has put in its AV */
+	uint32_t nsenders;
 	int gpu_open_dev; /* device of copies queued since the last fence, or -1 */
 	struct {
 		uint64_t bytes, writes, errors;
@@ -318,6 +347,7 @@ struct mv_config {
 	int nshards;          /* 0: one per NIC */
 	int allow_any_uid;
 	int op_timeout_ms; /* a write not completed by then fails its batch */
+	int no_gpu_copy;   /* never path 2: same-host GPU regions land as messages */
 	const char *trace; /* --trace FILE */
 };
 
@@ -374,6 +404,8 @@ int mv_gpu_copy(struct mv_shard *s, int dev, uint64_t dst, int dst_dev, uint64_t
                 uint64_t len, char *why, size_t whylen);
 void mv_gpu_shard_close(struct mv_shard *s);
 int mv_gpu_sync(struct mv_shard *s, int dev, char *why, size_t whylen);
+void *mv_gpu_pinned(struct mv_shard *s, size_t len, char *why, size_t whylen);
+void mv_gpu_unpin(void *p);
 #define MV_GPU_EV_DONE ((void *)1) /* a group whose stream was waited for */
 int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen);
 uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid);

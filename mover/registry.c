@@ -46,6 +46,16 @@ int mv_call_all(struct mover *mv, enum mv_cmd_type type, void *arg, char *why, s
 	return ret;
 }
 
+/* Generation << 16 | slot, the generation below 2^14: in remote CQ data a
+ * region id sits in the top 32 bits, and the top two belong to acks. */
+static uint32_t next_region_id(struct mover *mv, uint32_t idx)
+{
+	mv->region_gen[idx] = (uint16_t)((mv->region_gen[idx] + 1) & 0x3fff);
+	if (!mv->region_gen[idx])
+		mv->region_gen[idx] = 1;
+	return (uint32_t)mv->region_gen[idx] << 16 | idx;
+}
+
 struct mv_region *mv_region_get(struct mover *mv, uint32_t id)
 {
 	/* A6 pairs with R6 in mv_region_add(): the region is complete */
@@ -160,8 +170,7 @@ int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, 
 	r->base = r->map + (off - moff);
 	r->len = len;
 	r->owner = cl->id;
-	mv->region_gen[idx]++;
-	r->id = (uint32_t)mv->region_gen[idx] << 16 | idx;
+	r->id = next_region_id(mv, idx);
 	ret = mv_call_all(mv, MV_CMD_REG, r, why, whylen);
 	if (ret)
 		goto err_dereg;
@@ -219,8 +228,7 @@ int mv_region_add_gpu(struct mover *mv, struct mv_client *cl, const struct mv_gp
 	memcpy(busid, g->busid, sizeof(g->busid));
 	busid[sizeof(g->busid)] = 0;
 	r->shard_mask = mv_topo_gpu_mask(mv, busid);
-	mv->region_gen[idx]++;
-	r->id = (uint32_t)mv->region_gen[idx] << 16 | (uint32_t)idx;
+	r->id = next_region_id(mv, (uint32_t)idx);
 	ret = mv_call_all(mv, MV_CMD_REG, r, why, whylen);
 	if (ret) {
 		region_free(mv, r);
@@ -262,7 +270,7 @@ void mv_region_blob(struct mover *mv, const struct mv_region *r, struct mv_regio
 	b->region = r->id;
 	b->len = r->len;
 	if (r->is_gpu) {
-		b->flags = MV_BLOB_GPU | (mv->hmem ? 0 : MV_BLOB_NO_FABRIC);
+		b->flags = MV_BLOB_GPU | (mv->hmem ? 0 : MV_BLOB_NO_FABRIC | MV_BLOB_LANDING);
 		memcpy(b->host, mv->host_id, sizeof(b->host));
 		b->gpu = r->gdesc;
 		snprintf(b->sock, sizeof(b->sock), "%s", mv->cfg.socket_path);
@@ -414,19 +422,19 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 	imp->flags = b->flags;
 	if (b->flags & MV_BLOB_GPU) {
 		/* Same host: CUDA copies into it (path 2). Elsewhere the fabric
-		 * must reach it, which needs its mover to have registered it. */
-		if (!memcmp(b->host, mv->host_id, sizeof(b->host))) {
+		 * writes it if its mover registered it, or it lands as messages
+		 * its mover copies to the device (receiver-side staging). */
+		if (!memcmp(b->host, mv->host_id, sizeof(b->host)) && !mv->cfg.no_gpu_copy) {
 			ret = mv_gpu_import_open(mv, imp, b, why, whylen);
 			if (ret) {
 				free(imp);
 				return ret;
 			}
-		} else if (b->flags & MV_BLOB_NO_FABRIC) {
-			snprintf(
-			    why, whylen,
-			    "peer region %u is GPU memory on another host that its mover cannot "
-			    "register (no FI_HMEM); receiver-side staging is not built yet",
-			    b->region);
+		} else if ((b->flags & MV_BLOB_NO_FABRIC) && !(b->flags & MV_BLOB_LANDING)) {
+			snprintf(why, whylen,
+			         "peer region %u is GPU memory its mover can neither register nor "
+			         "take as landing messages",
+			         b->region);
 			free(imp);
 			return -EOPNOTSUPP;
 		}

@@ -37,6 +37,7 @@ enum mv_op_kind {
 	MV_OPK_IMM = 2,   /* a fabric write of remote CQ data, after a batch */
 	MV_OPK_COPY = 3,  /* a CUDA copy into a same-host peer's GPU memory (path 2) */
 	MV_OPK_STAGE = 4, /* GPU -> bounce chunk, then a fabric write (path 3) */
+	MV_OPK_LAND = 5,  /* a landing message: the target copies it to its GPU, then acks */
 };
 
 struct mv_wr {
@@ -53,6 +54,11 @@ struct mv_wr {
 	int src_dev, dst_dev; /* -1: host memory */
 	uint8_t path;         /* enum mv_gpu_path, for the stats */
 	uint64_t csrc, cdst;  /* GPU ops: copy source and destination */
+	int land;             /* staged: a landing message once in the bounce chunk */
+	int acks;             /* landing: events still due, the send's and the ack */
+	uint32_t seq;         /* landing: matches the ack to this use of the op */
+	int land_err;
+	int land_counted; /* counted in the shard's landing messages in flight */
 	struct mv_attach *at;
 	struct mv_peer *peer;
 	uint32_t batch;
@@ -64,7 +70,10 @@ struct mv_wr {
 	struct iovec iov[MV_IOV_MAX];
 	void *desc[MV_IOV_MAX];
 	struct fi_rma_iov riov[MV_IOV_MAX];
+	struct mv_land_hdr lhdr; /* landing: sent ahead of the data */
 };
+
+enum { MV_LAND_POSTED, MV_LAND_COPYING, MV_LAND_ACKING, MV_LAND_ACKED };
 
 static int64_t now_ns(void)
 {
@@ -141,6 +150,9 @@ static void posted_del(struct mv_shard *s, struct mv_wr *op)
 
 static void op_put(struct mv_shard *s, struct mv_wr *op)
 {
+	if (op->land_counted)
+		s->land_inflight--;
+	op->land_counted = 0;
 	if (op->chunk >= 0)
 		s->gpu.free_chunks |= 1u << op->chunk;
 	op->next = s->free_ops;
@@ -432,6 +444,56 @@ static void gq_push(struct mv_shard *s, struct mv_wr *op)
 	s->gq_tail = op;
 }
 
+/* The header a landing message carries ahead of its data; the token is
+ * set when it is posted. */
+static void land_hdr(struct mv_shard *s, struct mv_wr *op, const struct mv_import *dst,
+                     uint64_t dst_off, uint64_t len)
+{
+	struct mv_land_hdr *h = &op->lhdr;
+
+	memset(h, 0, sizeof(*h));
+	h->magic = MV_LAND_MAGIC;
+	h->region = dst->region;
+	h->offset = dst_off;
+	h->len = len;
+	h->mover_id = s->mv->mover_id;
+	h->shard = (uint16_t)s->id;
+	h->addrlen = (uint16_t)s->fab.addrlen;
+	h->bell_addr = s->fab.virt_addr ? (uint64_t)(uintptr_t)s->bell : 0;
+	h->bell_key = s->bell_key;
+	memcpy(h->addr, s->fab.addr, s->fab.addrlen);
+	op->kind = MV_OPK_LAND;
+	op->niov = 2;
+	op->iov[0] = (struct iovec){h, sizeof(*h)};
+	op->desc[0] = s->ops_desc;
+}
+
+/* Host memory into a peer's GPU region its fabric cannot reach: landing
+ * messages, one per chunk, straight from the region. */
+static void take_land(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
+                      const struct mv_region *src, const struct mv_import *dst)
+{
+	struct mv_part *p = &at->parts[d->batch];
+
+	for (uint64_t off = 0; off < d->len;) {
+		uint64_t n = d->len - off < MV_CHUNK ? d->len - off : MV_CHUNK;
+		struct mv_wr *op = op_get(s);
+
+		op->path = MV_PATH_STAGED;
+		op->at = at;
+		op->batch = d->batch;
+		op->peer = dst->peer;
+		op->bytes = n;
+		land_hdr(s, op, dst, d->dst_off + off, n);
+		op->iov[1] = (struct iovec){src->base + d->src_off + off, n};
+		op->desc[1] = src->desc[s->id];
+		p->outstanding++;
+		at->outstanding++;
+		pend_push(s, op);
+		off += n;
+	}
+}
+
 /*
  * Copies on one stream finish in order, so one event can stand for many:
  * the copies queued since the last fence form a group, and the event
@@ -459,7 +521,8 @@ static int fence(struct mv_shard *s, char *why, size_t whylen)
 /* Paths 2 and 3: one op per chunk, copies issued (or queued for a bounce
  * chunk) at once, on the stream of the device that runs them. */
 static void take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
-                     const struct mv_region *src, const struct mv_import *dst, uint8_t path)
+                     const struct mv_region *src, const struct mv_import *dst, uint8_t path,
+                     int land)
 {
 	struct mv_part *p = &at->parts[d->batch];
 	int dev = path == MV_PATH_COPY ? dst->remote->map.dev : src->gpu.dev;
@@ -578,6 +641,14 @@ static int gpu_progress(struct mv_shard *s)
 			int last = op == f;
 			if (done < 0 || op->kind == MV_OPK_COPY) {
 				op_done(s, op, done < 0 ? -EIO : 0, why);
+			} else if (op->land) {
+				op->kind = MV_OPK_LAND;
+				op->niov = 2;
+				op->iov[0] = (struct iovec){&op->lhdr, sizeof(op->lhdr)};
+				op->desc[0] = s->ops_desc;
+				op->iov[1] = (struct iovec){(void *)(uintptr_t)op->cdst, op->bytes};
+				op->desc[1] = s->gpu.bounce_desc;
+				pend_push(s, op);
 			} else {
 				op->kind = MV_OPK_WRITE;
 				op->iov[0] = (struct iovec){(void *)(uintptr_t)op->cdst, op->bytes};
@@ -621,12 +692,26 @@ static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv
 	 * copies; a GPU source the provider cannot register goes through the
 	 * bounce pool; whatever the fabric registered is written directly. */
 	uint8_t path = src->is_gpu || (dst->flags & MV_BLOB_GPU) ? MV_PATH_HMEM : MV_PATH_HOST;
+	int land = !dst->remote && (dst->flags & MV_BLOB_NO_FABRIC);
 	if (dst->remote)
 		path = MV_PATH_COPY;
-	else if (src->is_gpu && !src->mr[s->id])
+	else if (land || (src->is_gpu && !src->mr[s->id]))
 		path = MV_PATH_STAGED;
-	if (path == MV_PATH_COPY || path == MV_PATH_STAGED) {
-		take_gpu(s, at, d, src, dst, path);
+	if (land && src->is_gpu && !src->mr[s->id]) {
+		/* Sending a landing message from a bounce chunk is cancelled by
+		 * rxm 1.17 (its rendezvous reads fail); until that is solved,
+		 * GPU to a far GPU needs FI_HMEM on one side. */
+		snprintf(why, sizeof(why),
+		         "GPU to import %u (GPU beyond the fabric) needs FI_HMEM for now", d->dst);
+		fail_part(p, -EOPNOTSUPP, MV_CAUSE_PROVIDER, d->src, why);
+		return;
+	}
+	if (path == MV_PATH_COPY || (src->is_gpu && !src->mr[s->id])) {
+		take_gpu(s, at, d, src, dst, path, land);
+		return;
+	}
+	if (land) {
+		take_land(s, at, d, src, dst);
 		return;
 	}
 	while (off < d->len) {
@@ -810,7 +895,27 @@ static int post(struct mv_shard *s)
 			 * a burst cut short by EAGAIN must not leave the doorbell unrung. */
 			if (op->next && s->posted + 1 < s->fab.tx_size)
 				flags |= FI_MORE;
-			ret = fi_writemsg(s->fab.ep, &msg, flags);
+			if (op->kind == MV_OPK_LAND && s->land_inflight >= MV_LAND_BUFS / 2) {
+				/* The target posts MV_LAND_BUFS receive buffers a shard; a
+				 * message beyond them arrives unexpected, which rxm 1.17
+				 * cancels: keep within half until acks come back. */
+				break;
+			}
+			if (op->kind == MV_OPK_LAND) {
+				/* The ack names this use of the op: index and sequence. */
+				op->seq = ++s->seq;
+				op->lhdr.token = (uint64_t)(op - s->ops) << 32 | op->seq;
+				op->acks = 2; /* the send's completion, and the ack */
+				op->land_err = 0;
+				struct fi_msg m = {.msg_iov = op->iov,
+				                   .desc = op->desc,
+				                   .iov_count = 2,
+				                   .addr = msg.addr,
+				                   .context = &op->ctx};
+				ret = fi_sendmsg(s->fab.ep, &m, flags & (FI_COMPLETION | FI_MORE));
+			} else {
+				ret = fi_writemsg(s->fab.ep, &msg, flags);
+			}
 			if (ret == -FI_EAGAIN) {
 				s->st.eagain++;
 				break;
@@ -829,6 +934,10 @@ static int post(struct mv_shard *s)
 			continue;
 		}
 		posted_add(s, op);
+		if (op->kind == MV_OPK_LAND) {
+			s->land_inflight++;
+			op->land_counted = 1;
+		}
 		s->st.posted++;
 		n++;
 	}
@@ -913,6 +1022,200 @@ static int retry_due(struct mv_shard *s)
 	return n;
 }
 
+/* ---- receiver-side staging: landing buffers ---- */
+
+static struct mv_land_buf *land_of(struct mv_shard *s, void *ctx)
+{
+	if (!s->land || (char *)ctx < (char *)s->land ||
+	    (char *)ctx >= (char *)(s->land + MV_LAND_BUFS))
+		return NULL;
+	return &s->land[((char *)ctx - (char *)s->land) / sizeof(*s->land)];
+}
+
+static void land_post(struct mv_shard *s, struct mv_land_buf *lb)
+{
+	ssize_t ret = fi_recv(s->fab.ep, lb->buf, MV_LAND_HDR + MV_CHUNK, s->land_desc,
+	                      FI_ADDR_UNSPEC, &lb->ctx);
+
+	lb->state = MV_LAND_POSTED;
+	if (ret) /* retried from land_progress */
+		lb->state = MV_LAND_ACKED;
+}
+
+/* The pool of pinned receive buffers, posted the first time this shard
+ * holds a GPU region the fabric cannot register. */
+static int land_init(struct mv_shard *s, char *why, size_t whylen)
+{
+	size_t one = MV_LAND_HDR + MV_CHUNK;
+	uint8_t *mem;
+	uint64_t key;
+	int ret;
+
+	if (s->land)
+		return 0;
+	mem = mv_gpu_pinned(s, one * MV_LAND_BUFS, why, whylen);
+	if (!mem)
+		return -ENOMEM;
+	ret = mv_fabric_reg(&s->fab, mem, one * MV_LAND_BUFS, 0x1a0d000000ull + (uint64_t)s->id,
+	                    &s->land_mr, &s->land_desc, &key, why, whylen);
+	if (ret) {
+		mv_gpu_unpin(mem);
+		return ret;
+	}
+	s->land = calloc(MV_LAND_BUFS, sizeof(*s->land));
+	if (!s->land) {
+		fi_close(&s->land_mr->fid);
+		mv_gpu_unpin(mem);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < MV_LAND_BUFS; i++) {
+		s->land[i].buf = mem + (size_t)i * one;
+		land_post(s, &s->land[i]);
+	}
+	return 0;
+}
+
+static fi_addr_t land_sender(struct mv_shard *s, const struct mv_land_hdr *h)
+{
+	fi_addr_t fa;
+
+	for (uint32_t i = 0; i < s->nsenders; i++)
+		if (s->senders[i].mover_id == h->mover_id && s->senders[i].shard == h->shard)
+			return s->senders[i].fa;
+	if (h->addrlen != s->fab.addrlen || mv_fabric_av_insert(&s->fab, h->addr, &fa))
+		return FI_ADDR_NOTAVAIL;
+	uint32_t i = s->nsenders < 64 ? s->nsenders++ : (uint32_t)(h->mover_id % 64);
+	s->senders[i].mover_id = h->mover_id;
+	s->senders[i].shard = h->shard;
+	s->senders[i].fa = fa;
+	return fa;
+}
+
+static void lq_push(struct mv_shard *s, struct mv_land_buf *lb)
+{
+	lb->next = NULL;
+	if (s->lq_tail)
+		s->lq_tail->next = lb;
+	else
+		s->lq_head = lb;
+	s->lq_tail = lb;
+	s->nland_busy++;
+}
+
+/* A landing buffer's receive or ack completed (err: it failed). */
+static void land_event(struct mv_shard *s, struct mv_land_buf *lb, void *ctx, size_t len, int err)
+{
+	char why[MV_ERRLEN];
+	struct mv_land_hdr h;
+
+	if (ctx == &lb->actx) {
+		/* The ack is out: the buffer takes the next message. */
+		s->nland_busy--;
+		land_post(s, lb);
+		return;
+	}
+	if (err) {
+		land_post(s, lb);
+		return;
+	}
+	memcpy(&h, lb->buf, sizeof(h));
+	if (len < MV_LAND_HDR || h.magic != MV_LAND_MAGIC || h.len != len - MV_LAND_HDR) {
+		mv_log("shard %d: a landing message of %zu bytes is malformed; dropped", s->id,
+		       len);
+		land_post(s, lb);
+		return;
+	}
+	lb->ack_to = land_sender(s, &h);
+	if (lb->ack_to == FI_ADDR_NOTAVAIL) {
+		mv_log("shard %d: cannot answer the sender of a landing message; dropped", s->id);
+		land_post(s, lb);
+		return;
+	}
+	lb->ack_addr = h.bell_addr;
+	lb->ack_key = h.bell_key;
+	lb->ack_data = MV_ACK | (h.token & (MV_ACK_ERR - 1));
+	lb->ev = NULL;
+	struct mv_region *r = mv_region_get(s->mv, h.region);
+	if (!r || !r->is_gpu || h.offset > r->len || r->len - h.offset < h.len ||
+	    mv_gpu_shard_ready(s, r->gpu.dev, why, sizeof(why)) ||
+	    mv_gpu_copy(s, r->gpu.dev, r->gpu.dptr + h.offset, r->gpu.dev,
+	                (uint64_t)(uintptr_t)(lb->buf + MV_LAND_HDR), -1, h.len, why,
+	                sizeof(why)) ||
+	    mv_gpu_event(s, r->gpu.dev, &lb->ev, why, sizeof(why))) {
+		lb->ack_data |= MV_ACK_ERR; /* the sender's batch fails, naming us */
+		lb->state = MV_LAND_ACKING;
+	} else {
+		lb->dev = r->gpu.dev;
+		lb->state = MV_LAND_COPYING;
+		s->st.path_bytes[MV_PATH_STAGED] += h.len;
+	}
+	lq_push(s, lb);
+}
+
+/* Copies done become acks; the data is on the device before the sender hears. */
+static int land_progress(struct mv_shard *s)
+{
+	char why[MV_ERRLEN];
+	int n = 0;
+
+	while (s->lq_head) {
+		struct mv_land_buf *lb = s->lq_head;
+		if (lb->state == MV_LAND_COPYING) {
+			int done = mv_gpu_event_done(s, lb->dev, lb->ev, why, sizeof(why));
+			if (done == 0)
+				break;
+			if (done < 0)
+				lb->ack_data |= MV_ACK_ERR;
+			lb->state = MV_LAND_ACKING;
+		}
+		struct fi_rma_iov ri = {.addr = lb->ack_addr, .len = 0, .key = lb->ack_key};
+		struct fi_msg_rma m = {.rma_iov = &ri,
+		                       .rma_iov_count = 1,
+		                       .addr = lb->ack_to,
+		                       .context = &lb->actx,
+		                       .data = lb->ack_data};
+		ssize_t ret = fi_writemsg(s->fab.ep, &m, FI_COMPLETION | FI_REMOTE_CQ_DATA);
+		if (ret == -FI_EAGAIN)
+			break;
+		s->lq_head = lb->next;
+		if (!s->lq_head)
+			s->lq_tail = NULL;
+		n++;
+		if (ret) {
+			mv_log("shard %d: acking a landing message: %s", s->id,
+			       fi_strerror((int)-ret));
+			s->nland_busy--;
+			land_post(s, lb);
+		}
+	}
+	/* Buffers whose re-post failed try again. */
+	for (int i = 0; s->land && i < MV_LAND_BUFS; i++)
+		if (s->land[i].state == MV_LAND_ACKED)
+			land_post(s, &s->land[i]);
+	return n;
+}
+
+/* A target says a landing message is on its GPU (or could not be). */
+static void ack_arrived(struct mv_shard *s, uint64_t data)
+{
+	uint64_t idx = (data & (MV_ACK_ERR - 1)) >> 32;
+	struct mv_wr *op;
+
+	if (idx >= MV_OPS_PER_SHARD)
+		return;
+	op = &s->ops[idx];
+	if (op->kind != MV_OPK_LAND || op->seq != (uint32_t)data || op->acks <= 0)
+		return; /* late: that use of the op ended at its deadline */
+	if (data & MV_ACK_ERR)
+		op->land_err = 1;
+	if (--op->acks > 0)
+		return;
+	posted_del(s, op);
+	s->st.completed++;
+	op_done(s, op, op->land_err ? -EIO : 0,
+	        op->land_err ? "the target mover could not put the data in its GPU memory" : NULL);
+}
+
 static int reap(struct mv_shard *s)
 {
 	struct fi_cq_data_entry ent[CQ_BATCH];
@@ -935,6 +1238,13 @@ static int reap(struct mv_shard *s)
 				mv_log("shard %d: remote write error: %s", s->id, pe ? pe : "?");
 				continue;
 			}
+			struct mv_land_buf *elb = land_of(s, e.op_context);
+			if (elb) {
+				mv_log("shard %d: landing buffer: %s", s->id,
+				       pe ? pe : fi_strerror(e.err));
+				land_event(s, elb, e.op_context, 0, -(int)e.err);
+				continue;
+			}
 			struct mv_wr *op = (struct mv_wr *)e.op_context;
 			snprintf(text, sizeof(text), "%s: %s", fi_strerror(e.err), pe ? pe : "");
 			posted_del(s, op);
@@ -953,10 +1263,27 @@ static int reap(struct mv_shard *s)
 		}
 		for (ssize_t i = 0; i < n; i++) {
 			if (ent[i].flags & FI_REMOTE_CQ_DATA) {
-				deliver_imm(s, ent[i].data);
+				if (ent[i].data & MV_ACK)
+					ack_arrived(s, ent[i].data);
+				else
+					deliver_imm(s, ent[i].data);
+				continue;
+			}
+			struct mv_land_buf *lb = land_of(s, ent[i].op_context);
+			if (lb) {
+				land_event(s, lb, ent[i].op_context, ent[i].len, 0);
 				continue;
 			}
 			struct mv_wr *op = (struct mv_wr *)ent[i].op_context;
+			if (op->kind == MV_OPK_LAND && --op->acks > 0)
+				continue; /* sent; landed once the ack comes */
+			if (op->kind == MV_OPK_LAND && op->land_err) {
+				posted_del(s, op);
+				op_done(
+				    s, op, -EIO,
+				    "the target mover could not put the data in its GPU memory");
+				continue;
+			}
 			posted_del(s, op);
 			s->st.completed++;
 			s->st.bytes += op->bytes;
@@ -1109,8 +1436,14 @@ static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 		if (s->fab.key_size >= 8)
 			want = (uint64_t)(uint32_t)random() << 32;
 		want |= r->id;
-		if (r->is_gpu && !s->mv->hmem)
-			break; /* not registrable here: paths 2 and 3 carry it */
+		if (r->is_gpu && !s->mv->hmem) {
+			/* Not registrable: it is reached by CUDA copies or by
+			 * landing messages, into buffers this shard posts. */
+			ret = mv_gpu_shard_ready(s, r->gpu.dev, c->msg, sizeof(c->msg));
+			if (!ret)
+				ret = land_init(s, c->msg, sizeof(c->msg));
+			break;
+		}
 		if (r->is_gpu)
 			ret = mv_fabric_reg_hmem(&s->fab, r->gpu.dptr, r->len, r->gpu.dev, want,
 			                         &r->mr[s->id], &r->desc[s->id], &key, c->msg,
@@ -1225,7 +1558,7 @@ static int sleep_once(struct mv_shard *s, int64_t idle_ns)
 		if (!at->dead && !at->detaching && shmring_arm_doorbell(&at->sub))
 			goto disarm;
 	}
-	if (s->posted > s->abandoned || s->npend || s->ngpu || s->nretry) {
+	if (s->posted > s->abandoned || s->npend || s->ngpu || s->nretry || s->nland_busy) {
 		/* Work is in flight: yield the core briefly, never block long. */
 		timeout = s->fab.cq_fd >= 0 ? 1 : 0;
 	} else if (s->fab.cq_fd >= 0) {
@@ -1279,6 +1612,8 @@ static void shard_loop(struct mv_shard *s)
 		work += reap(s);
 		if (s->ngpu)
 			work += gpu_progress(s);
+		if (s->nland_busy || s->land)
+			work += land_progress(s);
 		work += expire(s);
 		work += flush_all(s);
 		reap_detached(s);
@@ -1354,6 +1689,18 @@ void *mv_shard_main(void *arg)
 		s->ops[i].chunk = -1;
 		op_put(s, &s->ops[i]);
 	}
+	/* Landing headers live in the ops: register them, for providers that
+	 * want local buffers registered (FI_MR_LOCAL). */
+	ret = mv_fabric_reg(&s->fab, s->ops, MV_OPS_PER_SHARD * sizeof(*s->ops),
+	                    0x0b5000000ull + (uint64_t)s->id, &s->ops_mr, &s->ops_desc,
+	                    &(uint64_t){0}, s->start_msg, sizeof(s->start_msg));
+	if (ret) {
+		s->start_status = ret;
+		free(s->ops);
+		mv_fabric_close(&s->fab);
+		sem_post(&s->started);
+		return NULL;
+	}
 	s->bell = aligned_alloc(4096, 4096);
 	ret = s->bell ? mv_fabric_reg(&s->fab, s->bell, 4096, 0xbe11000000ull + (uint64_t)s->id,
 	                              &s->bell_mr, (void **)&s->bell_desc, &s->bell_key,
@@ -1375,8 +1722,14 @@ void *mv_shard_main(void *arg)
 	for (uint32_t i = 0; i < s->natt; i++)
 		attach_free(s->att[i]);
 	s->natt = 0;
+	if (s->land) {
+		fi_close(&s->land_mr->fid);
+		mv_gpu_unpin(s->land[0].buf);
+		free(s->land);
+	}
 	mv_gpu_shard_close(s);
 	fi_close(&s->bell_mr->fid);
+	fi_close(&s->ops_mr->fid);
 	free(s->bell);
 	/* Registrations before the domain they belong to. */
 	for (uint32_t i = 0; i < MV_MAX_REGIONS; i++) {

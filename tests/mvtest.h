@@ -29,6 +29,7 @@ struct mvproc {
 };
 
 static const char *prov = "tcp";
+static const char *mover_extra; /* one more mover option, or NULL */
 static struct mvproc A, B, C;
 
 static inline double now_s(void)
@@ -58,12 +59,16 @@ static inline void mover_start(struct mvproc *m, const char *name, int shards)
 		dup2(fd, 1);
 		dup2(fd, 2);
 		/* A short deadline so a dead peer fails writes within the test. */
-		if (!strcmp(prov, "tcp"))
-			execl(bin, bin, "--provider", "tcp", "--iface", "lo", "--shards", ns,
-			      "--op-timeout", "3", "--socket", m->sock, (char *)NULL);
-		else
-			execl(bin, bin, "--provider", prov, "--shards", ns, "--op-timeout", "3",
-			      "--socket", m->sock, (char *)NULL);
+		const char *argv[16] = {bin, "--provider", prov,   "--shards", ns, "--op-timeout",
+		                        "3", "--socket",   m->sock};
+		int n = 9;
+		if (!strcmp(prov, "tcp")) {
+			argv[n++] = "--iface";
+			argv[n++] = "lo";
+		}
+		if (mover_extra)
+			argv[n++] = mover_extra;
+		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
 	/* Up to 30 s: a mover on a GPU host starts CUDA before it listens. */
