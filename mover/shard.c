@@ -574,6 +574,13 @@ static void take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 			op->niov = 1;
 			op->riov[0] = (struct fi_rma_iov){
 			    .addr = dst->addr[t] + d->dst_off + off, .len = n, .key = dst->key[t]};
+			/* Into GPU memory the fabric cannot reach: after the copy to
+			 * the bounce chunk it goes as a landing message. */
+			op->land = land;
+			if (land) {
+				land_hdr(s, op, dst, d->dst_off + off, n);
+				op->kind = MV_OPK_STAGE; /* until its chunk is filled */
+			}
 			op->next = NULL;
 			if (s->sq_tail)
 				s->sq_tail->next = op;
@@ -697,15 +704,6 @@ static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv
 		path = MV_PATH_COPY;
 	else if (land || (src->is_gpu && !src->mr[s->id]))
 		path = MV_PATH_STAGED;
-	if (land && src->is_gpu && !src->mr[s->id]) {
-		/* Sending a landing message from a bounce chunk is cancelled by
-		 * rxm 1.17 (its rendezvous reads fail); until that is solved,
-		 * GPU to a far GPU needs FI_HMEM on one side. */
-		snprintf(why, sizeof(why),
-		         "GPU to import %u (GPU beyond the fabric) needs FI_HMEM for now", d->dst);
-		fail_part(p, -EOPNOTSUPP, MV_CAUSE_PROVIDER, d->src, why);
-		return;
-	}
 	if (path == MV_PATH_COPY || (src->is_gpu && !src->mr[s->id])) {
 		take_gpu(s, at, d, src, dst, path, land);
 		return;

@@ -349,27 +349,37 @@ START_TEST(test_host_to_gpu_by_landing_messages)
 }
 END_TEST
 
-START_TEST(test_gpu_source_into_a_landing_destination_is_refused)
+START_TEST(test_gpu_to_gpu_staged_on_both_sides)
 {
 	struct gpair p;
 	struct mvc_mem src, dst;
-	const size_t n = 8u << 20;
+	const size_t n = 40u << 20; /* more chunks than the bounce and landing pools */
+	uint8_t *want = malloc(n), *got = malloc(n);
 
-	/* Landing messages from a bounce chunk are cancelled by rxm 1.17; until
-	 * that works the mover refuses this case, saying so, rather than
-	 * failing after its retries. */
+	/* GPU to a GPU the fabric cannot reach: through the sender's bounce
+	 * chunks, as landing messages, into the target's GPU. */
 	gpair_open(&p);
 	CUdeviceptr s = dev_alloc(n), d = dev_alloc(n);
+	fill(want, n, 29);
+	to_dev(s, want, n);
+	ck_assert_int_eq(cu->MemsetD8(d, 0, n), CUDA_SUCCESS);
 	ck_assert_int_eq(mvc_register_cuda(p.a, (void *)s, n, &src), 0);
 	ck_assert_int_eq(mvc_register_cuda(p.b, (void *)d, n, &dst), 0);
 	uint32_t imp = gpair_import(&p, dst.region);
-	ck_assert_int_eq(mvc_write(p.a, src.region, 0, imp, 0, n), 0);
-	ck_assert_int_eq(mvc_submit(p.a, 20), 0);
-	struct mvc_event e = wait_batch(p.a, 20, 20);
-	ck_assert_int_eq(e.status, -EOPNOTSUPP);
-	ck_assert_msg(strstr(e.msg, "needs FI_HMEM for now"), "%s", e.msg);
+	for (uint64_t r = 0; r < 2; r++) {
+		ck_assert_int_eq(mvc_write(p.a, src.region, 0, imp, 0, n), 0);
+		submit_ok(p.a, 20 + r);
+		from_dev(got, d, n);
+		ck_assert_msg(!memcmp(got, want, n), "round %llu: device data differs",
+		              (unsigned long long)r);
+		ck_assert_int_eq(cu->MemsetD8(d, 0, n), CUDA_SUCCESS);
+	}
+	usleep(50000);
+	ck_assert_uint_eq(path_bytes(&B, "\"staged_bytes\""), 2 * n); /* landed by B */
 	mvc_disconnect(p.a);
 	mvc_disconnect(p.b);
+	free(want);
+	free(got);
 }
 END_TEST
 
@@ -419,7 +429,7 @@ int main(void)
 	tcase_add_checked_fixture(tl, landing_setup, teardown);
 	tcase_set_timeout(tl, 120);
 	tcase_add_test(tl, test_host_to_gpu_by_landing_messages);
-	tcase_add_test(tl, test_gpu_source_into_a_landing_destination_is_refused);
+	tcase_add_test(tl, test_gpu_to_gpu_staged_on_both_sides);
 	suite_add_tcase(s, tl);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
