@@ -441,7 +441,6 @@ static struct mv_client *client_new(struct mover *mv, int sock, int ep)
 	cl->id = (uint32_t)(++client_gen[slot]) << 8 | slot;
 	cl->sock = sock;
 	cl->pid = cred.pid;
-	cl->uid = cred.uid;
 	cl->efd = -1;
 	cl->pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
 	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u32 = slot};

@@ -208,8 +208,6 @@ int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int
 	snprintf(f->prov, sizeof(f->prov), "%s", info->fabric_attr->prov_name);
 	int mm = info->domain_attr->mr_mode;
 	f->virt_addr = !!(mm & FI_MR_VIRT_ADDR);
-	f->mr_local = !!(mm & FI_MR_LOCAL);
-	f->prov_key = !!(mm & FI_MR_PROV_KEY);
 	f->iov_limit = info->tx_attr->iov_limit;
 	if (info->tx_attr->rma_iov_limit < f->iov_limit)
 		f->iov_limit = info->tx_attr->rma_iov_limit;
@@ -223,15 +221,9 @@ int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int
 	 * whose FIFO command queue orders the doorbell after the data. */
 	f->dc_flag = strncmp(f->prov, "shm", 3) ? FI_DELIVERY_COMPLETE : 0;
 	f->tx_size = info->tx_attr->size;
-	f->max_msg = info->ep_attr->max_msg_size;
 	f->key_size = info->domain_attr->mr_key_size;
 	snprintf(f->prov, sizeof(f->prov), "%s", info->fabric_attr->prov_name);
 	snprintf(f->iface, sizeof(f->iface), "%s", info->domain_attr->name);
-	if (info->nic && info->nic->bus_attr && info->nic->bus_attr->bus_type == FI_BUS_PCI) {
-		struct fi_pci_attr *p = &info->nic->bus_attr->attr.pci;
-		snprintf(f->pci, sizeof(f->pci), "%04x:%02x:%02x.%x", p->domain_id, p->bus_id,
-		         p->device_id, p->function_id);
-	}
 	return 0;
 
 err_ep:

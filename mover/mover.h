@@ -58,18 +58,14 @@ struct mv_fabric {
 	struct fid_cntr *rx_cntr; /* remote writes received, where offered (shm) */
 	int cq_fd;                /* wait fd of the CQ, or -1 when the provider has none */
 	int virt_addr;            /* FI_MR_VIRT_ADDR: remote addresses are virtual */
-	int mr_local;             /* FI_MR_LOCAL: local buffers need a descriptor */
-	int prov_key;             /* FI_MR_PROV_KEY: the provider picks keys */
 	uint64_t dc_flag;         /* FI_DELIVERY_COMPLETE where the provider honours it, else 0 */
 	size_t iov_limit;         /* min(iov_limit, rma_iov_limit, MV_IOV_MAX) */
 	size_t tx_size;
-	size_t max_msg;
 	size_t key_size;
 	uint8_t addr[MV_MAX_ADDRLEN];
 	size_t addrlen;
 	char prov[32];
 	char iface[64];
-	char pci[32]; /* NIC bus id when the provider names one */
 };
 
 /* GPU memory opened in this process. */
@@ -212,7 +208,6 @@ struct mv_client {
 	uint32_t id;
 	int sock;
 	pid_t pid;
-	uid_t uid;
 	int pidfd;
 	int efd; /* the client's completion doorbell */
 	enum mv_client_state state;
@@ -300,7 +295,6 @@ struct mv_shard {
 	int64_t next_expire;
 	int64_t now;      /* CLOCK_MONOTONIC ns at the start of this loop turn */
 	uint64_t rx_seen; /* rx_cntr's value when last read */
-	uint32_t idle_spins;
 
 	struct mv_shard_counters st;
 	uint8_t *bell; /* the doorbell immediates land on (see mv_addr_blob) */
