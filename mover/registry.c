@@ -116,6 +116,35 @@ void mv_region_reap(struct mover *mv, int all)
 	}
 }
 
+static int region_slot(struct mover *mv, char *why, size_t whylen)
+{
+	for (uint32_t idx = 1; idx < MV_MAX_REGIONS; idx++)
+		if (!atomic_load_explicit(&mv->regions[idx], memory_order_relaxed))
+			return (int)idx;
+	snprintf(why, whylen, "all %u region slots are in use", MV_MAX_REGIONS);
+	return -ENOSPC;
+}
+
+/* Names a new region, registers it on every shard and publishes it; on
+ * failure the region is freed (deregistered where it was registered). */
+static int region_publish(struct mover *mv, struct mv_client *cl, struct mv_region *r, uint32_t idx,
+                          struct mv_region **out, char *why, size_t whylen)
+{
+	int ret;
+
+	r->id = next_region_id(mv, idx);
+	ret = mv_call_all(mv, MV_CMD_REG, r, why, whylen);
+	if (ret) {
+		region_free(mv, r);
+		return ret;
+	}
+	/* R6 pairs with A6 in mv_region_get() */
+	atomic_store_explicit(&mv->regions[idx], r, memory_order_release);
+	cl->nregions++;
+	*out = r;
+	return 0;
+}
+
 int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, uint64_t len,
                   struct mv_region **out, char *why, size_t whylen)
 {
@@ -147,13 +176,10 @@ int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, 
 		         "region memfd must be sealed against shrinking (F_SEAL_SHRINK)");
 		return -EPERM;
 	}
-	for (idx = 1; idx < MV_MAX_REGIONS; idx++)
-		if (!atomic_load_explicit(&mv->regions[idx], memory_order_relaxed))
-			break;
-	if (idx == MV_MAX_REGIONS) {
-		snprintf(why, whylen, "all %u region slots are in use", MV_MAX_REGIONS);
-		return -ENOSPC;
-	}
+	int slot = region_slot(mv, why, whylen);
+	if (slot < 0)
+		return slot;
+	idx = (uint32_t)slot;
 
 	struct mv_region *r = calloc(1, sizeof(*r));
 	if (!r)
@@ -170,31 +196,11 @@ int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, 
 	r->base = r->map + (off - moff);
 	r->len = len;
 	r->owner = cl->id;
-	r->id = next_region_id(mv, idx);
-	ret = mv_call_all(mv, MV_CMD_REG, r, why, whylen);
-	if (ret)
-		goto err_dereg;
-	/* R6 pairs with A6 in mv_region_get() */
-	atomic_store_explicit(&mv->regions[idx], r, memory_order_release);
-	cl->nregions++;
-	*out = r;
-	return 0;
+	return region_publish(mv, cl, r, idx, out, why, whylen);
 
-err_dereg:
-	region_free(mv, r);
-	return ret;
 err_free:
 	free(r);
 	return ret;
-}
-
-static int region_slot(struct mover *mv, char *why, size_t whylen)
-{
-	for (uint32_t idx = 1; idx < MV_MAX_REGIONS; idx++)
-		if (!atomic_load_explicit(&mv->regions[idx], memory_order_relaxed))
-			return (int)idx;
-	snprintf(why, whylen, "all %u region slots are in use", MV_MAX_REGIONS);
-	return -ENOSPC;
 }
 
 int mv_region_add_gpu(struct mover *mv, struct mv_client *cl, const struct mv_gpu_desc *g, int fd,
@@ -228,17 +234,7 @@ int mv_region_add_gpu(struct mover *mv, struct mv_client *cl, const struct mv_gp
 	memcpy(busid, g->busid, sizeof(g->busid));
 	busid[sizeof(g->busid)] = 0;
 	r->shard_mask = mv_topo_gpu_mask(mv, busid);
-	r->id = next_region_id(mv, (uint32_t)idx);
-	ret = mv_call_all(mv, MV_CMD_REG, r, why, whylen);
-	if (ret) {
-		region_free(mv, r);
-		return ret;
-	}
-	/* R6 pairs with A6 in mv_region_get() */
-	atomic_store_explicit(&mv->regions[idx], r, memory_order_release);
-	cl->nregions++;
-	*out = r;
-	return 0;
+	return region_publish(mv, cl, r, (uint32_t)idx, out, why, whylen);
 }
 
 int mv_region_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, size_t whylen)
