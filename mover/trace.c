@@ -234,6 +234,8 @@ int mv_trace_start(struct mover *mv, const char *path, char *why, size_t whylen)
 	}
 	atomic_store(&t->run, 1);
 	ret = -pthread_create(&t->thread, NULL, writer, t);
+	if (!ret)
+		pthread_setname_np(t->thread, "mv-trace");
 	if (ret)
 		goto err_rings;
 	snprintf(mv->stats->trace_path, sizeof(mv->stats->trace_path), "%s", path);
