@@ -1549,7 +1549,8 @@ static int sleep_once(struct mv_shard *s, int64_t idle_ns)
 	struct pollfd pf[2] = {{.fd = s->efd, .events = POLLIN},
 	                       {.fd = s->fab.cq_fd, .events = POLLIN}};
 	uint32_t armed = 0;
-	int timeout, nfds = 1, woke = 1;
+	int64_t timeout; /* ns */
+	int nfds = 1, woke = 1;
 
 	for (; armed < s->natt; armed++) {
 		struct mv_attach *at = s->att[armed];
@@ -1558,13 +1559,19 @@ static int sleep_once(struct mv_shard *s, int64_t idle_ns)
 	}
 	if (s->posted > s->abandoned || s->npend || s->ngpu || s->nretry || s->nland_busy) {
 		/* Work is in flight: yield the core briefly, never block long. */
-		timeout = s->fab.cq_fd >= 0 ? 1 : 0;
+		timeout = s->fab.cq_fd >= 0 ? 1000000 : 0;
 	} else if (s->fab.cq_fd >= 0) {
-		timeout = 100;
+		timeout = 100000000;
 	} else {
-		/* No wait object (shm): poll, backing off the longer nothing comes.
-		 * The first write after a long idle waits at most 50 ms. */
-		timeout = idle_ns < 50000000ll ? 1 : idle_ns < 1000000000ll ? 10 : 50;
+		/* No wait object (shm): nothing wakes a shard when a peer writes
+		 * here, and shm's receiver does the copy, so a sleeping receiver
+		 * stalls its senders. Poll in short steps first (a stream with
+		 * gaps is the common case), backing off the longer nothing comes;
+		 * the first write after a long idle waits at most 50 ms. */
+		timeout = idle_ns < 2000000ll      ? 20000
+		          : idle_ns < 50000000ll   ? 1000000
+		          : idle_ns < 1000000000ll ? 10000000
+		                                   : 50000000;
 	}
 	if (s->fab.cq_fd >= 0) {
 		struct fid *f = &s->fab.cq->fid;
@@ -1576,7 +1583,9 @@ static int sleep_once(struct mv_shard *s, int64_t idle_ns)
 		sched_yield();
 		woke = 0;
 	} else {
-		woke = poll(pf, (nfds_t)nfds, timeout) > 0;
+		struct timespec ts = {.tv_sec = timeout / 1000000000,
+		                      .tv_nsec = timeout % 1000000000};
+		woke = ppoll(pf, (nfds_t)nfds, &ts, NULL) > 0;
 		if (woke && (pf[0].revents & POLLIN)) {
 			uint64_t v;
 			if (read(s->efd, &v, sizeof(v)) < 0) {
