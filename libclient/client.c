@@ -43,6 +43,7 @@ struct mvc_shard {
 	uint32_t ndesc;        /* WRITEs of the open batch on this shard */
 	uint64_t nbytes;       /* bytes of the open batch on this shard */
 	uint64_t bytes, descs; /* submitted, all time */
+	uint64_t load;         /* bytes in flight here: each batch's spread over its parts */
 };
 
 struct imm_ent {
@@ -67,7 +68,8 @@ struct mvc {
 	/* the open batch */
 	int open;
 	uint32_t batch;
-	uint32_t home; /* shard for small writes, rotates per batch */
+	uint32_t home; /* shard for small writes: the least loaded, per batch */
+	uint32_t turn; /* where the search for the next home starts */
 	int has_imm;
 	uint32_t imm_dst, imm;
 	uint32_t kind;      /* MV_TK_* bits of the open batch, for the trace */
@@ -78,6 +80,8 @@ struct mvc {
 	uint32_t nfree;
 	uint64_t *cookies;
 	uint8_t *busy;
+	uint64_t *parts_of; /* per batch id in flight: its shards, a bit each */
+	uint64_t *share;    /* per batch id in flight: its load on each of them */
 	uint32_t inflight;
 
 	struct imm_ent *imm_tab;
@@ -314,7 +318,9 @@ int mvc_connect(struct mvc **out, const char *path)
 	c->free_ids = malloc(sizeof(*c->free_ids) * nb);
 	c->cookies = calloc(nb, sizeof(*c->cookies));
 	c->busy = calloc(nb, 1);
-	if (!c->free_ids || !c->cookies || !c->busy) {
+	c->parts_of = calloc(nb, sizeof(*c->parts_of));
+	c->share = calloc(nb, sizeof(*c->share));
+	if (!c->free_ids || !c->cookies || !c->busy || !c->parts_of || !c->share) {
 		ret = -ENOMEM;
 		goto err_rings;
 	}
@@ -336,6 +342,8 @@ err_free:
 	free(c->free_ids);
 	free(c->cookies);
 	free(c->busy);
+	free(c->parts_of);
+	free(c->share);
 	/* The reason outlives the handle. */
 	snprintf(connect_err, sizeof(connect_err), "%s", c->err[0] ? c->err : strerror(-ret));
 	free(c);
@@ -353,6 +361,8 @@ void mvc_disconnect(struct mvc *c)
 	free(c->free_ids);
 	free(c->cookies);
 	free(c->busy);
+	free(c->parts_of);
+	free(c->share);
 	free(c->imm_tab);
 	free(c);
 }
@@ -654,6 +664,25 @@ int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint3
 
 /* ---- batches ---- */
 
+/*
+ * The shard for a new batch's small writes (and the first stripe of its
+ * large ones): the one with the fewest bytes in flight, the next in turn
+ * among equals. A shard that fell behind gets less new work, so the others
+ * are not left idle while the client's window fills with its batches.
+ */
+static uint32_t least_loaded(struct mvc *c)
+{
+	uint32_t n = c->info.nshards, best = c->turn % n;
+
+	for (uint32_t i = 1; i < n; i++) {
+		uint32_t s = (c->turn + i) % n;
+		if (c->sh[s].load < c->sh[best].load)
+			best = s;
+	}
+	c->turn = best + 1;
+	return best;
+}
+
 static int batch_open(struct mvc *c)
 {
 	if (c->open)
@@ -664,6 +693,7 @@ static int batch_open(struct mvc *c)
 		return fail(c, -EAGAIN, "all %u batch ids are in flight; reap completions",
 		            c->info.max_batches);
 	c->batch = c->free_ids[--c->nfree];
+	c->home = least_loaded(c);
 	c->open = 1;
 	c->has_imm = 0;
 	c->kind = 0;
@@ -966,18 +996,23 @@ int mvc_submit(struct mvc *c, uint64_t cookie)
 		}
 	}
 	/* One commit per shard publishes the whole part at once. */
+	uint64_t mask = 0, share = total / parts + 1;
 	for (s = 0; s < c->info.nshards; s++) {
 		struct mvc_shard *sh = &c->sh[s];
-		if (shmring_reserved(&sh->sub))
-			shmring_commit(&sh->sub);
+		if (!shmring_reserved(&sh->sub))
+			continue;
+		shmring_commit(&sh->sub);
 		sh->bytes += sh->nbytes;
 		sh->descs += sh->ndesc;
+		sh->load += share;
+		mask |= 1ull << s;
 	}
 	c->cookies[c->batch] = cookie;
 	c->busy[c->batch] = 1;
+	c->parts_of[c->batch] = mask;
+	c->share[c->batch] = share;
 	c->inflight++;
 	c->open = 0;
-	c->home = (c->home + 1) % c->info.nshards;
 	return 0;
 }
 
@@ -1069,6 +1104,8 @@ static int translate(struct mvc *c, const struct mv_cqe *q, struct mvc_event *ev
 	if (e.batch < c->info.max_batches && c->busy[e.batch]) {
 		ev->cookie = c->cookies[e.batch];
 		c->busy[e.batch] = 0;
+		for (uint64_t m = c->parts_of[e.batch]; m; m &= m - 1)
+			c->sh[__builtin_ctzll(m)].load -= c->share[e.batch];
 		c->free_ids[c->nfree++] = e.batch;
 		c->inflight--;
 	}
