@@ -11,9 +11,15 @@
  * post exactly the fabric writes the shards would (same iov merging, 4 MiB
  * chunks, flags, FI_MORE rule, window) to N endpoints in the receiver
  * process, pinned like B's shards and polling their CQs. Both move the same
- * bytes between the same two mappings. Runs alternate mover, direct, mover,
- * direct; the table gives medians and the ratio mover/direct, a BENCH line
- * per row follows, and every run's data is checked where it landed.
+ * bytes between the same two mappings. A striped batch is done, for both,
+ * when every thread's stripe of it is, and a new one starts only as an old
+ * one is done: the client's window is counted in batches. For striped rows
+ * an uncoupled direct run, where each thread keeps its own window of
+ * stripes and waits for no other, is shown beside the ratio: the price of
+ * the batch contract itself, paid by any program that needs to know when a
+ * whole batch landed. Runs alternate mover, direct(, uncoupled), mover, ...;
+ * the table gives medians and the ratio mover/direct, a BENCH line per row
+ * follows, and every run's data is checked where it landed.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -396,6 +402,9 @@ static int direct_up(struct target *tg, const struct tcmd *c, struct trep *rep)
 		}
 		r->made = 1;
 		made++;
+		char name[16];
+		snprintf(name, sizeof(name), "recv%u", i);
+		pthread_setname_np(r->thread, name);
 	}
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += CALL_S - 5;
@@ -871,6 +880,7 @@ struct djob {
 	uint64_t nbatches; /* over all threads, as the mover would see them */
 	double limit_s;
 	int yield;
+	int coupled; /* striped: a batch is done when every thread's stripe is */
 };
 
 struct dpool;
@@ -897,6 +907,9 @@ struct dsend {
 	uint64_t issued, done, bytes;
 	double t0, t1;
 	int cut;
+	/* done, for the other threads of a coupled run; its own line. Relaxed
+	 * both ways: it paces issue and publishes no data. */
+	_Alignas(64) _Atomic uint64_t done_pub;
 };
 
 struct dpool {
@@ -1071,8 +1084,10 @@ static int dreap(struct dsend *t)
 	return total;
 }
 
-/* This thread's share of a job, as shard id would carry it under libclient:
- * a stripe of every write when striped, else every n-th batch whole. */
+/* This thread's share of a job: a stripe of every write when striped, as
+ * shard id carries it under libclient; else every n-th batch whole, with a
+ * window of its own (libclient gives a batch to its least loaded shard,
+ * which at best keeps every shard as busy as this does). */
 static void dsend_run(struct dsend *t, const struct djob *j)
 {
 	const struct geom *g = &j->g;
@@ -1116,7 +1131,20 @@ static void dsend_run(struct dsend *t, const struct djob *j)
 			t->cut = 1;
 		if (t->cut && t->issued == t->done)
 			break;
-		while (!t->cut && t->issued < mine && t->ntrack_free) {
+		uint64_t limit = mine;
+		if (j->coupled && g->striped) {
+			/* As through the mover: batch b may start once batch
+			 * b - window completed everywhere. */
+			uint64_t low = UINT64_MAX;
+			for (uint32_t i = 0; i < n; i++) {
+				uint64_t d = atomic_load_explicit(&t->p->t[i].done_pub,
+				                                  memory_order_relaxed);
+				low = d < low ? d : low;
+			}
+			if (low + win < limit)
+				limit = low + win;
+		}
+		while (!t->cut && t->issued < limit && t->ntrack_free) {
 			uint64_t b = g->striped ? t->issued : t->issued * n + t->id;
 			build_batch(t, g, b, t->track_free[--t->ntrack_free], soff, slen);
 			t->issued++;
@@ -1124,6 +1152,8 @@ static void dsend_run(struct dsend *t, const struct djob *j)
 		int post = dpost(t), got = post < 0 ? -1 : dreap(t);
 		if (post < 0 || got < 0)
 			goto out; /* ops stay allocated: the provider may still hold them */
+		if (got > 0)
+			atomic_store_explicit(&t->done_pub, t->done, memory_order_relaxed);
 		double tn = now_s();
 		if (got > 0) {
 			last = tn;
@@ -1232,6 +1262,159 @@ static int pool_wait(struct dpool *p, uint32_t *count, uint32_t want, double sec
 	return ret ? -ret : 0;
 }
 
+/* ---- where the time went: every thread's CPU, from /proc ---- */
+
+#define BOOK_MAX 256
+
+/* One thread's scheduler counters, and their growth over the runs booked. */
+struct tacc {
+	int pid, tid, cpu;
+	char comm[16];
+	uint64_t run_ns, wait_ns, vcs, ivcs;   /* at the last snapshot */
+	uint64_t d_run, d_wait, d_vcs, d_ivcs; /* summed over booked runs */
+};
+
+struct book {
+	struct tacc t[BOOK_MAX];
+	int n;
+	double secs; /* wall time booked */
+	double t0;
+};
+
+static struct book book_mover, book_direct;
+static int book_on;
+
+static int thread_read(int pid, int tid, struct tacc *a)
+{
+	char path[96], buf[1024];
+	unsigned long long run, wait;
+	FILE *f;
+	int ok = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", pid, tid);
+	if (!(f = fopen(path, "r")))
+		return -ENOENT;
+	ok = fscanf(f, "%llu %llu", &run, &wait) == 2;
+	fclose(f);
+	if (!ok)
+		return -EIO;
+	a->run_ns = run;
+	a->wait_ns = wait;
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
+	if ((f = fopen(path, "r"))) {
+		while (fgets(buf, sizeof(buf), f)) {
+			unsigned long long v;
+			if (sscanf(buf, "Name: %15s", a->comm) == 1)
+				continue;
+			if (sscanf(buf, "voluntary_ctxt_switches: %llu", &v) == 1)
+				a->vcs = v;
+			else if (sscanf(buf, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
+				a->ivcs = v;
+		}
+		fclose(f);
+	}
+	/* The CPU it last ran on: field 39 of stat, after the ')' of comm. */
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/stat", pid, tid);
+	if ((f = fopen(path, "r"))) {
+		size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+		buf[len] = 0;
+		char *p = strrchr(buf, ')');
+		for (int field = 2; p && field < 39; field++)
+			p = strchr(p + 1, ' ');
+		a->cpu = p ? atoi(p + 1) : -1;
+		fclose(f);
+	}
+	return 0;
+}
+
+/* Starts (begin) or ends a booked run: at the end, what every thread of the
+ * client, the receiver and both movers used since the start is added up. */
+static void book_snap(struct book *b, int begin)
+{
+	int pids[4] = {main_pid, atomic_load(&target_pid), atomic_load(&mover_a.pid),
+	               atomic_load(&mover_b.pid)};
+	char path[64];
+
+	if (!book_on || !b)
+		return;
+	if (begin)
+		b->t0 = now_s();
+	else
+		b->secs += now_s() - b->t0;
+	for (int i = 0; i < 4; i++) {
+		struct dirent *e;
+		DIR *d;
+
+		if (pids[i] <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task", pids[i]);
+		if (!(d = opendir(path)))
+			continue;
+		while ((e = readdir(d))) {
+			struct tacc now = {.pid = pids[i], .tid = atoi(e->d_name)}, *a = NULL;
+			if (now.tid <= 0 || thread_read(now.pid, now.tid, &now))
+				continue;
+			for (int k = 0; k < b->n && !a; k++)
+				if (b->t[k].tid == now.tid && b->t[k].pid == now.pid)
+					a = &b->t[k];
+			if (!a) {
+				if (b->n == BOOK_MAX)
+					continue;
+				a = &b->t[b->n++];
+				*a = now;
+				continue; /* first seen: counted from here */
+			}
+			if (!begin) {
+				a->d_run += now.run_ns - a->run_ns;
+				a->d_wait += now.wait_ns - a->wait_ns;
+				a->d_vcs += now.vcs - a->vcs;
+				a->d_ivcs += now.ivcs - a->ivcs;
+			}
+			uint64_t dr = a->d_run, dw = a->d_wait, dv = a->d_vcs, di = a->d_ivcs;
+			*a = now;
+			a->d_run = dr;
+			a->d_wait = dw;
+			a->d_vcs = dv;
+			a->d_ivcs = di;
+		}
+		closedir(d);
+	}
+}
+
+static const char *proc_name(int pid)
+{
+	if (pid == main_pid)
+		return "client";
+	if (pid == atomic_load(&target_pid))
+		return "receiver";
+	if (pid == atomic_load(&mover_a.pid))
+		return "mover A";
+	if (pid == atomic_load(&mover_b.pid))
+		return "mover B";
+	return "?";
+}
+
+/* Threads that used at least 1% of a CPU over the booked runs. */
+static void book_print(struct book *b, const char *what)
+{
+	if (!book_on || b->secs <= 0)
+		return;
+	printf("     threads during %s runs (%.2f s): %%busy %%waiting-for-CPU sleeps/s "
+	       "preempted/s last-CPU\n",
+	       what, b->secs);
+	for (int i = 0; i < b->n; i++) {
+		const struct tacc *a = &b->t[i];
+		double busy = (double)a->d_run / 1e9 / b->secs;
+		if (busy < 0.01)
+			continue;
+		printf("       %-8s %-15s %6.1f %6.1f %9.0f %9.0f %4d\n", proc_name(a->pid),
+		       a->comm, 100 * busy, 100 * (double)a->d_wait / 1e9 / b->secs,
+		       (double)a->d_vcs / b->secs, (double)a->d_ivcs / b->secs, a->cpu);
+	}
+	b->n = 0;
+	b->secs = 0;
+}
+
 /* ---- one configuration: a provider and a shard count ---- */
 
 struct opts {
@@ -1249,6 +1432,7 @@ struct opts {
 	const char *mover;
 	int check_bars;
 	int verbose;
+	int threads;
 };
 
 struct plan {
@@ -1265,6 +1449,7 @@ struct row {
 	int reps;
 	double m_med, m_min, m_max; /* bytes per second */
 	double d_med, d_min, d_max;
+	double f_med; /* direct, uncoupled; 0 when the row is not striped */
 	double ratio, bar;
 	int pass, cut;
 };
@@ -1357,6 +1542,7 @@ static void mover_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, d
 
 	clear_and_check(g, nbatches, 0, "mover");
 	memset(m, 0, sizeof(*m));
+	book_snap(&book_mover, 1);
 	double t0 = now_s(), deadline = t0 + limit_s, last = t0, t1 = t0;
 	while (done < submitted || (!m->cut && submitted < nbatches)) {
 		if (!m->cut && now_s() > deadline)
@@ -1404,6 +1590,7 @@ static void mover_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, d
 			die("through the mover: no completion for %.0f s with %u batches in flight",
 			    STALL_S, inflight);
 	}
+	book_snap(&book_mover, 0);
 	m->secs = t1 - t0;
 	m->bytes = bytes;
 	m->checked = submitted < g->window ? submitted : g->window;
@@ -1412,16 +1599,25 @@ static void mover_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, d
 
 /* The baseline: the same batches, posted by the threads directly. */
 static void direct_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, double limit_s,
-                        struct meas *m)
+                        int coupled, struct book *b, struct meas *m)
 {
 	struct dpool *p = &x->dp;
 	uint64_t min_cover = UINT64_MAX;
 
 	clear_and_check(g, nbatches, 0, "direct");
 	tsimple(T_DIRECT_GO, 0);
+	book_snap(b, 1);
+	for (uint32_t i = 0; i < p->n; i++) {
+		/* A thread no stripe falls to never holds a batch back. */
+		uint64_t part = (g->size / x->n + STRIPE_ALIGN - 1) & ~(uint64_t)(STRIPE_ALIGN - 1);
+		atomic_store(&p->t[i].done_pub, g->striped && i * part >= g->size ? UINT64_MAX : 0);
+	}
 	pthread_mutex_lock(&p->mu);
-	p->job = (struct djob){
-	    .g = *g, .nbatches = nbatches, .limit_s = limit_s, .yield = !x->cpu.pinned};
+	p->job = (struct djob){.g = *g,
+	                       .nbatches = nbatches,
+	                       .limit_s = limit_s,
+	                       .yield = !x->cpu.pinned,
+	                       .coupled = coupled};
 	p->ndone = 0;
 	p->gen++;
 	pthread_cond_broadcast(&p->go);
@@ -1429,6 +1625,7 @@ static void direct_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, 
 	if (pool_wait(p, &p->ndone, p->n, limit_s + STALL_S + 5))
 		die("direct: the sender threads did not finish within %.0f s",
 		    limit_s + STALL_S + 5);
+	book_snap(b, 0);
 	for (uint32_t i = 0; i < p->n; i++)
 		if (p->t[i].err[0])
 			die("%s", p->t[i].err);
@@ -1498,7 +1695,7 @@ static void cell_run(struct cfg *x, uint64_t size, struct row *r, int first)
 {
 	const struct opts *o = x->o;
 	struct geom g = geom_of(size, x->n);
-	double mv[64], dr[64];
+	double mv[64], dr[64], df[64];
 	struct meas m, d;
 	char sz[32];
 
@@ -1507,10 +1704,10 @@ static void cell_run(struct cfg *x, uint64_t size, struct row *r, int first)
 	 * measured runs by, so that the faster side takes --seconds. */
 	if (first) {
 		mover_meas(x, &g, UINT64_MAX, x->warm_s, &m);
-		direct_meas(x, &g, UINT64_MAX, x->warm_s, &d);
+		direct_meas(x, &g, UINT64_MAX, x->warm_s, 1, NULL, &d);
 	}
 	mover_meas(x, &g, UINT64_MAX, x->warm_s, &m);
-	direct_meas(x, &g, UINT64_MAX, x->warm_s, &d);
+	direct_meas(x, &g, UINT64_MAX, x->warm_s, 1, NULL, &d);
 	double rm = rate(&m, "mover warm-up"), rd = rate(&d, "direct warm-up");
 	double fast = rm > rd ? rm : rd;
 	uint64_t batch = (uint64_t)g.k * g.size;
@@ -1521,6 +1718,8 @@ static void cell_run(struct cfg *x, uint64_t size, struct row *r, int first)
 	 * its rate still counts, and a broken mover cannot stretch the run. */
 	double limit = 3 * o->seconds + 0.5;
 
+	book_mover.n = book_direct.n = 0;
+	book_mover.secs = book_direct.secs = 0;
 	memset(r, 0, sizeof(*r));
 	r->prov = x->prov;
 	r->shards = x->n;
@@ -1528,7 +1727,7 @@ static void cell_run(struct cfg *x, uint64_t size, struct row *r, int first)
 	r->reps = o->reps;
 	for (int i = 0; i < o->reps; i++) {
 		mover_meas(x, &g, nb, limit, &m);
-		direct_meas(x, &g, nb, limit, &d);
+		direct_meas(x, &g, nb, limit, 1, &book_direct, &d);
 		mv[i] = rate(&m, "through the mover");
 		dr[i] = rate(&d, "direct");
 		r->cut |= m.cut | d.cut;
@@ -1537,6 +1736,17 @@ static void cell_run(struct cfg *x, uint64_t size, struct row *r, int first)
 			       "direct %.3f GB/s (%" PRIu64 " B in %.3f s%s)\n",
 			       i, size_str(size, sz, sizeof(sz)), mv[i] / 1e9, m.bytes, m.secs,
 			       m.cut ? ", cut" : "", dr[i] / 1e9, d.bytes, d.secs,
+			       d.cut ? ", cut" : "");
+		if (!g.striped)
+			continue;
+		/* Uncoupled: each thread runs its own stripes, none waits for
+		 * another's; shown beside the row, not held to the bar. */
+		direct_meas(x, &g, nb, limit, 0, NULL, &d);
+		df[i] = rate(&d, "direct, uncoupled");
+		if (o->verbose)
+			printf("   rep %d: %s direct uncoupled %.3f GB/s (%" PRIu64
+			       " B in %.3f s%s)\n",
+			       i, size_str(size, sz, sizeof(sz)), df[i] / 1e9, d.bytes, d.secs,
 			       d.cut ? ", cut" : "");
 	}
 	/* median() sorts in place: the ends are then the extremes. */
@@ -1547,33 +1757,40 @@ static void cell_run(struct cfg *x, uint64_t size, struct row *r, int first)
 	r->d_min = dr[0];
 	r->d_max = dr[o->reps - 1];
 	r->ratio = r->m_med / r->d_med;
+	r->f_med = g.striped ? median(df, o->reps) : 0;
 	r->bar = bar_for(size);
 	r->pass = r->bar == 0 || r->ratio >= r->bar;
 }
 
 static void print_head(void)
 {
-	printf("%-5s %6s %8s | %9s %8s %9s | %9s %8s %9s | %6s  %-12s %s\n", "prov", "shards",
-	       "size", "mover", "", "", "direct", "", "", "ratio", "bar", "range m/d");
-	printf("%-5s %6s %8s | %9s %8s %9s | %9s %8s %9s | %6s  %-12s %s\n", "", "", "", "Gbit/s",
-	       "GB/s", "Mmsg/s", "Gbit/s", "GB/s", "Mmsg/s", "m/d", "", "(max-min)/med");
+	printf("%-5s %6s %8s | %9s %8s %9s | %9s %8s %9s | %6s  %-12s %-13s | %s\n", "prov",
+	       "shards", "size", "mover", "", "", "direct", "", "", "ratio", "bar", "range m/d",
+	       "uncoupled");
+	printf("%-5s %6s %8s | %9s %8s %9s | %9s %8s %9s | %6s  %-12s %-13s | %s\n", "", "", "",
+	       "Gbit/s", "GB/s", "Mmsg/s", "Gbit/s", "GB/s", "Mmsg/s", "m/d", "", "(max-min)/med",
+	       "GB/s  m/d");
 }
 
 static void print_row(const struct row *r)
 {
-	char sz[32], bar[32];
+	char sz[32], bar[32], unc[32];
 	double s = (double)r->size;
 
 	if (r->bar > 0)
 		snprintf(bar, sizeof(bar), ">=%.2f %s", r->bar, r->pass ? "ok" : "LOW");
 	else
 		snprintf(bar, sizeof(bar), "-");
+	if (r->f_med > 0)
+		snprintf(unc, sizeof(unc), "%6.2f %5.3f", r->f_med / 1e9, r->m_med / r->f_med);
+	else
+		snprintf(unc, sizeof(unc), "%6s %5s", "-", "-");
 	printf("%-5s %6u %8s | %9.3f %8.3f %9.5f | %9.3f %8.3f %9.5f | %6.3f%s %-12s %3.0f%% / "
-	       "%.0f%%\n",
+	       "%3.0f%%    | %s\n",
 	       r->prov, r->shards, size_str(r->size, sz, sizeof(sz)), r->m_med * 8 / 1e9,
 	       r->m_med / 1e9, r->m_med / s / 1e6, r->d_med * 8 / 1e9, r->d_med / 1e9,
 	       r->d_med / s / 1e6, r->ratio, r->cut ? "*" : " ", bar,
-	       (r->m_max - r->m_min) / r->m_med * 100, (r->d_max - r->d_min) / r->d_med * 100);
+	       (r->m_max - r->m_min) / r->m_med * 100, (r->d_max - r->d_min) / r->d_med * 100, unc);
 	fflush(stdout);
 }
 
@@ -1584,11 +1801,13 @@ static void print_bench(const struct row *r, double seconds)
 	printf("BENCH mvbench prov=%s shards=%u size=%" PRIu64 " reps=%d seconds=%.2f "
 	       "mover_gbps=%.4f mover_gBps=%.4f mover_mmsgs=%.6f direct_gbps=%.4f direct_gBps=%.4f "
 	       "direct_mmsgs=%.6f ratio=%.4f bar=%.2f pass=%d mover_min_gbps=%.4f "
-	       "mover_max_gbps=%.4f direct_min_gbps=%.4f direct_max_gbps=%.4f cut=%d\n",
+	       "mover_max_gbps=%.4f direct_min_gbps=%.4f direct_max_gbps=%.4f cut=%d "
+	       "uncoupled_gbps=%.4f uncoupled_ratio=%.4f\n",
 	       r->prov, r->shards, r->size, r->reps, seconds, r->m_med * 8 / 1e9, r->m_med / 1e9,
 	       r->m_med / s / 1e6, r->d_med * 8 / 1e9, r->d_med / 1e9, r->d_med / s / 1e6, r->ratio,
 	       r->bar, r->pass, r->m_min * 8 / 1e9, r->m_max * 8 / 1e9, r->d_min * 8 / 1e9,
-	       r->d_max * 8 / 1e9, r->cut);
+	       r->d_max * 8 / 1e9, r->cut, r->f_med * 8 / 1e9,
+	       r->f_med > 0 ? r->m_med / r->f_med : 0);
 }
 
 static void csv_row(FILE *f, const struct row *r, double seconds)
@@ -1599,11 +1818,12 @@ static void csv_row(FILE *f, const struct row *r, double seconds)
 		return;
 	fprintf(f,
 	        "%s,%u,%" PRIu64 ",%d,%.2f,%.4f,%.4f,%.6f,%.4f,%.4f,%.6f,%.4f,%.2f,%d,%.4f,%.4f,"
-	        "%.4f,%.4f,%d\n",
+	        "%.4f,%.4f,%d,%.4f,%.4f\n",
 	        r->prov, r->shards, r->size, r->reps, seconds, r->m_med * 8 / 1e9, r->m_med / 1e9,
 	        r->m_med / s / 1e6, r->d_med * 8 / 1e9, r->d_med / 1e9, r->d_med / s / 1e6,
 	        r->ratio, r->bar, r->pass, r->m_min * 8 / 1e9, r->m_max * 8 / 1e9,
-	        r->d_min * 8 / 1e9, r->d_max * 8 / 1e9, r->cut);
+	        r->d_min * 8 / 1e9, r->d_max * 8 / 1e9, r->cut, r->f_med * 8 / 1e9,
+	        r->f_med > 0 ? r->m_med / r->f_med : 0);
 	fflush(f);
 }
 
@@ -1692,6 +1912,9 @@ static int config_run(const struct opts *o, const char *bin, const char *prov, u
 		p->t[made].cpu = x.cpu.a[made];
 		if (pthread_create(&p->t[made].thread, NULL, dsend_main, &p->t[made]))
 			die("cannot start direct sender thread %u", made);
+		char name[16];
+		snprintf(name, sizeof(name), "send%u", made);
+		pthread_setname_np(p->t[made].thread, name);
 	}
 	if (pool_wait(p, &p->nstarted, n, CALL_S))
 		die("direct: sender endpoints did not open within %d s", CALL_S);
@@ -1712,6 +1935,8 @@ static int config_run(const struct opts *o, const char *bin, const char *prov, u
 		printf("   batches of min(64, 4 MiB/size) writes, %u per shard in flight (at most "
 		       "%llu MiB); direct posts the fabric writes the shards would\n",
 		       BATCHES_PER_SHARD, WINDOW_BYTES >> 20);
+		printf("   striped rows: a batch is done when all its stripes are, for mover "
+		       "and direct alike; 'uncoupled' lets each direct thread run ahead alone\n");
 		print_head();
 	}
 	if (strcmp(f->prov, x.mover_prov))
@@ -1730,6 +1955,8 @@ static int config_run(const struct opts *o, const char *bin, const char *prov, u
 		struct row *r = &rows[(*nrows)++];
 		cell_run(&x, o->sizes[i], r, i == 0);
 		print_row(r);
+		book_print(&book_mover, "mover");
+		book_print(&book_direct, "direct");
 		csv_row(csv, r, o->seconds);
 	}
 
@@ -1825,25 +2052,21 @@ static void usage(FILE *f)
 	        "  --mover PATH      the mover binary (default: next to mvbench)\n"
 	        "  --check-bars      exit 3 when a row misses its bar (0.97x direct from 64 KiB,\n"
 	        "                    0.9x at 4 KiB and below)\n"
+	        "  --threads         per row, each busy thread's CPU use, waits and switches\n"
+
 	        "  -v, --verbose     every run's figures\n");
 }
 
 static void parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-	    {"provider", required_argument, 0, 'p'},
-	    {"iface", required_argument, 0, 'i'},
-	    {"shards", required_argument, 0, 'n'},
-	    {"sizes", required_argument, 0, 's'},
-	    {"seconds", required_argument, 0, 't'},
-	    {"reps", required_argument, 0, 'r'},
-	    {"quick", no_argument, 0, 'q'},
-	    {"csv", required_argument, 0, 'c'},
-	    {"mover", required_argument, 0, 'm'},
-	    {"check-bars", no_argument, 0, 'b'},
-	    {"verbose", no_argument, 0, 'v'},
-	    {"help", no_argument, 0, 'h'},
-	    {0, 0, 0, 0},
+	    {"provider", required_argument, 0, 'p'}, {"iface", required_argument, 0, 'i'},
+	    {"shards", required_argument, 0, 'n'},   {"sizes", required_argument, 0, 's'},
+	    {"seconds", required_argument, 0, 't'},  {"reps", required_argument, 0, 'r'},
+	    {"quick", no_argument, 0, 'q'},          {"csv", required_argument, 0, 'c'},
+	    {"mover", required_argument, 0, 'm'},    {"check-bars", no_argument, 0, 'b'},
+	    {"verbose", no_argument, 0, 'v'},        {"threads", no_argument, 0, 'T'},
+	    {"help", no_argument, 0, 'h'},           {0, 0, 0, 0},
 	};
 	uint64_t v[MAX_LIST];
 	char *provs = NULL;
@@ -1923,6 +2146,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'v':
 			o->verbose = 1;
 			break;
+		case 'T':
+			o->threads = 1;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -1978,6 +2204,7 @@ int main(int argc, char **argv)
 	if (!navail)
 		avail_cpus[navail++] = 0;
 	parse_opts(argc, argv, &o);
+	book_on = o.threads;
 
 	/* The mover binary sits next to this one unless told otherwise. */
 	if (o.mover) {
@@ -2033,7 +2260,8 @@ int main(int argc, char **argv)
 			die("--csv %s: %s", o.csv, strerror(errno));
 		fprintf(csv, "provider,shards,size,reps,seconds,mover_gbps,mover_GBps,mover_mmsgs,"
 		             "direct_gbps,direct_GBps,direct_mmsgs,ratio,bar,pass,mover_min_gbps,"
-		             "mover_max_gbps,direct_min_gbps,direct_max_gbps,cut\n");
+		             "mover_max_gbps,direct_min_gbps,direct_max_gbps,cut,uncoupled_gbps,"
+		             "uncoupled_ratio\n");
 	}
 
 	double t0 = now_s();
