@@ -60,7 +60,7 @@
 #define BATCH_BYTES       (4u << 20)     /* a batch carries about this much */
 #define BATCH_WRITES_MAX  64u            /* and at most this many writes */
 #define BATCHES_PER_SHARD 8u             /* in flight per shard */
-#define WINDOW_BYTES      (128ull << 20) /* but never more than this in flight */
+#define WINDOW_BYTES      (128ull << 20) /* but never more than this in flight (--window) */
 #define SLOT_GAP          4096u          /* keeps neighbouring writes apart */
 #define STALL_S           10.0           /* no completion this long: something is stuck */
 #define CALL_S            30             /* a receiver command answers within this */
@@ -129,6 +129,8 @@ struct geom {
 	int striped; /* libclient splits each write over the shards */
 };
 
+static uint64_t window_bytes = WINDOW_BYTES;
+
 static struct geom geom_of(uint64_t size, uint32_t n)
 {
 	struct geom g = {.size = size, .nshards = n};
@@ -138,7 +140,7 @@ static struct geom geom_of(uint64_t size, uint32_t n)
 	/* A gap after each write: contiguous neighbours would merge into one
 	 * long fabric write and the size would no longer be the size. */
 	g.stride = (size + 4095) / 4096 * 4096 + SLOT_GAP;
-	w = WINDOW_BYTES / ((uint64_t)g.k * size);
+	w = window_bytes / ((uint64_t)g.k * size);
 	if (w > (uint64_t)BATCHES_PER_SHARD * n)
 		w = (uint64_t)BATCHES_PER_SHARD * n;
 	g.window = w < 2 ? 2 : (uint32_t)w;
@@ -1934,7 +1936,7 @@ static int config_run(const struct opts *o, const char *bin, const char *prov, u
 		       o->reps, o->seconds, x.warm_s);
 		printf("   batches of min(64, 4 MiB/size) writes, %u per shard in flight (at most "
 		       "%llu MiB); direct posts the fabric writes the shards would\n",
-		       BATCHES_PER_SHARD, WINDOW_BYTES >> 20);
+		       BATCHES_PER_SHARD, (unsigned long long)(window_bytes >> 20));
 		printf("   striped rows: a batch is done when all its stripes are, for mover "
 		       "and direct alike; 'uncoupled' lets each direct thread run ahead alone\n");
 		print_head();
@@ -2052,6 +2054,7 @@ static void usage(FILE *f)
 	        "  --mover PATH      the mover binary (default: next to mvbench)\n"
 	        "  --check-bars      exit 3 when a row misses its bar (0.97x direct from 64 KiB,\n"
 	        "                    0.9x at 4 KiB and below)\n"
+	        "  --window SIZE     at most this many bytes in flight (default 128M)\n"
 	        "  --threads         per row, each busy thread's CPU use, waits and switches\n"
 
 	        "  -v, --verbose     every run's figures\n");
@@ -2060,13 +2063,21 @@ static void usage(FILE *f)
 static void parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-	    {"provider", required_argument, 0, 'p'}, {"iface", required_argument, 0, 'i'},
-	    {"shards", required_argument, 0, 'n'},   {"sizes", required_argument, 0, 's'},
-	    {"seconds", required_argument, 0, 't'},  {"reps", required_argument, 0, 'r'},
-	    {"quick", no_argument, 0, 'q'},          {"csv", required_argument, 0, 'c'},
-	    {"mover", required_argument, 0, 'm'},    {"check-bars", no_argument, 0, 'b'},
-	    {"verbose", no_argument, 0, 'v'},        {"threads", no_argument, 0, 'T'},
-	    {"help", no_argument, 0, 'h'},           {0, 0, 0, 0},
+	    {"provider", required_argument, 0, 'p'},
+	    {"iface", required_argument, 0, 'i'},
+	    {"shards", required_argument, 0, 'n'},
+	    {"sizes", required_argument, 0, 's'},
+	    {"seconds", required_argument, 0, 't'},
+	    {"reps", required_argument, 0, 'r'},
+	    {"quick", no_argument, 0, 'q'},
+	    {"csv", required_argument, 0, 'c'},
+	    {"mover", required_argument, 0, 'm'},
+	    {"check-bars", no_argument, 0, 'b'},
+	    {"verbose", no_argument, 0, 'v'},
+	    {"threads", no_argument, 0, 'T'},
+	    {"window", required_argument, 0, 'w'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	uint64_t v[MAX_LIST];
 	char *provs = NULL;
@@ -2148,6 +2159,13 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'T':
 			o->threads = 1;
+			break;
+		case 'w':
+			if (parse_size(optarg, &window_bytes) || window_bytes < (1u << 20) ||
+			    window_bytes > (16ull << 30)) {
+				fprintf(stderr, "mvbench: --window %s: give 1M to 16G\n", optarg);
+				exit(2);
+			}
 			break;
 		case 'h':
 			usage(stdout);
