@@ -591,6 +591,39 @@ START_TEST(test_register_existing_memfd_range)
 }
 END_TEST
 
+/* Batches that are not striped go to the shard with the fewest bytes in
+ * flight: with a big batch outstanding on one shard (its completion not yet
+ * read), the small ones that follow all go to the other, where strict turns
+ * would have put every second one behind the big one. */
+START_TEST(test_small_batches_go_to_the_least_loaded_shard)
+{
+	struct pair p;
+	struct mvc_event ev[4];
+	const uint64_t n = 1u << 20, big = 200u << 10;
+	const uint64_t cookies[4] = {21, 22, 23, 24};
+
+	pair_open(&p, n, n);
+	fill(p.src.addr, n, 5);
+	memset(p.dst.addr, 0, n);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, big), 0);
+	ck_assert_int_eq(mvc_submit(p.a, cookies[0]), 0);
+	for (int i = 1; i < 4; i++) {
+		uint64_t off = big + (uint64_t)(i - 1) * 4096;
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, off, p.imp, off, 4096), 0);
+		ck_assert_int_eq(mvc_submit(p.a, cookies[i]), 0);
+	}
+	uint64_t b0 = mvc_shard_bytes(p.a, 0), b1 = mvc_shard_bytes(p.a, 1);
+	ck_assert_msg((b0 == big && b1 == 3 * 4096) || (b1 == big && b0 == 3 * 4096),
+	              "shard 0 took %llu bytes and shard 1 %llu; the big batch was %llu",
+	              (unsigned long long)b0, (unsigned long long)b1, (unsigned long long)big);
+	wait_batches(p.a, cookies, ev, 4, 20);
+	for (int i = 0; i < 4; i++)
+		ck_assert_msg(ev[i].status == 0, "batch %d: %s", i, ev[i].msg);
+	ck_assert(!memcmp(p.dst.addr, p.src.addr, big + 3 * 4096));
+	pair_close(&p);
+}
+END_TEST
+
 static TCase *ops(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -604,6 +637,7 @@ static TCase *ops(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_imm_expect_counts_in_any_order);
 	tcase_add_test(tc, test_several_clients_at_once);
 	tcase_add_test(tc, test_idle_mover_sleeps);
+	tcase_add_test(tc, test_small_batches_go_to_the_least_loaded_shard);
 	return tc;
 }
 
