@@ -862,6 +862,27 @@ static int consume(struct mv_shard *s)
 
 static int retry(struct mv_shard *s, struct mv_wr *op, int err);
 
+/* The landing window: messages a shard keeps in flight at most. The target
+ * posts MV_LAND_BUFS receive buffers a shard; a message beyond them arrives
+ * unexpected, which rxm 1.17 cancels: keep within half until acks come. */
+#define LAND_WINDOW (MV_LAND_BUFS / 2)
+
+/*
+ * Whether op's post may carry FI_MORE: only while the next op surely
+ * follows in this burst. A burst cut short (a full queue, the landing
+ * window) must not leave the doorbell unrung.
+ */
+static int more_follows(const struct mv_shard *s, const struct mv_wr *op)
+{
+	const struct mv_wr *nx = op->next;
+
+	if (!nx || s->posted + 1 >= s->fab.tx_size)
+		return 0;
+	if (nx->kind == MV_OPK_LAND && s->land_inflight + (op->kind == MV_OPK_LAND) >= LAND_WINDOW)
+		return 0;
+	return 1;
+}
+
 static int post(struct mv_shard *s)
 {
 	int n = 0;
@@ -889,16 +910,10 @@ static int post(struct mv_shard *s)
 				msg.rma_iov_count = 1;
 				msg.data = op->data;
 			}
-			/* FI_MORE only while the queue surely takes the next one too:
-			 * a burst cut short by EAGAIN must not leave the doorbell unrung. */
-			if (op->next && s->posted + 1 < s->fab.tx_size)
+			if (more_follows(s, op))
 				flags |= FI_MORE;
-			if (op->kind == MV_OPK_LAND && s->land_inflight >= MV_LAND_BUFS / 2) {
-				/* The target posts MV_LAND_BUFS receive buffers a shard; a
-				 * message beyond them arrives unexpected, which rxm 1.17
-				 * cancels: keep within half until acks come back. */
-				break;
-			}
+			if (op->kind == MV_OPK_LAND && s->land_inflight >= LAND_WINDOW)
+				break; /* more_follows() kept FI_MORE off the last post */
 			if (op->kind == MV_OPK_LAND) {
 				/* The ack names this use of the op: index and sequence. */
 				op->seq = ++s->seq;
