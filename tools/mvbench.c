@@ -1435,6 +1435,7 @@ struct opts {
 	int check_bars;
 	int verbose;
 	int threads;
+	int wait; /* the client sleeps in mvc_wait even when it has a core */
 };
 
 struct plan {
@@ -1540,7 +1541,7 @@ static void mover_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, d
 	struct mvc_event ev[64];
 	uint64_t submitted = 0, done = 0, bytes = 0;
 	uint32_t inflight = 0;
-	int spin = x->cpu.pinned, ret;
+	int spin = x->cpu.pinned && !x->o->wait, ret;
 
 	clear_and_check(g, nbatches, 0, "mover");
 	memset(m, 0, sizeof(*m));
@@ -2055,6 +2056,7 @@ static void usage(FILE *f)
 	        "  --check-bars      exit 3 when a row misses its bar (0.97x direct from 64 KiB,\n"
 	        "                    0.9x at 4 KiB and below)\n"
 	        "  --window SIZE     at most this many bytes in flight (default 128M)\n"
+	        "  --wait            the client sleeps in mvc_wait, never polls\n"
 	        "  --threads         per row, each busy thread's CPU use, waits and switches\n"
 
 	        "  -v, --verbose     every run's figures\n");
@@ -2063,21 +2065,14 @@ static void usage(FILE *f)
 static void parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-	    {"provider", required_argument, 0, 'p'},
-	    {"iface", required_argument, 0, 'i'},
-	    {"shards", required_argument, 0, 'n'},
-	    {"sizes", required_argument, 0, 's'},
-	    {"seconds", required_argument, 0, 't'},
-	    {"reps", required_argument, 0, 'r'},
-	    {"quick", no_argument, 0, 'q'},
-	    {"csv", required_argument, 0, 'c'},
-	    {"mover", required_argument, 0, 'm'},
-	    {"check-bars", no_argument, 0, 'b'},
-	    {"verbose", no_argument, 0, 'v'},
-	    {"threads", no_argument, 0, 'T'},
-	    {"window", required_argument, 0, 'w'},
-	    {"help", no_argument, 0, 'h'},
-	    {0, 0, 0, 0},
+	    {"provider", required_argument, 0, 'p'}, {"iface", required_argument, 0, 'i'},
+	    {"shards", required_argument, 0, 'n'},   {"sizes", required_argument, 0, 's'},
+	    {"seconds", required_argument, 0, 't'},  {"reps", required_argument, 0, 'r'},
+	    {"quick", no_argument, 0, 'q'},          {"csv", required_argument, 0, 'c'},
+	    {"mover", required_argument, 0, 'm'},    {"check-bars", no_argument, 0, 'b'},
+	    {"verbose", no_argument, 0, 'v'},        {"threads", no_argument, 0, 'T'},
+	    {"wait", no_argument, 0, 'W'},           {"window", required_argument, 0, 'w'},
+	    {"help", no_argument, 0, 'h'},           {0, 0, 0, 0},
 	};
 	uint64_t v[MAX_LIST];
 	char *provs = NULL;
@@ -2159,6 +2154,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'T':
 			o->threads = 1;
+			break;
+		case 'W':
+			o->wait = 1;
 			break;
 		case 'w':
 			if (parse_size(optarg, &window_bytes) || window_bytes < (1u << 20) ||
