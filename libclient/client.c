@@ -962,7 +962,9 @@ int mvc_submit(struct mvc *c, uint64_t cookie)
 		return ret;
 	for (s = 0; s < c->info.nshards; s++)
 		parts += c->sh[s].ndesc > 0;
-	if (parts == 0)
+	/* A batch with no writes (a lone immediate) is one part, on home. */
+	uint32_t lone = parts == 0;
+	if (lone)
 		parts = 1;
 	uint64_t total = 0;
 	for (s = 0; s < c->info.nshards; s++)
@@ -972,8 +974,11 @@ int mvc_submit(struct mvc *c, uint64_t cookie)
 	uint64_t stamp = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
 	for (s = 0; s < c->info.nshards; s++) {
 		struct mvc_shard *sh = &c->sh[s];
-		/* Shards with writes end their parts; a lone immediate uses home. */
-		if (!sh->ndesc && !(parts == 1 && s == c->home && !shmring_reserved(&sh->sub)))
+		/* Shards with writes end their parts; a lone immediate uses home.
+		 * (Not home whenever there is one part: writes kept near a GPU
+		 * may all sit on another shard, and two ENDs of one part each
+		 * would complete the batch twice.) */
+		if (!sh->ndesc && !(lone && s == c->home))
 			continue;
 		/* put_write kept a slot free for this END. */
 		if (shmring_reserve(&sh->sub, 1, &pos) != 1)
