@@ -367,19 +367,33 @@ void mvc_disconnect(struct mvc *c)
 	free(c);
 }
 
-/* The shard to use for the k-th part of a write from src: near its GPU if known. */
+/*
+ * The shard for the k-th part of a write from src. A source with shards near
+ * its GPU keeps to them: the least loaded of them (the first from home among
+ * equals) takes part 0, the next near ones the parts after it. Any other
+ * source starts at home. Loads change only at submit, so every write of a
+ * batch gets the same answer.
+ */
 static uint32_t pick(const struct mvc *c, uint32_t src, uint32_t k)
 {
 	uint32_t n = c->info.nshards;
 
 	for (uint32_t i = 0; i < c->nnear; i++) {
 		uint64_t m = c->near[i].mask;
+		uint32_t near[MV_MAX_SHARDS], cnt = 0, best = 0;
 		if (c->near[i].region != src || !m)
 			continue;
-		uint32_t cnt = (uint32_t)__builtin_popcountll(m), want = (c->home + k) % cnt;
-		for (uint32_t sh = 0; sh < n; sh++)
-			if ((m >> sh & 1) && want-- == 0)
-				return sh;
+		for (uint32_t j = 0; j < n; j++) {
+			uint32_t sh = (c->home + j) % n;
+			if (m >> sh & 1)
+				near[cnt++] = sh;
+		}
+		if (!cnt)
+			continue; /* a mask beyond this mover's shards */
+		for (uint32_t j = 1; j < cnt; j++)
+			if (c->sh[near[j]].load < c->sh[near[best]].load)
+				best = j;
+		return near[(best + k) % cnt];
 	}
 	return (c->home + k) % n;
 }
