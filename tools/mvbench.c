@@ -1302,17 +1302,29 @@ static int thread_read(int pid, int tid, struct tacc *a)
 		return -EIO;
 	a->run_ns = run;
 	a->wait_ns = wait;
+	/* A thread that ends between these reads is skipped, not counted
+	 * with zeros that would wrap its deltas. */
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/status", pid, tid);
-	if ((f = fopen(path, "r"))) {
-		while (fgets(buf, sizeof(buf), f)) {
-			unsigned long long v;
-			if (sscanf(buf, "Name: %15s", a->comm) == 1)
-				continue;
-			if (sscanf(buf, "voluntary_ctxt_switches: %llu", &v) == 1)
-				a->vcs = v;
-			else if (sscanf(buf, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
-				a->ivcs = v;
+	if (!(f = fopen(path, "r")))
+		return -ENOENT;
+	ok = 0;
+	while (fgets(buf, sizeof(buf), f)) {
+		unsigned long long v;
+		if (sscanf(buf, "voluntary_ctxt_switches: %llu", &v) == 1) {
+			a->vcs = v;
+			ok |= 1;
+		} else if (sscanf(buf, "nonvoluntary_ctxt_switches: %llu", &v) == 1) {
+			a->ivcs = v;
+			ok |= 2;
 		}
+	}
+	fclose(f);
+	if (ok != 3)
+		return -EIO;
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", pid, tid);
+	if ((f = fopen(path, "r"))) {
+		if (fgets(a->comm, sizeof(a->comm), f))
+			a->comm[strcspn(a->comm, "\n")] = 0;
 		fclose(f);
 	}
 	/* The CPU it last ran on: field 39 of stat, after the ')' of comm. */
