@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests of libclient's batch placement, with no mover: the client
+ * source is compiled in so its static choices can be driven directly, and
+ * its submission rings are real shmrings read back from the consumer side.
+ * Covers the least-loaded home shard, near-GPU shard masks, and the rule
+ * that a batch has exactly one END per part.
+ */
+/* First: check.h defines a fail() macro that would rename client.c's. */
+#include "client.c"
+
+#include <check.h>
+
+#define NSH 4
+
+/* A client handle as mvc_connect would leave it, minus the mover. */
+struct rig {
+	struct mvc *c;
+	struct shmring cons[NSH]; /* the mover's side of each submission ring */
+};
+
+static void rig_open(struct rig *g)
+{
+	struct shmring_opts so = {.capacity = 256, .slot_size = sizeof(struct mv_desc)};
+	const uint32_t nb = 64;
+
+	memset(g, 0, sizeof(*g));
+	g->c = calloc(1, sizeof(*g->c));
+	ck_assert_ptr_nonnull(g->c);
+	struct mvc *c = g->c;
+	c->info.nshards = NSH;
+	c->info.max_batches = nb;
+	c->max_write = 1ull << 30;
+	c->free_ids = calloc(nb, sizeof(*c->free_ids));
+	c->cookies = calloc(nb, sizeof(*c->cookies));
+	c->busy = calloc(nb, 1);
+	c->parts_of = calloc(nb, sizeof(*c->parts_of));
+	c->share = calloc(nb, sizeof(*c->share));
+	ck_assert(c->free_ids && c->cookies && c->busy && c->parts_of && c->share);
+	for (uint32_t i = 0; i < nb; i++)
+		c->free_ids[i] = nb - 1 - i;
+	c->nfree = nb;
+	for (int s = 0; s < NSH; s++) {
+		ck_assert_int_eq(shmring_create(&c->sh[s].sub, &so, SHMRING_PRODUCER), 0);
+		int fd = dup(shmring_fd(&c->sh[s].sub));
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(shmring_attach(&g->cons[s], fd, SHMRING_CONSUMER), 0);
+	}
+}
+
+static void rig_close(struct rig *g)
+{
+	struct mvc *c = g->c;
+
+	for (int s = 0; s < NSH; s++) {
+		shmring_close(&g->cons[s]);
+		shmring_close(&c->sh[s].sub);
+	}
+	free(c->free_ids);
+	free(c->cookies);
+	free(c->busy);
+	free(c->parts_of);
+	free(c->share);
+	free(c);
+}
+
+/* Takes everything committed on shard s; counts its WRITEs and ENDs. */
+static void drain(struct rig *g, int s, int *writes, int *ends)
+{
+	uint32_t pos;
+	int n = shmring_peek(&g->cons[s], 256, &pos);
+
+	ck_assert_int_ge(n, 0);
+	*writes = *ends = 0;
+	for (int i = 0; i < n; i++) {
+		const struct mv_desc *d = shmring_slot(&g->cons[s], pos + (uint32_t)i);
+		*writes += d->op == MV_OP_WRITE;
+		*ends += d->op == MV_OP_END;
+	}
+	shmring_release(&g->cons[s], (uint32_t)n);
+}
+
+/* The mover's completion of batch b, as translate() reads it. */
+static void complete(struct mvc *c, uint32_t b)
+{
+	struct mv_cqe q = {.type = MV_CQE_BATCH, .batch = b};
+	struct mvc_event ev;
+
+	ck_assert_int_eq(translate(c, &q, &ev), 1);
+}
+
+START_TEST(test_home_is_the_least_loaded_shard)
+{
+	struct rig g;
+
+	rig_open(&g);
+	struct mvc *c = g.c;
+	c->sh[0].load = 5;
+	c->sh[3].load = 3;
+	/* Shards 1 and 2 are empty: they take turns. */
+	ck_assert_uint_eq(least_loaded(c), 1);
+	ck_assert_uint_eq(least_loaded(c), 2);
+	ck_assert_uint_eq(least_loaded(c), 1);
+	c->sh[1].load = c->sh[2].load = 9;
+	ck_assert_uint_eq(least_loaded(c), 3);
+	rig_close(&g);
+}
+END_TEST
+
+START_TEST(test_near_shards_are_chosen_by_load)
+{
+	struct rig g;
+
+	rig_open(&g);
+	struct mvc *c = g.c;
+	c->near[0].region = 7;
+	c->near[0].mask = 0xe; /* shards 1, 2, 3 */
+	c->nnear = 1;
+	c->home = 0;
+	c->sh[0].load = 0; /* least loaded of all, but not near */
+	c->sh[1].load = 100;
+	c->sh[2].load = 0;
+	c->sh[3].load = 50;
+	ck_assert_uint_eq(pick(c, 7, 0), 2);
+	ck_assert_uint_eq(pick(c, 7, 1), 3);
+	ck_assert_uint_eq(pick(c, 7, 2), 1);
+	/* Among equals the first from home; other sources start at home. */
+	c->sh[1].load = c->sh[3].load = 0;
+	c->home = 2;
+	ck_assert_uint_eq(pick(c, 7, 0), 2);
+	c->home = 0;
+	ck_assert_uint_eq(pick(c, 7, 0), 1);
+	ck_assert_uint_eq(pick(c, 5, 3), 3);
+	rig_close(&g);
+}
+END_TEST
+
+/* Writes kept near a GPU can all land on a shard that is not home: the
+ * batch is then one part with one END, not a second END on home. */
+START_TEST(test_one_part_off_home_has_one_end)
+{
+	struct rig g;
+	int w, e, writes = 0, ends = 0;
+
+	rig_open(&g);
+	struct mvc *c = g.c;
+	c->near[0].region = 7;
+	c->near[0].mask = 0x4; /* shard 2 only */
+	c->nnear = 1;
+	ck_assert_int_eq(mvc_write(c, 7, 0, 1, 0, 4096), 0);
+	ck_assert_uint_ne(c->home, 2);
+	ck_assert_int_eq(mvc_submit(c, 1), 0);
+	for (int s = 0; s < NSH; s++) {
+		drain(&g, s, &w, &e);
+		ck_assert_msg(s == 2 || (w == 0 && e == 0), "shard %d got %d writes, %d ENDs", s, w,
+		              e);
+		writes += w;
+		ends += e;
+	}
+	ck_assert_int_eq(writes, 1);
+	ck_assert_int_eq(ends, 1);
+	rig_close(&g);
+}
+END_TEST
+
+START_TEST(test_lone_immediate_ends_on_home)
+{
+	struct rig g;
+	int w, e, ends = 0;
+
+	rig_open(&g);
+	struct mvc *c = g.c;
+	ck_assert_int_eq(mvc_write_imm(c, 1, 42), 0);
+	uint32_t home = c->home;
+	ck_assert_int_eq(mvc_submit(c, 1), 0);
+	for (int s = 0; s < NSH; s++) {
+		drain(&g, s, &w, &e);
+		ck_assert_msg(e == (s == (int)home), "shard %d got %d ENDs; home is %u", s, e,
+		              home);
+		ends += e;
+	}
+	ck_assert_int_eq(ends, 1);
+	rig_close(&g);
+}
+END_TEST
+
+/* Load goes on at submit, on every shard of the batch, and comes off when
+ * its completion is read: back to zero, whatever the split. */
+START_TEST(test_load_returns_to_zero)
+{
+	struct rig g;
+	uint32_t ids[3];
+
+	rig_open(&g);
+	struct mvc *c = g.c;
+	ck_assert_int_eq(mvc_write(c, 1, 0, 2, 0, 200u << 10), 0);
+	ids[0] = c->batch;
+	ck_assert_int_eq(mvc_submit(c, 1), 0);
+	ck_assert_int_eq(mvc_write(c, 1, 0, 2, 0, 8u << 20), 0); /* striped */
+	ids[1] = c->batch;
+	ck_assert_int_eq(mvc_submit(c, 2), 0);
+	ck_assert_int_eq(mvc_write_imm(c, 2, 9), 0);
+	ids[2] = c->batch;
+	ck_assert_int_eq(mvc_submit(c, 3), 0);
+	uint64_t sum = 0;
+	for (int s = 0; s < NSH; s++)
+		sum += c->sh[s].load;
+	ck_assert_uint_ge(sum, (200u << 10) + (8u << 20));
+	for (int i = 2; i >= 0; i--)
+		complete(c, ids[i]);
+	for (int s = 0; s < NSH; s++)
+		ck_assert_msg(c->sh[s].load == 0, "shard %d keeps %llu bytes of load", s,
+		              (unsigned long long)c->sh[s].load);
+	rig_close(&g);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("client");
+	TCase *tc = tcase_create("placement");
+
+	tcase_add_test(tc, test_home_is_the_least_loaded_shard);
+	tcase_add_test(tc, test_near_shards_are_chosen_by_load);
+	tcase_add_test(tc, test_one_part_off_home_has_one_end);
+	tcase_add_test(tc, test_lone_immediate_ends_on_home);
+	tcase_add_test(tc, test_load_returns_to_zero);
+	suite_add_tcase(s, tc);
+
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
