@@ -14,7 +14,9 @@
 #ifndef MV_MOVER_H
 #define MV_MOVER_H
 
+#include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdalign.h>
 #include <semaphore.h>
 #include <stdatomic.h>
@@ -406,7 +408,19 @@ uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid);
 
 /* topo.c */
 int mv_topo_place(struct mover *mv, char *why, size_t whylen);
-int mv_topo_pin(int cpu);
+
+/* Pins the calling thread to cpu (none if cpu < 0); 0 or -errno. Inline so
+ * mvbench pins its direct threads the same way without linking hwloc. */
+static inline int mv_topo_pin(int cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return 0;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set) ? -errno : 0;
+}
 
 /* shard.c */
 int mv_shard_start(struct mv_shard *s);

@@ -110,17 +110,6 @@ int mv_topo_place(struct mover *mv, char *why, size_t whylen)
 	return 0;
 }
 
-int mv_topo_pin(int cpu)
-{
-	cpu_set_t set;
-
-	if (cpu < 0)
-		return 0;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	return sched_setaffinity(0, sizeof(set), &set) ? -errno : 0;
-}
-
 /*
  * The shards near a GPU: those whose NIC shares the GPU's closest non-I/O
  * ancestor (the same PCIe root, socket or NUMA node), else those pinned to a

@@ -52,6 +52,7 @@
 
 #include "mover.h"
 #include "mvc.h"
+#include "mvtool.h"
 
 /* libclient's striping rule (libclient/client.c), mirrored by the baseline. */
 #define STRIPE_MIN   (256u << 10)
@@ -69,40 +70,12 @@
 
 /* ---- small helpers ---- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t mix(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	return x ^ (x >> 33);
-}
-
 /* The payload: the word at byte offset o of the source is pat(o). Writes
  * keep their offset (slot k is at the same place in both regions), so the
  * receiver can check any landed word without knowing the source. */
 static uint64_t pat(uint64_t o)
 {
 	return mix(o ^ 0x6d7662656e6368ull);
-}
-
-static int pin_cpu(int cpu)
-{
-	cpu_set_t set;
-
-	if (cpu < 0)
-		return 0;
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	return sched_setaffinity(0, sizeof(set), &set) ? -errno : 0;
 }
 
 static const char *size_str(uint64_t s, char *buf, size_t len)
@@ -285,7 +258,7 @@ static void *drecv_main(void *arg)
 	uint64_t key;
 	int ret;
 
-	ret = pin_cpu(r->cpu);
+	ret = mv_topo_pin(r->cpu);
 	if (ret) {
 		snprintf(r->msg, sizeof(r->msg), "pinning receiver endpoint %u to CPU %d: %s",
 		         r->id, r->cpu, strerror(-ret));
@@ -1186,7 +1159,7 @@ static void *dsend_main(void *arg)
 	uint64_t key, seen = 0;
 	int ret;
 
-	ret = pin_cpu(t->cpu);
+	ret = mv_topo_pin(t->cpu);
 	if (ret) {
 		snprintf(t->err, sizeof(t->err), "pinning direct sender %u to CPU %d: %s", t->id,
 		         t->cpu, strerror(-ret));

@@ -26,19 +26,12 @@
 
 #include "mv_cuda.h"
 #include "mvc.h"
+#include "mvtool.h"
 
 #ifdef MV_HAVE_CUDA
 
 #define REPS   5
 #define WINDOW 16 /* transfers in flight, through the mover and in the baselines */
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_d(const void *a, const void *b)
 {

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "mvc.h"
+#include "mvtool.h"
 
 struct page_hdr {
 	uint64_t round;
@@ -40,23 +41,6 @@ struct cfg {
 	double seconds;
 	int quiet;
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t mix(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	return x ^ (x >> 33);
-}
 
 static uint64_t body_sum(const uint64_t *w, size_t n)
 {
@@ -91,20 +75,6 @@ static int xread(int fd, void *buf, size_t len)
 
 	while (len) {
 		ssize_t n = read(fd, p, len);
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-static int xwrite(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
 		if (n <= 0)
 			return -1;
 		p += n;

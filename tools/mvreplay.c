@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "mvc.h"
+#include "mvtool.h"
 #include "trace_format.h"
 #include "trace_read.h"
 
@@ -81,22 +82,6 @@ static int xread(int fd, void *buf, size_t len, int timeout_ms)
 		if (!(pf.revents & (POLLIN | POLLHUP)))
 			continue;
 		ssize_t n = read(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-static int xwrite(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mvtool.h: the few small helpers more than one command in tools/ needs
+ * (mvkv, mvbench, mvgpubench, mvreplay); header-only, since tools/ holds
+ * one file per command. Everything here is safe from any thread.
+ */
+#ifndef MV_TOOL_H
+#define MV_TOOL_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Seconds on the monotonic clock. */
+static inline double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A 64-bit finalizer (murmur3's): well-spread patterns from small seeds. */
+static inline uint64_t mix(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
+/* Writes all of buf, across short writes and EINTR; 0, or -1 on error. */
+static inline int xwrite(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+#endif
