@@ -484,14 +484,9 @@ static void client_leave(struct mover *mv, struct mv_client *cl, int ep, const c
 	atomic_store(&cl->shards_detached, mv->nshards);
 }
 
-static void client_free(struct mover *mv, struct mv_client *cl)
+/* What a client holds of its own: its socket, pidfd, eventfd and memory. */
+static void client_close(struct mv_client *cl)
 {
-	char why[MV_ERRLEN];
-
-	mv_client_release_all(mv, cl);
-	mv->clients[cl->id % MV_MAX_CLIENTS] = NULL;
-	/* After this grace period no shard can be delivering to cl. */
-	mv_call_all(mv, MV_CMD_SYNC, NULL, why, sizeof(why));
 	close(cl->sock);
 	if (cl->pidfd >= 0)
 		close(cl->pidfd);
@@ -500,6 +495,17 @@ static void client_free(struct mover *mv, struct mv_client *cl)
 	free(cl->detach_cmds);
 	free(cl->batches);
 	free(cl);
+}
+
+static void client_free(struct mover *mv, struct mv_client *cl)
+{
+	char why[MV_ERRLEN];
+
+	mv_client_release_all(mv, cl);
+	mv->clients[cl->id % MV_MAX_CLIENTS] = NULL;
+	/* After this grace period no shard can be delivering to cl. */
+	mv_call_all(mv, MV_CMD_SYNC, NULL, why, sizeof(why));
+	client_close(cl);
 }
 
 static void reap_clients(struct mover *mv)
@@ -683,14 +689,7 @@ int mv_control_run(struct mover *mv)
 			cl->att[s] = NULL;
 		for (uint32_t h = 0; h < MV_CLIENT_MAX_IMPORTS; h++)
 			free(atomic_exchange(&cl->imports[h], NULL));
-		close(cl->sock);
-		if (cl->pidfd >= 0)
-			close(cl->pidfd);
-		if (cl->efd >= 0)
-			close(cl->efd);
-		free(cl->detach_cmds);
-		free(cl->batches);
-		free(cl);
+		client_close(cl);
 		mv->clients[i] = NULL;
 	}
 	close(sfd);
