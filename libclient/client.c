@@ -86,6 +86,10 @@ struct mvc {
 
 	struct imm_ent *imm_tab;
 	uint32_t imm_cap, imm_used;
+	/* Values whose expectation was met when it was made: mvc_poll reports
+	 * them before reading the rings. */
+	uint32_t *imm_due;
+	uint32_t ndue, due_cap;
 
 	/* GPU regions and the shards near them (hwloc, via the mover). */
 	struct {
@@ -364,6 +368,7 @@ void mvc_disconnect(struct mvc *c)
 	free(c->parts_of);
 	free(c->share);
 	free(c->imm_tab);
+	free(c->imm_due);
 	free(c);
 }
 
@@ -1092,8 +1097,19 @@ int mvc_imm_expect(struct mvc *c, uint32_t imm, uint32_t count, uint64_t cookie)
 		return fail(c, -EINVAL, "expecting 0 immediates of %u", imm);
 	if (e->want)
 		return fail(c, -EBUSY, "immediates of value %u are already being counted", imm);
+	if (e->count >= count && c->ndue == c->due_cap) {
+		uint32_t cap = c->due_cap ? c->due_cap * 2 : 16;
+		uint32_t *due = realloc(c->imm_due, cap * sizeof(*due));
+		if (!due)
+			return fail(c, -ENOMEM, "no memory to count immediates");
+		c->imm_due = due;
+		c->due_cap = cap;
+	}
 	e->want = count;
 	e->cookie = cookie;
+	/* Enough already arrived: no later immediate may come to report it. */
+	if (e->count >= count)
+		c->imm_due[c->ndue++] = imm;
 	return 0;
 }
 
@@ -1155,6 +1171,11 @@ int mvc_poll(struct mvc *c, struct mvc_event *ev, int max)
 {
 	int n = 0;
 
+	while (c->ndue && n < max) {
+		struct imm_ent *t = imm_find(c, c->imm_due[--c->ndue], 0);
+		if (t)
+			n += imm_ready(t, &ev[n]);
+	}
 	for (uint32_t s = 0; s < c->info.nshards && n < max; s++) {
 		struct shmring *r = &c->sh[s].comp;
 		uint32_t pos, used = 0;

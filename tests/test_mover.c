@@ -187,6 +187,39 @@ START_TEST(test_imm_expect_counts_in_any_order)
 }
 END_TEST
 
+/* An expectation already met when it is made is reported at the next
+ * poll: no later immediate of that value need come to trigger it. */
+START_TEST(test_imm_expect_already_met_reports_at_once)
+{
+	struct pair p;
+	struct mvc_event ev[8];
+
+	pair_open(&p, 1u << 20, 1u << 20);
+	for (uint32_t i = 0; i < 3; i++) {
+		ck_assert_int_eq(mvc_write_imm(p.a, p.imp, 88), 0);
+		submit_ok(p.a, 300 + i);
+	}
+	for (int k = 0; k < 3;) {
+		int n = mvc_wait(p.b, ev, 8, 5000);
+		ck_assert_int_gt(n, 0);
+		for (int i = 0; i < n; i++)
+			ck_assert_uint_eq(ev[i].type, MVC_EV_IMM);
+		k += n;
+	}
+	ck_assert_int_eq(mvc_imm_expect(p.b, 88, 3, 4343), 0);
+	int n = mvc_wait(p.b, ev, 8, 2000);
+	ck_assert_int_eq(n, 1);
+	ck_assert_uint_eq(ev[0].type, MVC_EV_IMM_COUNT);
+	ck_assert_uint_eq(ev[0].cookie, 4343);
+	ck_assert_uint_eq(ev[0].count, 3);
+	/* Reported once; the next expectation of the value starts from zero. */
+	ck_assert_int_eq(mvc_poll(p.b, ev, 8), 0);
+	ck_assert_int_eq(mvc_imm_expect(p.b, 88, 1, 4344), 0);
+	ck_assert_int_eq(mvc_poll(p.b, ev, 8), 0);
+	pair_close(&p);
+}
+END_TEST
+
 START_TEST(test_several_clients_at_once)
 {
 	enum { NCL = 4 };
@@ -635,6 +668,7 @@ static TCase *ops(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_paged_write_scattered_pages);
 	tcase_add_test(tc, test_imm_arrives_after_its_data);
 	tcase_add_test(tc, test_imm_expect_counts_in_any_order);
+	tcase_add_test(tc, test_imm_expect_already_met_reports_at_once);
 	tcase_add_test(tc, test_several_clients_at_once);
 	tcase_add_test(tc, test_idle_mover_sleeps);
 	tcase_add_test(tc, test_small_batches_go_to_the_least_loaded_shard);
