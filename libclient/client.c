@@ -60,7 +60,6 @@ struct mvc {
 	int efd; /* the mover wakes us here */
 	int dead;
 	struct mvc_info info;
-	uint32_t max_iov;
 	uint32_t flags; /* MV_HELLO_* */
 	uint64_t max_write;
 	struct mvc_shard sh[MV_MAX_SHARDS];
@@ -281,7 +280,6 @@ int mvc_connect(struct mvc **out, const char *path)
 	c->info.mover_id = hello.mover_id;
 	memcpy(c->info.provider, hello.provider, sizeof(c->info.provider));
 	c->info.provider[sizeof(c->info.provider) - 1] = 0;
-	c->max_iov = hello.max_iov ? hello.max_iov : 1;
 	c->flags = hello.flags;
 	c->max_write = hello.max_write;
 

@@ -208,10 +208,9 @@ int main(int argc, char **argv)
 	}
 	mv_host_id(mv->host_id);
 	/* Path 1 only if the provider really registers GPU memory: try it. */
-	if (mv_gpu_hmem_probe(mv, mv->hmem_why, sizeof(mv->hmem_why)) == 0)
+	if (mv_gpu_hmem_probe(mv, why, sizeof(why)) == 0)
 		mv->hmem = 1;
-	mv_log("GPU memory: %s",
-	       mv->hmem ? "the provider registers it (FI_HMEM, path 1)" : mv->hmem_why);
+	mv_log("GPU memory: %s", mv->hmem ? "the provider registers it (FI_HMEM, path 1)" : why);
 	ret = mv_topo_place(mv, why, sizeof(why));
 	if (ret) {
 		fprintf(stderr, "mover: topology: %s\n", why);

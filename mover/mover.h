@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
@@ -147,7 +148,6 @@ struct mv_peer {
 
 /* A peer's region as imported by one client. */
 struct mv_import {
-	uint32_t handle;
 	struct mv_peer *peer;
 	uint32_t region;
 	uint32_t nshards;
@@ -301,7 +301,6 @@ struct mv_shard {
 	struct mv_shard_counters st;
 	uint8_t *bell; /* the doorbell immediates land on (see mv_addr_blob) */
 	struct fid_mr *bell_mr;
-	void *bell_desc;
 	uint64_t bell_key;
 	struct mv_gpu_shard gpu;
 	struct mv_wr *gq_head, *gq_tail; /* GPU copies in flight, in stream order */
@@ -367,7 +366,6 @@ struct mover {
 	void *gpu_ctx[MV_MAX_GPUS];         /* primary contexts, retained on first use */
 	struct mv_gpu_remote *gpu_remote;   /* same-host peers' GPU regions (main thread) */
 	int hmem;                           /* path 1: the provider registers GPU memory */
-	char hmem_why[160];                 /* ... or why not */
 	uint8_t host_id[16];                /* boot id: who shares this host */
 	char prov[32];
 };
@@ -408,6 +406,16 @@ uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid);
 
 /* topo.c */
 int mv_topo_place(struct mover *mv, char *why, size_t whylen);
+
+/* Nanoseconds on the monotonic clock: the daemon's one clock, the same one
+ * libclient stamps submissions with. */
+static inline int64_t mv_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
 
 /* Pins the calling thread to cpu (none if cpu < 0); 0 or -errno. Inline so
  * mvbench pins its direct threads the same way without linking hwloc. */

@@ -435,7 +435,6 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 			return -EOPNOTSUPP;
 		}
 	}
-	imp->handle = h;
 	imp->peer = p;
 	imp->region = b->region;
 	imp->nshards = b->nshards;

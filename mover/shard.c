@@ -75,14 +75,6 @@ struct mv_wr {
 
 enum { MV_LAND_POSTED, MV_LAND_COPYING, MV_LAND_ACKING, MV_LAND_ACKED };
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
 void mv_shard_post(struct mv_shard *s, struct mv_cmd *c)
 {
 	uint64_t one = 1;
@@ -263,7 +255,7 @@ static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, 
 		    .nparts = e->nparts,
 		    .client = at->cl->id,
 		    .submit_ns = e->stamp,
-		    .complete_ns = (uint64_t)now_ns(),
+		    .complete_ns = (uint64_t)mv_now_ns(),
 		    .bytes = status ? e->len : c.bytes,
 		    .peer = atomic_load_explicit(&B->peer, memory_order_relaxed),
 		    .nops = e->src_off > UINT32_MAX ? UINT32_MAX : (uint32_t)e->src_off,
@@ -1619,12 +1611,12 @@ disarm:
 
 static void shard_loop(struct mv_shard *s)
 {
-	int64_t last_work = now_ns(), stop_at = 0;
+	int64_t last_work = mv_now_ns(), stop_at = 0;
 
 	for (;;) {
 		int work = 0;
 
-		s->now = now_ns();
+		s->now = mv_now_ns();
 		mailbox(s);
 		if (s->nretry)
 			work += retry_due(s);
@@ -1645,10 +1637,10 @@ static void shard_loop(struct mv_shard *s)
 		mv_stats_publish(s, 0);
 		if (s->stop_cmd) {
 			if (!stop_at)
-				stop_at = now_ns() + STOP_DRAIN_NS;
+				stop_at = mv_now_ns() + STOP_DRAIN_NS;
 			if ((rings_empty(s) && !s->npend && !s->ngpu &&
 			     s->posted == s->abandoned) ||
-			    now_ns() > stop_at) {
+			    mv_now_ns() > stop_at) {
 				if (s->npend || s->posted)
 					mv_log(
 					    "shard %d: stopping with %u queued and %u posted ops",
@@ -1669,18 +1661,18 @@ static void shard_loop(struct mv_shard *s)
 		/* Stamped when the work ended, not when the turn began: a long
 		 * turn (a big post, or preemption) must not count as idle time. */
 		if (work) {
-			last_work = now_ns();
+			last_work = mv_now_ns();
 			continue;
 		}
-		if (now_ns() - last_work < SPIN_NS || s->stop_cmd)
+		if (mv_now_ns() - last_work < SPIN_NS || s->stop_cmd)
 			continue;
 		s->st.sleeps++;
 		mv_stats_publish(s, 1);
 		/* Woken by data (the CQ fd of a receiving shard: its writes make
 		 * no CQ entry) or a doorbell: spin again rather than sleep per
 		 * message while a stream lasts. */
-		if (sleep_once(s, now_ns() - last_work))
-			last_work = now_ns();
+		if (sleep_once(s, mv_now_ns() - last_work))
+			last_work = mv_now_ns();
 	}
 }
 
@@ -1726,10 +1718,11 @@ void *mv_shard_main(void *arg)
 		sem_post(&s->started);
 		return NULL;
 	}
+	void *bell_desc; /* unused: the doorbell is only written to, by peers */
 	s->bell = aligned_alloc(4096, 4096);
 	ret = s->bell ? mv_fabric_reg(&s->fab, s->bell, 4096, 0xbe11000000ull + (uint64_t)s->id,
-	                              &s->bell_mr, (void **)&s->bell_desc, &s->bell_key,
-	                              s->start_msg, sizeof(s->start_msg))
+	                              &s->bell_mr, &bell_desc, &s->bell_key, s->start_msg,
+	                              sizeof(s->start_msg))
 	              : -ENOMEM;
 	if (ret) {
 		s->start_status = ret;

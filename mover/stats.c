@@ -20,14 +20,6 @@
 #define PUB_COUNTERS_NS 10000000ll
 #define PUB_ROWS_NS     100000000ll
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int mv_stats_init(struct mover *mv)
 {
 	size_t shard_off = (sizeof(struct mv_stats_hdr) + 63) & ~(size_t)63;
@@ -63,10 +55,10 @@ int mv_stats_init(struct mover *mv)
 	h->ring_off = ring_off;
 	h->peer_off = peer_off;
 	h->seg_size = size;
-	h->started_ns = mono_ns();
+	h->started_ns = (uint64_t)mv_now_ns();
 	snprintf(h->provider, sizeof(h->provider), "%s", mv->prov);
 	snprintf(h->socket, sizeof(h->socket), "%s", mv->cfg.socket_path);
-	atomic_store_explicit(&h->heartbeat_ns, mono_ns(), memory_order_relaxed);
+	atomic_store_explicit(&h->heartbeat_ns, (uint64_t)mv_now_ns(), memory_order_relaxed);
 	for (uint32_t s = 0; s < mv->nshards; s++) {
 		struct mv_shard *sh = &mv->shards[s];
 		struct mv_stats_shard *ss = (struct mv_stats_shard *)((char *)base + shard_off) + s;
@@ -97,7 +89,7 @@ void mv_stats_beat(struct mover *mv, uint32_t clients)
 {
 	struct mv_stats_hdr *h = mv->stats;
 
-	atomic_store_explicit(&h->heartbeat_ns, mono_ns(), memory_order_relaxed);
+	atomic_store_explicit(&h->heartbeat_ns, (uint64_t)mv_now_ns(), memory_order_relaxed);
 	atomic_store_explicit(&h->clients, clients, memory_order_relaxed);
 }
 

@@ -43,14 +43,6 @@ struct mv_tracer {
 	int failed;
 };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Shard side: never blocks. */
 void mv_trace_batch(struct mv_shard *s, const struct mv_trace_rec *rec)
 {
@@ -116,7 +108,7 @@ static void *writer(void *arg)
 {
 	struct mv_tracer *t = arg;
 	struct mover *mv = t->mv;
-	uint64_t last_flush = mono_ns();
+	uint64_t last_flush = (uint64_t)mv_now_ns();
 
 	for (;;) {
 		int running = atomic_load_explicit(&t->run, memory_order_acquire);
@@ -139,7 +131,7 @@ static void *writer(void *arg)
 				submit_buf(t);
 		}
 		reap_writes(t, 0);
-		uint64_t now = mono_ns();
+		uint64_t now = (uint64_t)mv_now_ns();
 		if (t->fill[t->cur] && (now - last_flush > TRACE_FLUSH_NS || !running)) {
 			submit_buf(t);
 			last_flush = now;
@@ -194,7 +186,7 @@ int mv_trace_start(struct mover *mv, const char *path, char *why, size_t whylen)
 	                         .rec_size = sizeof(struct mv_trace_rec),
 	                         .nshards = mv->nshards,
 	                         .mover_id = mv->mover_id,
-	                         .start_ns = mono_ns()};
+	                         .start_ns = (uint64_t)mv_now_ns()};
 	clock_gettime(CLOCK_REALTIME, &wall);
 	h.start_unix_ns = (uint64_t)wall.tv_sec * 1000000000ull + (uint64_t)wall.tv_nsec;
 	snprintf(h.provider, sizeof(h.provider), "%s", mv->prov);
@@ -283,7 +275,7 @@ int mv_trace_stop(struct mover *mv, char *why, size_t whylen)
 	struct mv_trace_rec end = {.type = MV_TR_END,
 	                           .bytes = t->written,
 	                           .nops = (uint32_t)dropped,
-	                           .complete_ns = mono_ns()};
+	                           .complete_ns = (uint64_t)mv_now_ns()};
 	if (!t->failed && pwrite(t->fd, &end, sizeof(end), (off_t)t->off) != (ssize_t)sizeof(end))
 		t->failed = 1;
 	mv_log("trace %s: %llu records, %llu dropped%s", t->path, (unsigned long long)t->written,

@@ -22,13 +22,14 @@ void mv_dbg(const char *fmt, ...)
 }
 
 static struct mv_region src = {.id = 0x10001, .owner = 7, .len = 65536};
-static struct mv_import dst = {.handle = 3, .len = 4096};
+static struct mv_import dst = {.len = 4096};
+#define DST_HANDLE 3u /* the client's handle for dst */
 
 static int check(uint64_t so, uint64_t doff, uint64_t len, char *why, uint8_t *cause)
 {
 	struct mv_desc d = {.op = MV_OP_WRITE,
 	                    .src = src.id,
-	                    .dst = dst.handle,
+	                    .dst = DST_HANDLE,
 	                    .src_off = so,
 	                    .dst_off = doff,
 	                    .len = len};
