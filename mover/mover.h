@@ -42,9 +42,18 @@
 #define MV_MAX_BATCHES        1024u
 #define MV_OPS_PER_SHARD      4096u
 #define MV_CHUNK              (4u << 20) /* bytes one fabric write carries at most */
-#define MV_MAX_GPUS           16
-#define MV_BOUNCE_CHUNKS      8 /* pinned MV_CHUNK bounce buffers per shard (path 3) */
-#define MV_LAND_BUFS          8 /* receive buffers per shard for landing messages */
+/*
+ * Bytes one burst of posts carries at most before a shard turns to reap and
+ * consume. Where a post copies its data before it returns (shm's single-iov
+ * writes), a burst of a whole window would hold back the completion of a
+ * batch done at its start until the window's last byte is copied: the
+ * client learns of it, and sends the next batch, only as the shard runs dry.
+ * On a NIC a post takes a microsecond and this is microseconds of wire.
+ */
+#define MV_BURST_BYTES   MV_CHUNK
+#define MV_MAX_GPUS      16
+#define MV_BOUNCE_CHUNKS 8 /* pinned MV_CHUNK bounce buffers per shard (path 3) */
+#define MV_LAND_BUFS     8 /* receive buffers per shard for landing messages */
 
 extern int mv_verbose;
 void mv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

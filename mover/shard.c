@@ -862,14 +862,15 @@ static int retry(struct mv_shard *s, struct mv_wr *op, int err);
 /*
  * Whether op's post may carry FI_MORE: only while the next op surely
  * follows in this burst. A burst cut short (a full queue, the landing
- * window, a next op whose peer is gone) must not leave the doorbell unrung.
- * A post that fails for another reason can still end a burst early.
+ * window, a next op whose peer is gone, the burst's byte budget) must not
+ * leave the doorbell unrung. A post that fails for another reason can
+ * still end a burst early.
  */
-static int more_follows(const struct mv_shard *s, const struct mv_wr *op)
+static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64_t burst)
 {
 	const struct mv_wr *nx = op->next;
 
-	if (!nx || s->posted + 1 >= s->fab.tx_size ||
+	if (!nx || burst + op->bytes >= MV_BURST_BYTES || s->posted + 1 >= s->fab.tx_size ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
 		return 0;
 	if (nx->kind == MV_OPK_LAND && s->land_inflight + (op->kind == MV_OPK_LAND) >= LAND_WINDOW)
@@ -879,9 +880,10 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op)
 
 static int post(struct mv_shard *s)
 {
+	uint64_t burst = 0;
 	int n = 0;
 
-	while (s->pend_head) {
+	while (s->pend_head && burst < MV_BURST_BYTES) {
 		struct mv_wr *op = s->pend_head;
 		uint64_t flags = FI_COMPLETION | s->fab.dc_flag;
 		struct fi_msg_rma msg = {
@@ -904,7 +906,7 @@ static int post(struct mv_shard *s)
 				msg.rma_iov_count = 1;
 				msg.data = op->data;
 			}
-			if (more_follows(s, op))
+			if (more_follows(s, op, burst))
 				flags |= FI_MORE;
 			if (op->kind == MV_OPK_LAND && s->land_inflight >= LAND_WINDOW)
 				break; /* more_follows() kept FI_MORE off the last post */
@@ -941,6 +943,7 @@ static int post(struct mv_shard *s)
 			continue;
 		}
 		posted_add(s, op);
+		burst += op->bytes;
 		if (op->kind == MV_OPK_LAND) {
 			s->land_inflight++;
 			op->land_counted = 1;

@@ -978,12 +978,14 @@ static void build_batch(struct dsend *t, const struct geom *g, uint64_t batch, u
 }
 
 /* Posts the pending FIFO as post() in mover/shard.c does: same flags,
- * FI_MORE while the queue surely takes the next one, EAGAIN ends it. */
+ * FI_MORE while the queue surely takes the next one and the burst's byte
+ * budget lasts, EAGAIN ends it. */
 static int dpost(struct dsend *t)
 {
+	uint64_t burst = 0;
 	int n = 0;
 
-	while (t->pend_head) {
+	while (t->pend_head && burst < MV_BURST_BYTES) {
 		struct dop *op = t->pend_head;
 		uint64_t flags = FI_COMPLETION | t->fab.dc_flag;
 		struct fi_msg_rma msg = {
@@ -996,7 +998,8 @@ static int dpost(struct dsend *t)
 		    .context = &op->ctx,
 		};
 
-		if (op->next && t->posted + 1 < t->fab.tx_size)
+		if (op->next && burst + op->bytes < MV_BURST_BYTES &&
+		    t->posted + 1 < t->fab.tx_size)
 			flags |= FI_MORE;
 		ssize_t ret = fi_writemsg(t->fab.ep, &msg, flags);
 		if (ret == -FI_EAGAIN)
@@ -1010,6 +1013,7 @@ static int dpost(struct dsend *t)
 		if (!t->pend_head)
 			t->pend_tail = NULL;
 		t->posted++;
+		burst += op->bytes;
 		n++;
 	}
 	return n;
