@@ -371,15 +371,18 @@ void mvc_disconnect(struct mvc *c)
 }
 
 /*
- * The shard for the k-th part of a write from src. A source with shards near
- * its GPU keeps to them: the least loaded of them (the first from home among
- * equals) takes part 0, the next near ones the parts after it. Any other
- * source starts at home. Loads change only at submit, so every write of a
+ * The shard for the k-th part of a write from src. A stripe (fixed) goes to
+ * the same shard every time: stripe k of a buffer is copied by one shard,
+ * whose caches and TLB keep its pages and page tables from the last time,
+ * rather than by another shard each batch. A source with shards near its
+ * GPU keeps to them: stripes in order over them; other parts from the least
+ * loaded of them (the first from home among equals) on. Any other source's
+ * parts start at home. Loads change only at submit, so every write of a
  * batch gets the same answer.
  */
-static uint32_t pick(const struct mvc *c, uint32_t src, uint32_t k)
+static uint32_t pick(const struct mvc *c, uint32_t src, uint32_t k, int fixed)
 {
-	uint32_t n = c->info.nshards;
+	uint32_t n = c->info.nshards, base = fixed ? 0 : c->home;
 
 	for (uint32_t i = 0; i < c->nnear; i++) {
 		uint64_t m = c->near[i].mask;
@@ -387,18 +390,18 @@ static uint32_t pick(const struct mvc *c, uint32_t src, uint32_t k)
 		if (c->near[i].region != src || !m)
 			continue;
 		for (uint32_t j = 0; j < n; j++) {
-			uint32_t sh = (c->home + j) % n;
+			uint32_t sh = (base + j) % n;
 			if (m >> sh & 1)
 				near[cnt++] = sh;
 		}
 		if (!cnt)
 			continue; /* a mask beyond this mover's shards */
-		for (uint32_t j = 1; j < cnt; j++)
+		for (uint32_t j = 1; j < cnt && !fixed; j++)
 			if (c->sh[near[j]].load < c->sh[near[best]].load)
 				best = j;
 		return near[(best + k) % cnt];
 	}
-	return (c->home + k) % n;
+	return (base + k) % n;
 }
 
 static int reg(struct mvc *c, int fd, uint64_t off, uint64_t len, struct mvc_mem *m)
@@ -811,7 +814,7 @@ int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint6
 	for (uint32_t i = 0; i < c->nlocal_gpu; i++)
 		local_gpu |= c->local_gpu[i] == dst;
 	if (len < (local_gpu ? LOCAL_GPU_STRIPE_MIN : STRIPE_MIN) || n == 1) {
-		ret = put_span(c, pick(c, src, 0), src, src_off, dst, dst_off, len);
+		ret = put_span(c, pick(c, src, 0, 0), src, src_off, dst, dst_off, len);
 		if (ret)
 			return mark_undo(c, &m, ret);
 		c->kind |= MV_TK_WRITE;
@@ -822,7 +825,7 @@ int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint6
 	uint64_t part = (len / n + STRIPE_ALIGN - 1) & ~(uint64_t)(STRIPE_ALIGN - 1);
 	for (uint32_t k = 0; k < n && (uint64_t)k * part < len; k++) {
 		uint64_t o = (uint64_t)k * part, l = len - o < part ? len - o : part;
-		ret = put_span(c, pick(c, src, k), src, src_off + o, dst, dst_off + o, l);
+		ret = put_span(c, pick(c, src, k, 1), src, src_off + o, dst, dst_off + o, l);
 		if (ret)
 			return mark_undo(c, &m, ret);
 	}
@@ -844,8 +847,8 @@ int mvc_writev(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc_seg *
 	for (uint32_t i = 0; i < n; i++) {
 		if (segs[i].len == 0)
 			return mark_undo(c, &m, fail(c, -EINVAL, "segment %u has length 0", i));
-		ret = put_span(c, pick(c, src, i / per), src, segs[i].src_off, dst, segs[i].dst_off,
-		               segs[i].len);
+		ret = put_span(c, pick(c, src, i / per, 0), src, segs[i].src_off, dst,
+		               segs[i].dst_off, segs[i].len);
 		if (ret)
 			return mark_undo(c, &m, ret);
 	}
@@ -885,7 +888,7 @@ int mvc_write_paged(struct mvc *c, const struct mvc_pages *p)
 			;
 		uint64_t so = p->src_base + (uint64_t)p->src_pages[i] * p->src_stride;
 		uint64_t doff = p->dst_base + (uint64_t)p->dst_pages[i] * p->dst_stride;
-		ret = put_span(c, pick(c, p->src, run / per), p->src, so, p->dst, doff,
+		ret = put_span(c, pick(c, p->src, run / per, 0), p->src, so, p->dst, doff,
 		               (uint64_t)(k - i) * p->page_size);
 		if (ret)
 			return mark_undo(c, &m, ret);

@@ -121,16 +121,16 @@ START_TEST(test_near_shards_are_chosen_by_load)
 	c->sh[1].load = 100;
 	c->sh[2].load = 0;
 	c->sh[3].load = 50;
-	ck_assert_uint_eq(pick(c, 7, 0), 2);
-	ck_assert_uint_eq(pick(c, 7, 1), 3);
-	ck_assert_uint_eq(pick(c, 7, 2), 1);
+	ck_assert_uint_eq(pick(c, 7, 0, 0), 2);
+	ck_assert_uint_eq(pick(c, 7, 1, 0), 3);
+	ck_assert_uint_eq(pick(c, 7, 2, 0), 1);
 	/* Among equals the first from home; other sources start at home. */
 	c->sh[1].load = c->sh[3].load = 0;
 	c->home = 2;
-	ck_assert_uint_eq(pick(c, 7, 0), 2);
+	ck_assert_uint_eq(pick(c, 7, 0, 0), 2);
 	c->home = 0;
-	ck_assert_uint_eq(pick(c, 7, 0), 1);
-	ck_assert_uint_eq(pick(c, 5, 3), 3);
+	ck_assert_uint_eq(pick(c, 7, 0, 0), 1);
+	ck_assert_uint_eq(pick(c, 5, 3, 0), 3);
 	rig_close(&g);
 }
 END_TEST
@@ -184,6 +184,45 @@ START_TEST(test_lone_immediate_ends_on_home)
 }
 END_TEST
 
+/* Stripe k of a striped write lands on shard k whatever the batch's home
+ * (shard k's caches hold its pages from the last time), and on the k-th
+ * near shard for a source kept near its GPU. */
+START_TEST(test_stripe_keeps_its_shard)
+{
+	struct rig g;
+	uint32_t pos;
+
+	rig_open(&g);
+	struct mvc *c = g.c;
+	for (int round = 0; round < 2; round++) {
+		/* A different home each round: the least loaded shard moves. */
+		for (int s = 0; s < NSH; s++)
+			c->sh[s].load = s == round + 1 ? 0 : 1000;
+		ck_assert_int_eq(mvc_write(c, 1, 0, 2, 0, 8u << 20), 0);
+		ck_assert_uint_eq(c->home, (uint32_t)round + 1);
+		ck_assert_int_eq(mvc_submit(c, (uint64_t)round), 0);
+		for (int s = 0; s < NSH; s++) {
+			int n = shmring_peek(&g.cons[s], 256, &pos);
+			const struct mv_desc *d = shmring_slot(&g.cons[s], pos);
+			ck_assert_int_eq(n, 2); /* the stripe and its END */
+			ck_assert_int_eq(d->op, MV_OP_WRITE);
+			ck_assert_msg(d->src_off == (uint64_t)s * (2u << 20),
+			              "round %d: shard %d got the stripe at %llu", round, s,
+			              (unsigned long long)d->src_off);
+			shmring_release(&g.cons[s], (uint32_t)n);
+		}
+	}
+	c->near[0].region = 7;
+	c->near[0].mask = 0xe; /* shards 1, 2, 3 */
+	c->nnear = 1;
+	c->home = 2;
+	c->sh[1].load = 100;
+	for (uint32_t k = 0; k < 3; k++)
+		ck_assert_uint_eq(pick(c, 7, k, 1), k + 1);
+	rig_close(&g);
+}
+END_TEST
+
 /* Load goes on at submit, on every shard of the batch, and comes off when
  * its completion is read: back to zero, whatever the split. */
 START_TEST(test_load_returns_to_zero)
@@ -225,6 +264,7 @@ int main(void)
 	tcase_add_test(tc, test_one_part_off_home_has_one_end);
 	tcase_add_test(tc, test_lone_immediate_ends_on_home);
 	tcase_add_test(tc, test_load_returns_to_zero);
+	tcase_add_test(tc, test_stripe_keeps_its_shard);
 	suite_add_tcase(s, tc);
 
 	SRunner *sr = srunner_create(s);
