@@ -32,8 +32,6 @@
 #include "shmring.h"
 #include "trace_format.h"
 
-#define STRIPE_MIN           (256u << 10) /* writes from this size are split over shards */
-#define STRIPE_ALIGN         4096u
 #define LOCAL_GPU_STRIPE_MIN (64ull << 20) /* CUDA copies: split only large ones */
 
 struct mvc_shard {
@@ -813,7 +811,7 @@ int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint6
 	int local_gpu = 0;
 	for (uint32_t i = 0; i < c->nlocal_gpu; i++)
 		local_gpu |= c->local_gpu[i] == dst;
-	if (len < (local_gpu ? LOCAL_GPU_STRIPE_MIN : STRIPE_MIN) || n == 1) {
+	if (len < (local_gpu ? LOCAL_GPU_STRIPE_MIN : MV_STRIPE_MIN) || n == 1) {
 		ret = put_span(c, pick(c, src, 0, 0), src, src_off, dst, dst_off, len);
 		if (ret)
 			return mark_undo(c, &m, ret);
@@ -822,7 +820,7 @@ int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint6
 		return 0;
 	}
 	/* Striped: equal, aligned parts, one per shard. */
-	uint64_t part = (len / n + STRIPE_ALIGN - 1) & ~(uint64_t)(STRIPE_ALIGN - 1);
+	uint64_t part = mv_stripe_part(len, n);
 	for (uint32_t k = 0; k < n && (uint64_t)k * part < len; k++) {
 		uint64_t o = (uint64_t)k * part, l = len - o < part ? len - o : part;
 		ret = put_span(c, pick(c, src, k, 1), src, src_off + o, dst, dst_off + o, l);

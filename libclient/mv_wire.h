@@ -258,6 +258,19 @@ struct mv_land_hdr {
 };
 static_assert(sizeof(struct mv_land_hdr) == MV_LAND_HDR, "landing headers are 128 bytes");
 
+/*
+ * libclient's striping rule: a write from MV_STRIPE_MIN bytes is split over
+ * n shards in equal parts of mv_stripe_part() bytes, stripe k on shard k.
+ * Here so that the bench's direct baseline cuts exactly the same stripes.
+ */
+#define MV_STRIPE_MIN   (256u << 10)
+#define MV_STRIPE_ALIGN 4096u
+
+static inline uint64_t mv_stripe_part(uint64_t len, uint32_t n)
+{
+	return (len / n + MV_STRIPE_ALIGN - 1) & ~(uint64_t)(MV_STRIPE_ALIGN - 1);
+}
+
 /* Submission descriptors: 64-byte slots. */
 enum mv_op {
 	MV_OP_WRITE = 1, /* src region+off -> dst import+off, len bytes */

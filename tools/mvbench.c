@@ -54,10 +54,6 @@
 #include "mvc.h"
 #include "mvtool.h"
 
-/* libclient's striping rule (libclient/client.c), mirrored by the baseline. */
-#define STRIPE_MIN   (256u << 10)
-#define STRIPE_ALIGN 4096u
-
 #define BATCH_BYTES       (4u << 20)     /* a batch carries about this much */
 #define BATCH_WRITES_MAX  64u            /* and at most this many writes */
 #define BATCHES_PER_SHARD 8u             /* in flight per shard */
@@ -117,7 +113,7 @@ static struct geom geom_of(uint64_t size, uint32_t n)
 	if (w > (uint64_t)BATCHES_PER_SHARD * n)
 		w = (uint64_t)BATCHES_PER_SHARD * n;
 	g.window = w < 2 ? 2 : (uint32_t)w;
-	g.striped = size >= STRIPE_MIN && n > 1;
+	g.striped = size >= MV_STRIPE_MIN && n > 1;
 	return g;
 }
 
@@ -1074,7 +1070,7 @@ static void dsend_run(struct dsend *t, const struct djob *j)
 	uint64_t mine, win, soff = 0, slen = g->size, part, per_batch;
 
 	if (g->striped) {
-		part = (g->size / n + STRIPE_ALIGN - 1) & ~(uint64_t)(STRIPE_ALIGN - 1);
+		part = mv_stripe_part(g->size, n);
 		soff = (uint64_t)t->id * part;
 		slen = soff >= g->size ? 0 : g->size - soff < part ? g->size - soff : part;
 		mine = slen ? j->nbatches : 0;
@@ -1604,7 +1600,7 @@ static void direct_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, 
 	book_snap(b, 1);
 	for (uint32_t i = 0; i < p->n; i++) {
 		/* A thread no stripe falls to never holds a batch back. */
-		uint64_t part = (g->size / x->n + STRIPE_ALIGN - 1) & ~(uint64_t)(STRIPE_ALIGN - 1);
+		uint64_t part = mv_stripe_part(g->size, x->n);
 		atomic_store(&p->t[i].done_pub, g->striped && i * part >= g->size ? UINT64_MAX : 0);
 	}
 	pthread_mutex_lock(&p->mu);
@@ -1629,7 +1625,7 @@ static void direct_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, 
 	double t0 = p->t[0].t0, t1 = p->t[0].t1;
 	for (uint32_t i = 0; i < p->n; i++) {
 		const struct dsend *t = &p->t[i];
-		uint64_t part = (g->size / x->n + STRIPE_ALIGN - 1) & ~(uint64_t)(STRIPE_ALIGN - 1);
+		uint64_t part = mv_stripe_part(g->size, x->n);
 		t0 = t->t0 < t0 ? t->t0 : t0;
 		t1 = t->t1 > t1 ? t->t1 : t1;
 		m->bytes += t->bytes;
