@@ -402,6 +402,15 @@ static uint32_t pick(const struct mvc *c, uint32_t src, uint32_t k, int fixed)
 	return (base + k) % n;
 }
 
+/* A request that names one id (region, peer, import) and wants no payload back. */
+static int id_call(struct mvc *c, uint16_t type, uint32_t id)
+{
+	struct mv_id_req req = {.id = id};
+	struct mv_reply_hdr rep;
+
+	return call(c, type, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
+}
+
 static int reg(struct mvc *c, int fd, uint64_t off, uint64_t len, struct mvc_mem *m)
 {
 	struct mv_reg_req req = {.offset = off, .len = len};
@@ -472,9 +481,7 @@ int mvc_register_fd(struct mvc *c, int fd, uint64_t offset, uint64_t len, struct
 	    mmap(NULL, len + (offset - moff), PROT_READ | PROT_WRITE, MAP_SHARED, own, (off_t)moff);
 	if (p == MAP_FAILED) {
 		ret = fail(c, -errno, "mapping the registered range: %s", strerror(errno));
-		struct mv_id_req dr = {.id = out->region};
-		struct mv_reply_hdr rep;
-		call(c, MV_MSG_DEREG, &dr, sizeof(dr), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
+		id_call(c, MV_MSG_DEREG, out->region);
 		goto err_close;
 	}
 	out->addr = p + (offset - moff);
@@ -490,10 +497,7 @@ err_close:
 int mvc_free(struct mvc *c, struct mvc_mem *m)
 {
 	long page = sysconf(_SC_PAGESIZE);
-	struct mv_id_req req = {.id = m->region};
-	struct mv_reply_hdr rep;
-	int ret =
-	    call(c, MV_MSG_DEREG, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
+	int ret = id_call(c, MV_MSG_DEREG, m->region);
 	uintptr_t a = (uintptr_t)m->addr, base = a & ~(uintptr_t)(page - 1);
 
 	for (uint32_t i = 0; i < c->nnear; i++)
@@ -632,14 +636,6 @@ int mvc_peer_add(struct mvc *c, const void *addr, size_t len, uint32_t *peer)
 	if (!ret)
 		*peer = rep.id;
 	return ret;
-}
-
-static int id_call(struct mvc *c, uint16_t type, uint32_t id)
-{
-	struct mv_id_req req = {.id = id};
-	struct mv_reply_hdr rep;
-
-	return call(c, type, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 }
 
 int mvc_peer_remove(struct mvc *c, uint32_t peer)
