@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #define MV_WIRE_MAGIC   0x3143564du /* "MVC1" */
-#define MV_WIRE_VERSION 1u
+#define MV_WIRE_VERSION 2u
 #define MV_MAX_MSG      65536u
 #define MV_MAX_SHARDS   64u
 #define MV_MAX_ADDRLEN  64u
@@ -180,7 +180,12 @@ struct mv_addr_blob {
 	uint64_t mover_id;
 	char provider[32];
 	uint32_t addrlen; /* bytes of each shard's fabric address */
-	uint32_t rsvd;
+	/* Who the mover is on its host: a mover on the same host (same boot
+	 * id) in the same pid namespace watches pid, and fails writes to this
+	 * mover as soon as it exits instead of at their deadline. */
+	int32_t pid;
+	uint64_t pidns; /* inode of /proc/self/ns/pid */
+	uint8_t host[16];
 	/* Each shard's doorbell: a small registered buffer immediates are
 	 * written to (no bytes, only remote CQ data), whatever memory the data
 	 * went to, GPU memory the fabric cannot reach included. */

@@ -620,6 +620,7 @@ int mv_control_run(struct mover *mv)
 	sigaddset(&sigs, SIGINT);
 	sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
 	ep = epoll_create1(EPOLL_CLOEXEC);
+	mv->ep = ep;
 	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = TAG_LISTEN};
 	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
 	ev.data.u32 = TAG_SIGNAL;
@@ -650,6 +651,10 @@ int mv_control_run(struct mover *mv)
 				if (read(mv->efd, &v, sizeof(v)) < 0) {
 					/* drained by an earlier wake-up */
 				}
+			} else if (tag & MV_TAG_PEER) {
+				struct mv_peer *p = mv->peers[(tag & ~MV_TAG_PEER) % MV_MAX_PEERS];
+				if (p)
+					mv_peer_exited(mv, p);
 			} else if (tag & TAG_PIDFD) {
 				struct mv_client *cl = mv->clients[tag & 0xff];
 				if (cl)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
@@ -365,4 +366,93 @@ int mv_fabric_av_insert(struct mv_fabric *f, const void *addr, fi_addr_t *out)
 	int n = fi_av_insert(f->av, addr, 1, out, 0, NULL);
 
 	return n == 1 ? 0 : (n < 0 ? n : -FI_EADDRNOTAVAIL);
+}
+
+/*
+ * libfabric 1.17's shm guards each endpoint's command queue with a pthread
+ * spinlock inside the endpoint's shared region, and the endpoint's owner
+ * holds it while it copies what peers wrote to it. An owner killed inside
+ * that copy leaves the lock held for ever: every writer to it then spins in
+ * fi_writemsg and its shard stops. Once the owner's process has exited
+ * nobody reads that queue again, so releasing the lock harms no one and lets
+ * a spinning shard return (its write then fails as the peer's).
+ *
+ * The region is found through this process's own mapping of it (made when
+ * the address went into the AV; the file may be unlinked by now). Only the
+ * layout of 1.17's shm is touched (region version 4: owner pid at byte 4,
+ * lock at byte 24), and only in a region that names the exited pid.
+ * Returns 1 if a held lock was released, 0 if it was free, -ENOENT if no
+ * such region is mapped, -ENOTSUP for a layout this does not know.
+ * Main thread; the pid must have exited.
+ */
+#define SHM_REGION_VERSION 4
+#define SHM_OFF_PID        4
+#define SHM_OFF_LOCK       24
+
+static void *shm_mapping(const char *name)
+{
+	char line[512], want[128];
+	void *found = NULL;
+	FILE *f = fopen("/proc/self/maps", "re");
+
+	if (!f)
+		return NULL;
+	snprintf(want, sizeof(want), "/dev/shm/%s", name);
+	while (!found && fgets(line, sizeof(line), f)) {
+		unsigned long start, end, off;
+		int path = 0;
+		if (sscanf(line, "%lx-%lx %*s %lx %*s %*s %n", &start, &end, &off, &path) < 3 ||
+		    !path || off != 0 || end - start < 4096)
+			continue;
+		char *p = line + path;
+		p[strcspn(p, "\n")] = 0;
+		size_t n = strlen(want);
+		if (!strncmp(p, want, n) && (!p[n] || !strcmp(p + n, " (deleted)")))
+			found = (void *)start;
+	}
+	fclose(f);
+	return found;
+}
+
+int mv_fabric_shm_release(const void *addr, size_t addrlen, pid_t pid, char *why, size_t whylen)
+{
+	char name[MV_MAX_ADDRLEN + 1];
+	const char *sep;
+	uint8_t *region;
+
+	if (fi_version() != MV_FI_VERSION) {
+		snprintf(why, whylen, "shm of libfabric %u.%u: its region layout is not known here",
+		         FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
+		return -ENOTSUP;
+	}
+	if (addrlen > MV_MAX_ADDRLEN)
+		addrlen = MV_MAX_ADDRLEN;
+	memcpy(name, addr, addrlen);
+	name[addrlen] = 0;
+	sep = strstr(name, "://"); /* fi_shm://NAME, fi_ns://NAME */
+	region = shm_mapping(sep ? sep + 3 : name);
+	if (!region) {
+		snprintf(why, whylen, "no mapping of shm region '%s'", sep ? sep + 3 : name);
+		return -ENOENT;
+	}
+	int owner;
+	memcpy(&owner, region + SHM_OFF_PID, sizeof(owner));
+	if (region[0] != SHM_REGION_VERSION || owner != pid) {
+		snprintf(why, whylen,
+		         "shm region '%s' is version %u of pid %d, not version %u of pid %d", name,
+		         region[0], owner, SHM_REGION_VERSION, (int)pid);
+		return -ENOTSUP;
+	}
+	/* A live writer holds the lock for microseconds; the dead owner for
+	 * ever. Held through 20 ms of tries, it is the dead owner's. */
+	pthread_spinlock_t *lock = (pthread_spinlock_t *)(region + SHM_OFF_LOCK);
+	for (int i = 0; i < 20; i++) {
+		if (pthread_spin_trylock(lock) == 0) {
+			pthread_spin_unlock(lock);
+			return 0;
+		}
+		usleep(1000);
+	}
+	pthread_spin_unlock(lock);
+	return 1;
 }

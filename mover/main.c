@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
@@ -207,6 +208,9 @@ int main(int argc, char **argv)
 		}
 	}
 	mv_host_id(mv->host_id);
+	struct stat ns;
+	if (stat("/proc/self/ns/pid", &ns) == 0)
+		mv->pidns = (uint64_t)ns.st_ino;
 	/* Path 1 only if the provider really registers GPU memory: try it. */
 	if (mv_gpu_hmem_probe(mv, why, sizeof(why)) == 0)
 		mv->hmem = 1;
@@ -267,8 +271,11 @@ int main(int argc, char **argv)
 		}
 	}
 	mv_region_reap(mv, 1);
-	for (uint32_t i = 0; i < MV_MAX_PEERS; i++)
+	for (uint32_t i = 0; i < MV_MAX_PEERS; i++) {
+		if (mv->peers[i] && mv->peers[i]->pidfd >= 0)
+			close(mv->peers[i]->pidfd);
 		free(mv->peers[i]);
+	}
 	for (uint32_t s = 0; s < mv->nshards; s++)
 		close(mv->shards[s].efd);
 	close(mv->efd);

@@ -142,13 +142,22 @@ struct mv_region {
 	int gpu_fd;               /* VMM: the exported fd, for same-host peers; else -1 */
 };
 
+/* What a peer is fit for; only the main thread changes it. */
+enum mv_peer_state {
+	MV_PEER_LIVE = 0,
+	MV_PEER_REMOVED = 1, /* its last client removed it: refuse new work */
+	MV_PEER_EXITED = 2,  /* its process exited (same host): fail all work */
+};
+
 /* Another mover, known by its address blob. */
 struct mv_peer {
 	uint64_t mover_id;
 	uint32_t nshards;
 	uint32_t index;
 	int refs;         /* clients using it (main thread) */
-	_Atomic int gone; /* removed: refuse new work */
+	_Atomic int gone; /* enum mv_peer_state: anything but LIVE refuses work */
+	pid_t pid;        /* same host and pid namespace: its process; else 0 */
+	int pidfd;        /* watched while LIVE or REMOVED; else -1 (main thread) */
 	struct mv_addr_blob blob;
 	/* Per local shard, written by that shard once (PEER_ADD) and read on
 	 * every post. Nothing here is written per op: shards would share it. */
@@ -304,8 +313,9 @@ struct mv_shard {
 	uint32_t abandoned; /* of those, failed at their deadline */
 	struct mv_wr *posted_head, *posted_tail;
 	int64_t next_expire;
-	int64_t now;      /* CLOCK_MONOTONIC ns at the start of this loop turn */
-	uint64_t rx_seen; /* rx_cntr's value when last read */
+	uint32_t seen_deaths; /* mv->peer_deaths when posted ops were last checked */
+	int64_t now;          /* CLOCK_MONOTONIC ns at the start of this loop turn */
+	uint64_t rx_seen;     /* rx_cntr's value when last read */
 
 	struct mv_shard_counters st;
 	uint8_t *bell; /* the doorbell immediates land on (see mv_addr_blob) */
@@ -376,6 +386,11 @@ struct mover {
 	struct mv_gpu_remote *gpu_remote;   /* same-host peers' GPU regions (main thread) */
 	int hmem;                           /* path 1: the provider registers GPU memory */
 	uint8_t host_id[16];                /* boot id: who shares this host */
+	uint64_t pidns;                     /* inode of our pid namespace */
+	int ep;                             /* the main thread's epoll (MV_TAG_*) */
+	/* Bumped when a peer's process exits: a shard that sees it change
+	 * fails its posted writes to exited peers at once. */
+	_Atomic uint32_t peer_deaths;
 	char prov[32];
 };
 
@@ -390,6 +405,7 @@ int mv_fabric_av_insert(struct mv_fabric *f, const void *addr, fi_addr_t *out);
 int mv_fabric_reg_hmem(struct mv_fabric *f, uint64_t dptr, size_t len, int dev, uint64_t key,
                        struct fid_mr **mr, void **desc, uint64_t *out_key, char *why,
                        size_t whylen);
+int mv_fabric_shm_release(const void *addr, size_t addrlen, pid_t pid, char *why, size_t whylen);
 int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dptr, size_t len,
                          char *why, size_t whylen);
 
@@ -412,6 +428,15 @@ void mv_gpu_unpin(void *p);
 #define MV_GPU_EV_DONE ((void *)1) /* a group whose stream was waited for */
 int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen);
 uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid);
+
+/* Main-thread epoll tags besides client slots: | a peer index. */
+#define MV_TAG_PEER 0x02000000u
+
+/* liveness.c */
+int mv_peer_watch(struct mover *mv, struct mv_peer *p, char *why, size_t whylen);
+void mv_peer_unwatch(struct mover *mv, struct mv_peer *p);
+void mv_peer_exited(struct mover *mv, struct mv_peer *p);
+void mv_peer_why(const struct mv_peer *p, char *why, size_t whylen);
 
 /* topo.c */
 int mv_topo_place(struct mover *mv, char *why, size_t whylen);

@@ -288,6 +288,9 @@ void mv_addr_blob(struct mover *mv, struct mv_addr_blob *b)
 	b->mover_id = mv->mover_id;
 	snprintf(b->provider, sizeof(b->provider), "%s", mv->prov);
 	b->addrlen = (uint32_t)mv->shards[0].fab.addrlen;
+	b->pid = (int32_t)getpid();
+	b->pidns = mv->pidns;
+	memcpy(b->host, mv->host_id, sizeof(b->host));
 	for (uint32_t s = 0; s < mv->nshards; s++) {
 		struct mv_shard *sh = &mv->shards[s];
 		memcpy(b->addr[s], sh->fab.addr, sh->fab.addrlen);
@@ -334,16 +337,26 @@ int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blo
 		p->mover_id = b->mover_id;
 		p->nshards = b->nshards;
 		p->index = free_slot;
+		ret = mv_peer_watch(mv, p, why, whylen);
+		if (ret) {
+			free(p);
+			return ret;
+		}
 		ret = mv_call_all(mv, MV_CMD_PEER_ADD, p, why, whylen);
 		if (ret) {
+			mv_peer_unwatch(mv, p);
 			free(p);
 			return ret;
 		}
 		mv->peers[free_slot] = p;
 	}
+	if (atomic_load(&p->gone) == MV_PEER_EXITED) {
+		mv_peer_why(p, why, whylen);
+		return -EHOSTUNREACH;
+	}
 	/* A peer removed earlier and added again comes back to life: the AV
 	 * entries were kept, since in-flight ops may still name them. */
-	atomic_store(&p->gone, 0);
+	atomic_store(&p->gone, MV_PEER_LIVE);
 	p->refs++;
 	cl->peers[slot] = p;
 	*out = slot;
@@ -377,8 +390,9 @@ int mv_peer_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, 
 			import_drop(mv, cl, h);
 	}
 	cl->peers[id] = NULL;
-	if (--p->refs == 0)
-		atomic_store(&p->gone, 1); /* ops still queued to it fail as "peer gone" */
+	/* Ops still queued to it fail as "peer gone"; an exited peer stays so. */
+	if (--p->refs == 0 && atomic_load(&p->gone) == MV_PEER_LIVE)
+		atomic_store(&p->gone, MV_PEER_REMOVED);
 	return 0;
 }
 

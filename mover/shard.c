@@ -321,12 +321,13 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 		struct mv_import *imp = import_get(at->cl, end.dst);
 		struct mv_wr *op = op_get(s);
 		if (!imp || !op || atomic_load(&imp->peer->gone)) {
+			char why[MV_ERRLEN] = "immediate names an unknown import handle";
 			if (op)
 				op_put(s, op);
-			publish_batch(s, at, b, end.cookie, -ENOENT,
-			              imp ? MV_CAUSE_PEER_GONE : MV_CAUSE_NO_IMPORT,
-			              imp ? "peer was removed before the immediate"
-			                  : "immediate names an unknown import handle");
+			if (imp)
+				mv_peer_why(imp->peer, why, sizeof(why));
+			publish_batch(s, at, b, end.cookie, imp ? -EHOSTUNREACH : -ENOENT,
+			              imp ? MV_CAUSE_PEER_GONE : MV_CAUSE_NO_IMPORT, why);
 			return;
 		}
 		uint32_t t = (uint32_t)s->id % imp->nshards;
@@ -379,7 +380,8 @@ static void op_report(struct mv_shard *s, struct mv_wr *op, int err, const char 
 		if (err)
 			snprintf(msg, sizeof(msg), "immediate: %s", text);
 		publish_batch(s, at, op->batch, op->cookie, err,
-		              err ? (err == -ETIMEDOUT ? MV_CAUSE_PEER_GONE : MV_CAUSE_PROVIDER)
+		              err ? (err == -ETIMEDOUT || err == -EHOSTUNREACH ? MV_CAUSE_PEER_GONE
+		                                                               : MV_CAUSE_PROVIDER)
 		                  : MV_CAUSE_NONE,
 		              err ? msg : NULL);
 		return;
@@ -679,7 +681,7 @@ static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv
 		return;
 	}
 	if (atomic_load_explicit(&dst->peer->gone, memory_order_relaxed)) {
-		snprintf(why, sizeof(why), "peer of import %u was removed", d->dst);
+		mv_peer_why(dst->peer, why, sizeof(why));
 		fail_part(p, -EHOSTUNREACH, MV_CAUSE_PEER_GONE, d->dst, why);
 		return;
 	}
@@ -938,7 +940,11 @@ static int post(struct mv_shard *s)
 			char text[MV_ERRLEN];
 			if (retry(s, op, (int)-ret))
 				continue;
-			snprintf(text, sizeof(text), "posting a write: %s", fi_strerror((int)-ret));
+			if (atomic_load_explicit(&op->peer->gone, memory_order_relaxed))
+				mv_peer_why(op->peer, text, sizeof(text));
+			else
+				snprintf(text, sizeof(text), "posting a write: %s",
+				         fi_strerror((int)-ret));
 			op_done(s, op, ret == -FI_EHOSTUNREACH ? -EHOSTUNREACH : (int)ret, text);
 			continue;
 		}
@@ -1318,8 +1324,28 @@ static int expire(struct mv_shard *s)
 	int64_t now = s->now, limit = s->mv->cfg.op_timeout_ms * 1000000ll;
 	int n = 0;
 
+	/* A1 pairs with R1 in mv_peer_exited(). */
+	uint32_t deaths = atomic_load_explicit(&s->mv->peer_deaths, memory_order_acquire);
+	if (deaths != s->seen_deaths) {
+		/* An exited peer completes nothing more: its posted writes fail
+		 * now, not at their deadline (still parked: the provider owns
+		 * them). Pending ones fail when post() reaches them. */
+		s->seen_deaths = deaths;
+		for (struct mv_wr *op = s->posted_head; op; op = op->pnext) {
+			char text[MV_ERRLEN];
+			if (op->abandoned ||
+			    atomic_load_explicit(&op->peer->gone, memory_order_relaxed) !=
+			        MV_PEER_EXITED)
+				continue;
+			mv_peer_why(op->peer, text, sizeof(text));
+			op_report(s, op, -EHOSTUNREACH, text);
+			op->abandoned = 1;
+			s->abandoned++;
+			n++;
+		}
+	}
 	if (now < s->next_expire)
-		return 0;
+		return n;
 	s->next_expire = now + 50000000ll;
 	/* Never posted: the provider kept answering EAGAIN (rxm does while it
 	 * cannot connect). These are ours alone and end here. */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -362,12 +363,15 @@ START_TEST(test_malformed_messages_close_only_that_client)
 	     sizeof(h),
 	     "protocol version 9"},
 	    {"length",
-	     {.magic = MV_WIRE_MAGIC, .version = 1, .type = 1, .len = 100},
+	     {.magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = 1, .len = 100},
 	     sizeof(h),
 	     "header says 100"},
-	    {"type", {.magic = MV_WIRE_MAGIC, .version = 1, .type = 77}, sizeof(h), "before HELLO"},
+	    {"type",
+	     {.magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = 77},
+	     sizeof(h),
+	     "before HELLO"},
 	    {"truncated",
-	     {.magic = MV_WIRE_MAGIC, .version = 1, .type = MV_MSG_ATTACH},
+	     {.magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = MV_MSG_ATTACH},
 	     sizeof(h),
 	     "needs"},
 	};
@@ -472,6 +476,77 @@ START_TEST(test_peer_mover_killed_gives_errors_not_hangs)
 	ck_assert_msg(errors > 0, "writes to a dead peer all succeeded");
 	fprintf(stderr, "peer death: %d errors of 8 batches, last after %.1f s\n", errors,
 	        now_s() - t0);
+	ck_assert_int_eq(mover_stop(&A), 0);
+	mvc_disconnect(p.a);
+}
+END_TEST
+
+/*
+ * shm 1.17: a peer mover killed while it holds its command-queue lock
+ * leaves it held, and writes to it spin inside the provider. The test
+ * holds B's locks itself, as B would inside its copy, and never lets go;
+ * then B is killed. A must see B exit, release the locks, fail the writes
+ * with the cause, and still stop cleanly (no shard stuck).
+ */
+START_TEST(test_peer_killed_holding_its_shm_lock_fails_writes)
+{
+	struct pair p;
+	glob_t g;
+	char pat[64];
+	int held = 0;
+
+	if (strcmp(prov, "shm")) {
+		fprintf(stderr, "skipped on %s: the queue lock is shm's\n", prov);
+		return;
+	}
+	pair_open(&p, 4u << 20, 4u << 20);
+	snprintf(pat, sizeof(pat), "/dev/shm/%d:*", B.pid);
+	ck_assert_int_eq(glob(pat, 0, NULL, &g), 0);
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		int fd = open(g.gl_pathv[i], O_RDWR);
+		ck_assert_int_ge(fd, 0);
+		uint8_t *r = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		close(fd);
+		ck_assert(r != MAP_FAILED);
+		int owner;
+		memcpy(&owner, r + 4, sizeof(owner));
+		if (r[0] != 4 || owner != B.pid) {
+			fprintf(stderr, "skipped: %s is not a libfabric 1.17 shm region\n",
+			        g.gl_pathv[i]);
+			globfree(&g);
+			return;
+		}
+		pthread_spin_lock((pthread_spinlock_t *)(r + 24)); /* never unlocked */
+		held++;
+	}
+	globfree(&g);
+	ck_assert_int_gt(held, 0);
+	for (uint64_t r = 0; r < 4; r++) {
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 4u << 20), 0);
+		ck_assert_int_eq(mvc_submit(p.a, r), 0);
+	}
+	/* A's shards are now stuck posting to B: nothing completes. */
+	struct mvc_event ev[4];
+	ck_assert_int_eq(mvc_wait(p.a, ev, 4, 300), 0);
+
+	kill(B.pid, SIGKILL);
+	waitpid(B.pid, NULL, 0);
+	double t0 = now_s();
+	int done = 0;
+	while (done < 4 && now_s() - t0 < 20) {
+		int n = mvc_wait(p.a, ev, 4, 500);
+		ck_assert_int_ge(n, 0);
+		for (int i = 0; i < n; i++, done++) {
+			ck_assert_msg(ev[i].status != 0, "a write to a dead peer succeeded");
+			ck_assert_int_eq(ev[i].cause, MVC_CAUSE_PEER_GONE);
+			ck_assert_msg(strstr(ev[i].msg, "exited"), "cause: %s", ev[i].msg);
+		}
+	}
+	ck_assert_msg(done == 4, "%d of 4 batches failed within 20 s of the peer's death", done);
+	fprintf(stderr, "peer died holding its lock: 4 batches failed after %.2f s\n",
+	        now_s() - t0);
+	shm_cleanup(B.pid);
+	B.pid = 0;
 	ck_assert_int_eq(mover_stop(&A), 0);
 	mvc_disconnect(p.a);
 }
@@ -683,6 +758,7 @@ static TCase *faults(const char *name, void (*setup)(void))
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_client_killed_mid_batch_spares_others);
 	tcase_add_test(tc, test_peer_mover_killed_gives_errors_not_hangs);
+	tcase_add_test(tc, test_peer_killed_holding_its_shm_lock_fails_writes);
 	tcase_add_test(tc, test_peers_added_and_removed_during_traffic);
 	tcase_add_test(tc, test_sigterm_drains_committed_batches);
 	return tc;

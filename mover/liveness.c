@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Peer liveness: a peer mover on this host (same boot id, same pid
+ * namespace) is watched through a pidfd on the main thread's epoll. When
+ * its process exits, the peer is marked exited: shards fail the writes
+ * they hold for it at once, with the cause, instead of at their deadline,
+ * and refuse new ones. On shm the exited peer may have left its command
+ * queue locked (see mv_fabric_shm_release), which is released here so no
+ * shard stays stuck posting to it. Peers on other hosts fail through their
+ * provider's errors and the write deadline, as before. Main thread only.
+ */
+#include "mover.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int mv_peer_watch(struct mover *mv, struct mv_peer *p, char *why, size_t whylen)
+{
+	const struct mv_addr_blob *b = &p->blob;
+
+	p->pid = 0;
+	p->pidfd = -1;
+	if (b->pid <= 0 || !mv->pidns || b->pidns != mv->pidns ||
+	    memcmp(b->host, mv->host_id, sizeof(b->host)))
+		return 0; /* another host or namespace: its pid means nothing here */
+	int fd = (int)syscall(SYS_pidfd_open, (pid_t)b->pid, 0);
+	if (fd < 0 && errno == ESRCH) {
+		snprintf(why, whylen, "peer mover %016llx (pid %d on this host) is not running",
+		         (unsigned long long)b->mover_id, b->pid);
+		return -EHOSTUNREACH;
+	}
+	if (fd < 0)
+		return 0; /* no pidfd here (old kernel): the deadline still holds */
+	struct epoll_event ev = {.events = EPOLLIN, .data.u32 = MV_TAG_PEER | p->index};
+	if (epoll_ctl(mv->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		close(fd);
+		return 0;
+	}
+	p->pid = b->pid;
+	p->pidfd = fd;
+	return 0;
+}
+
+void mv_peer_unwatch(struct mover *mv, struct mv_peer *p)
+{
+	if (p->pidfd < 0)
+		return;
+	epoll_ctl(mv->ep, EPOLL_CTL_DEL, p->pidfd, NULL);
+	close(p->pidfd);
+	p->pidfd = -1;
+}
+
+void mv_peer_exited(struct mover *mv, struct mv_peer *p)
+{
+	char why[MV_ERRLEN];
+
+	if (p->pidfd < 0)
+		return;
+	mv_peer_unwatch(mv, p);
+	/* R1 pairs with A1 in the shards' expire(): the state is visible to a
+	 * shard that sees the new count. */
+	atomic_store_explicit(&p->gone, MV_PEER_EXITED, memory_order_relaxed);
+	atomic_fetch_add_explicit(&mv->peer_deaths, 1, memory_order_release);
+	for (uint32_t s = 0; s < mv->nshards; s++) {
+		uint64_t one = 1;
+		if (write(mv->shards[s].efd, &one, sizeof(one)) < 0) {
+			/* saturated: that shard is due to wake anyway */
+		}
+	}
+	mv_log("peer mover %016llx (pid %d) exited: failing the writes to it", //
+	       (unsigned long long)p->mover_id, (int)p->pid);
+	if (strncmp(mv->prov, "shm", 3))
+		return;
+	for (uint32_t s = 0; s < p->nshards; s++) {
+		int ret = mv_fabric_shm_release(p->blob.addr[s], p->blob.addrlen, p->pid, why,
+		                                sizeof(why));
+		if (ret == 1)
+			mv_log("peer mover %016llx shard %u died holding its shm queue lock: "
+			       "released it",
+			       (unsigned long long)p->mover_id, s);
+		else if (ret < 0)
+			mv_log("peer mover %016llx shard %u: cannot check its shm queue lock: %s "
+			       "(a shard posting to it may stay stuck)",
+			       (unsigned long long)p->mover_id, s, why);
+	}
+}
+
+void mv_peer_why(const struct mv_peer *p, char *why, size_t whylen)
+{
+	if (atomic_load_explicit(&p->gone, memory_order_relaxed) == MV_PEER_EXITED)
+		snprintf(why, whylen, "peer mover %016llx (pid %d) exited",
+		         (unsigned long long)p->mover_id, (int)p->pid);
+	else
+		snprintf(why, whylen, "peer mover %016llx was removed",
+		         (unsigned long long)p->mover_id);
+}
