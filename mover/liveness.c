@@ -23,6 +23,9 @@ int mv_peer_watch(struct mover *mv, struct mv_peer *p, char *why, size_t whylen)
 
 	p->pid = 0;
 	p->pidfd = -1;
+	p->wake = NULL;
+	for (uint32_t s = 0; s < MV_MAX_SHARDS; s++)
+		p->wake_fd[s] = -1;
 	if (b->pid <= 0 || !mv->pidns || b->pidns != mv->pidns ||
 	    memcmp(b->host, mv->host_id, sizeof(b->host)))
 		return 0; /* another host or namespace: its pid means nothing here */
@@ -41,6 +44,7 @@ int mv_peer_watch(struct mover *mv, struct mv_peer *p, char *why, size_t whylen)
 	}
 	p->pid = b->pid;
 	p->pidfd = fd;
+	mv_wake_peer_open(mv, p);
 	return 0;
 }
 

@@ -189,6 +189,7 @@ int main(int argc, char **argv)
 		snprintf(sh->iface, sizeof(sh->iface), "%s", names[s % (uint32_t)nnic]);
 		snprintf(sh->pci, sizeof(sh->pci), "%s", pci[s % (uint32_t)nnic]);
 		sh->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		sh->wake_fd = -1;
 		if (sh->efd < 0)
 			return 1;
 	}
@@ -226,6 +227,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mover: stats segment: %s\n", strerror(-ret));
 		return 1;
 	}
+	/* Before the shards start: they read their wake FIFO when idle. */
+	if (mv_wake_open(mv, why, sizeof(why)))
+		mv_log("same-host wake files: %s (idle shards wake by their backoff only)", why);
 	uint32_t started = 0;
 	for (; started < mv->nshards; started++) {
 		struct mv_shard *sh = &mv->shards[started];
@@ -262,6 +266,7 @@ int main(int argc, char **argv)
 	}
 	for (uint32_t s = 0; s < started; s++)
 		pthread_join(mv->shards[s].thread, NULL);
+	mv_wake_close(mv);
 	mv_stats_stop(mv);
 	for (uint32_t i = 0; i < MV_MAX_REGIONS; i++) {
 		struct mv_region *r = atomic_load(&mv->regions[i]);
@@ -274,6 +279,8 @@ int main(int argc, char **argv)
 	for (uint32_t i = 0; i < MV_MAX_PEERS; i++) {
 		if (mv->peers[i] && mv->peers[i]->pidfd >= 0)
 			close(mv->peers[i]->pidfd);
+		if (mv->peers[i])
+			mv_wake_peer_close(mv->peers[i]);
 		free(mv->peers[i]);
 	}
 	for (uint32_t s = 0; s < mv->nshards; s++)

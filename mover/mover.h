@@ -142,6 +142,8 @@ struct mv_region {
 	int gpu_fd;               /* VMM: the exported fd, for same-host peers; else -1 */
 };
 
+struct mv_wake_page;
+
 /* What a peer is fit for; only the main thread changes it. */
 enum mv_peer_state {
 	MV_PEER_LIVE = 0,
@@ -154,10 +156,12 @@ struct mv_peer {
 	uint64_t mover_id;
 	uint32_t nshards;
 	uint32_t index;
-	int refs;         /* clients using it (main thread) */
-	_Atomic int gone; /* enum mv_peer_state: anything but LIVE refuses work */
-	pid_t pid;        /* same host and pid namespace: its process; else 0 */
-	int pidfd;        /* watched while LIVE or REMOVED; else -1 (main thread) */
+	int refs;                   /* clients using it (main thread) */
+	_Atomic int gone;           /* enum mv_peer_state: anything but LIVE refuses work */
+	pid_t pid;                  /* same host and pid namespace: its process; else 0 */
+	int pidfd;                  /* watched while LIVE or REMOVED; else -1 (main thread) */
+	struct mv_wake_page *wake;  /* its shards' sleeping words (shm), or NULL */
+	int wake_fd[MV_MAX_SHARDS]; /* and their FIFOs */
 	struct mv_addr_blob blob;
 	/* Per local shard, written by that shard once (PEER_ADD) and read on
 	 * every post. Nothing here is written per op: shards would share it. */
@@ -265,7 +269,7 @@ struct mv_wr;
 /* Shard-local counters: plain, copied to the stats segment by stats.c. */
 struct mv_shard_counters {
 	uint64_t posted, completed, bytes, eagain, cq_errors, imm_rx, descs, retries;
-	uint64_t batches, timeouts, sleeps, trace_dropped;
+	uint64_t batches, timeouts, sleeps, wakes, trace_dropped;
 	uint64_t path_bytes[4]; /* by enum mv_gpu_path: host, HMEM, CUDA copy, staged */
 };
 
@@ -293,7 +297,8 @@ struct mv_shard {
 	int start_status;
 	char start_msg[MV_ERRLEN];
 	sem_t started;
-	int efd; /* doorbell: clients and the main thread wake the shard here */
+	int efd;     /* doorbell: clients and the main thread wake the shard here */
+	int wake_fd; /* shm: same-host peers wake the sleeping shard here (wake.c) */
 
 	pthread_mutex_t mbox_mu;
 	struct mv_cmd *mbox_head, *mbox_tail;
@@ -387,6 +392,7 @@ struct mover {
 	int hmem;                           /* path 1: the provider registers GPU memory */
 	uint8_t host_id[16];                /* boot id: who shares this host */
 	uint64_t pidns;                     /* inode of our pid namespace */
+	struct mv_wake_page *wake;          /* our shards' sleeping words (shm) */
 	int ep;                             /* the main thread's epoll (MV_TAG_*) */
 	/* Bumped when a peer's process exits: a shard that sees it change
 	 * fails its posted writes to exited peers at once. */
@@ -437,6 +443,15 @@ int mv_peer_watch(struct mover *mv, struct mv_peer *p, char *why, size_t whylen)
 void mv_peer_unwatch(struct mover *mv, struct mv_peer *p);
 void mv_peer_exited(struct mover *mv, struct mv_peer *p);
 void mv_peer_why(const struct mv_peer *p, char *why, size_t whylen);
+
+/* wake.c */
+int mv_wake_open(struct mover *mv, char *why, size_t whylen);
+void mv_wake_close(struct mover *mv);
+void mv_wake_peer_open(struct mover *mv, struct mv_peer *p);
+void mv_wake_peer_close(struct mv_peer *p);
+int mv_wake_arm(struct mv_shard *s);
+void mv_wake_disarm(struct mv_shard *s, int woke);
+void mv_wake_ring(struct mv_shard *s, struct mv_peer *p);
 
 /* topo.c */
 int mv_topo_place(struct mover *mv, char *why, size_t whylen);

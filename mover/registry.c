@@ -345,6 +345,7 @@ int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blo
 		ret = mv_call_all(mv, MV_CMD_PEER_ADD, p, why, whylen);
 		if (ret) {
 			mv_peer_unwatch(mv, p);
+			mv_wake_peer_close(p);
 			free(p);
 			return ret;
 		}

@@ -882,7 +882,9 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 
 static int post(struct mv_shard *s)
 {
+	struct mv_peer *wake[4]; /* same-host peers written to: woken once, at the end */
 	uint64_t burst = 0;
+	uint32_t nwake = 0;
 	int n = 0;
 
 	while (s->pend_head && burst < MV_BURST_BYTES) {
@@ -949,6 +951,15 @@ static int post(struct mv_shard *s)
 			continue;
 		}
 		posted_add(s, op);
+		if (op->peer->wake) {
+			uint32_t i = 0;
+			while (i < nwake && wake[i] != op->peer)
+				i++;
+			if (i == nwake && nwake < 4)
+				wake[nwake++] = op->peer;
+			else if (i == nwake)
+				mv_wake_ring(s, op->peer); /* a fifth peer in one burst */
+		}
 		burst += op->bytes;
 		if (op->kind == MV_OPK_LAND) {
 			s->land_inflight++;
@@ -957,6 +968,8 @@ static int post(struct mv_shard *s)
 		s->st.posted++;
 		n++;
 	}
+	for (uint32_t i = 0; i < nwake; i++)
+		mv_wake_ring(s, wake[i]);
 	return n;
 }
 
@@ -1588,7 +1601,7 @@ static int sleep_once(struct mv_shard *s, int64_t idle_ns)
 	                       {.fd = s->fab.cq_fd, .events = POLLIN}};
 	uint32_t armed = 0;
 	int64_t timeout; /* ns */
-	int nfds = 1, woke = 1;
+	int nfds = 1, woke = 1, wake = 0;
 
 	for (; armed < s->natt; armed++) {
 		struct mv_attach *at = s->att[armed];
@@ -1611,6 +1624,16 @@ static int sleep_once(struct mv_shard *s, int64_t idle_ns)
 		          : idle_ns < 50000000ll   ? 1000000
 		          : idle_ns < 1000000000ll ? 10000000
 		                                   : 50000000;
+		/* Past the polling steps, a same-host sender wakes us (wake.c). */
+		if (timeout >= 1000000) {
+			wake = mv_wake_arm(s);
+			if (wake < 0)
+				goto disarm; /* a write came in meanwhile */
+			if (wake) {
+				pf[1].fd = s->wake_fd;
+				nfds = 2;
+			}
+		}
 	}
 	if (s->fab.cq_fd >= 0) {
 		struct fid *f = &s->fab.cq->fid;
@@ -1632,6 +1655,8 @@ static int sleep_once(struct mv_shard *s, int64_t idle_ns)
 			}
 		}
 	}
+	if (wake > 0)
+		mv_wake_disarm(s, woke && (pf[1].revents & POLLIN));
 disarm:
 	for (uint32_t i = 0; i < armed && i < s->natt; i++)
 		shmring_disarm(&s->att[i]->sub);

@@ -170,6 +170,7 @@ void mv_stats_publish(struct mv_shard *s, int force)
 	PUT(o->pending, s->npend);
 	PUT(o->inflight, s->posted);
 	PUT(o->sleeps, s->st.sleeps);
+	PUT(o->wakes, s->st.wakes);
 	for (int i = 0; i < 4; i++)
 		PUT(o->path_bytes[i], s->st.path_bytes[i]);
 	PUT(o->heartbeat_ns, (uint64_t)s->now);

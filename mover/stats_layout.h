@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI   2u
+#define MV_STATS_ABI   3u
 #define MV_STATS_RINGS 256u /* ring rows per shard: client slots */
 #define MV_STATS_PEERS 256u /* peer rows per shard: the first peer slots */
 
@@ -76,6 +76,7 @@ struct mv_stats_shard {
 	_Atomic uint64_t pending;  /* gauge: ops queued, not yet posted */
 	_Atomic uint64_t inflight; /* gauge: ops posted, not yet completed */
 	_Atomic uint64_t sleeps;
+	_Atomic uint64_t wakes;         /* same-host peer shards this one woke (shm) */
 	_Atomic uint64_t path_bytes[4]; /* by path: host, FI_HMEM, CUDA copy, staged */
 };
 

@@ -84,17 +84,21 @@ static inline void mover_start(struct mvproc *m, const char *name, int shards)
 	ck_abort_msg("mover %s did not listen within 30 s; see %s", name, m->log);
 }
 
-/* A killed shm mover leaves its endpoint's segments behind: /dev/shm/PID:* */
+/* A killed shm mover leaves its endpoint's segments behind (/dev/shm/PID:*)
+ * and its wake files (/dev/shm/mv.PID.*). */
 static inline void shm_cleanup(pid_t pid)
 {
+	const char *fmt[] = {"/dev/shm/%d:*", "/dev/shm/mv.%d.*"};
 	char pat[64];
 	glob_t g;
 
-	snprintf(pat, sizeof(pat), "/dev/shm/%d:*", pid);
-	if (glob(pat, 0, NULL, &g) == 0) {
-		for (size_t i = 0; i < g.gl_pathc; i++)
-			unlink(g.gl_pathv[i]);
-		globfree(&g);
+	for (int k = 0; k < 2; k++) {
+		snprintf(pat, sizeof(pat), fmt[k], pid);
+		if (glob(pat, 0, NULL, &g) == 0) {
+			for (size_t i = 0; i < g.gl_pathc; i++)
+				unlink(g.gl_pathv[i]);
+			globfree(&g);
+		}
 	}
 }
 

@@ -663,6 +663,70 @@ START_TEST(test_idle_mover_sleeps)
 }
 END_TEST
 
+/* Total "wakes" over a mover's shards, from mvstat --json; -1 on failure. */
+static long stat_wakes(const struct mvproc *m)
+{
+	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
+	char cmd[512], out[16384];
+	long total = 0;
+
+	snprintf(cmd, sizeof(cmd), "%s/bin/mvstat --socket %s --json --interval 0.05", b, m->sock);
+	FILE *f = popen(cmd, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(out, 1, sizeof(out) - 1, f);
+	if (pclose(f) != 0)
+		return -1;
+	out[n] = 0;
+	for (char *q = out; (q = strstr(q, "\"wakes\":")); q++)
+		total += strtol(q + 8, NULL, 10);
+	return total;
+}
+
+/*
+ * shm: the receiver copies a write of several segments (one segment the
+ * sender copies itself), and shm has no wait object, so a receiving shard
+ * asleep after a second of idleness would hold such a write for up to
+ * 50 ms. The sending shard wakes it instead (mover/wake.c): its "wakes"
+ * counter says it did. The shard's short wakes between sleeps could meet a
+ * write, so three tries.
+ */
+START_TEST(test_idle_shm_receiver_is_woken_by_its_sender)
+{
+	struct pair p;
+	long wakes = 0;
+
+	if (strcmp(prov, "shm")) {
+		fprintf(stderr, "skipped on %s: its receiver sleeps on the CQ fd\n", prov);
+		return;
+	}
+	pair_open(&p, 1u << 20, 1u << 20);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 1u << 20), 0);
+	submit_ok(p.a, 1);
+	for (int i = 0; i < 3 && wakes <= 0; i++) {
+		usleep(1200000); /* past 1 s idle: B's shards sleep 50 ms at a time */
+		struct mvc_seg seg[4];
+		for (int k = 0; k < 4; k++)
+			seg[k] = (struct mvc_seg){.src_off = (uint64_t)k << 14,
+			                          .dst_off = (uint64_t)k << 16,
+			                          .len = 1u << 14};
+		fill(p.src.addr, 65536, (uint64_t)i);
+		double t0 = now_s();
+		ck_assert_int_eq(mvc_writev(p.a, p.src.region, p.imp, seg, 4), 0);
+		submit_ok(p.a, 2 + (uint64_t)i);
+		fprintf(stderr, "idle shm receiver: 4 x 16 KiB write completed in %.2f ms\n",
+		        (now_s() - t0) * 1e3);
+		for (int k = 0; k < 4; k++)
+			ck_assert(!memcmp((uint8_t *)p.dst.addr + seg[k].dst_off,
+			                  (uint8_t *)p.src.addr + seg[k].src_off, 1u << 14));
+		wakes = stat_wakes(&A);
+		ck_assert_int_ge(wakes, 0);
+	}
+	ck_assert_msg(wakes > 0, "the sender never woke the idle receiver");
+	pair_close(&p);
+}
+END_TEST
+
 START_TEST(test_register_existing_memfd_range)
 {
 	struct pair p;
@@ -746,6 +810,7 @@ static TCase *ops(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_imm_expect_already_met_reports_at_once);
 	tcase_add_test(tc, test_several_clients_at_once);
 	tcase_add_test(tc, test_idle_mover_sleeps);
+	tcase_add_test(tc, test_idle_shm_receiver_is_woken_by_its_sender);
 	tcase_add_test(tc, test_small_batches_go_to_the_least_loaded_shard);
 	return tc;
 }

@@ -242,15 +242,17 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 		        ",\"gbit_s\":%.6f,\"msg_s\":%.1f,\"pending\":%" PRIu64
 		        ",\"inflight\":%" PRIu64 ",\"eagain\":%" PRIu64 ",\"cq_errors\":%" PRIu64
 		        ",\"retries\":%" PRIu64 ",\"timeouts\":%" PRIu64 ",\"imm_rx\":%" PRIu64
-		        ",\"host_bytes\":%" PRIu64 ",\"hmem_bytes\":%" PRIu64
-		        ",\"copy_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64 "}",
+		        ",\"sleeps\":%" PRIu64 ",\"wakes\":%" PRIu64 ",\"host_bytes\":%" PRIu64
+		        ",\"hmem_bytes\":%" PRIu64 ",\"copy_bytes\":%" PRIu64
+		        ",\"staged_bytes\":%" PRIu64 "}",
 		        s ? "," : "", s, y->provider, y->iface, y->cpu, y->numa, GET(y->posted),
 		        GET(y->completed), GET(y->bytes), GET(y->descs), GET(y->batches),
 		        rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
 		        rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
 		        GET(y->inflight), GET(y->eagain), GET(y->cq_errors), GET(y->retries),
-		        GET(y->timeouts), GET(y->imm_rx), GET(y->path_bytes[0]),
-		        GET(y->path_bytes[1]), GET(y->path_bytes[2]), GET(y->path_bytes[3]));
+		        GET(y->timeouts), GET(y->imm_rx), GET(y->sleeps), GET(y->wakes),
+		        GET(y->path_bytes[0]), GET(y->path_bytes[1]), GET(y->path_bytes[2]),
+		        GET(y->path_bytes[3]));
 	}
 	fprintf(f, "],\"rings\":[");
 	int any = 0;
@@ -306,6 +308,8 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 	    M(retries, "writes re-posted after a broken connection", 0),
 	    M(timeouts, "writes failed at their deadline", 0),
 	    M(imm_rx, "immediates received", 0),
+	    M(sleeps, "times the shard slept, idle", 0),
+	    M(wakes, "same-host peer shards this shard woke", 0),
 	    M(pending, "writes queued, not yet posted", 1),
 	    M(inflight, "writes posted, not yet completed", 1),
 #undef M
