@@ -267,6 +267,7 @@ int main(int argc, char **argv)
 	for (uint32_t s = 0; s < started; s++)
 		pthread_join(mv->shards[s].thread, NULL);
 	mv_wake_close(mv);
+	mv_topo_close(mv);
 	mv_stats_stop(mv);
 	for (uint32_t i = 0; i < MV_MAX_REGIONS; i++) {
 		struct mv_region *r = atomic_load(&mv->regions[i]);

@@ -393,6 +393,7 @@ struct mover {
 	uint8_t host_id[16];                /* boot id: who shares this host */
 	uint64_t pidns;                     /* inode of our pid namespace */
 	struct mv_wake_page *wake;          /* our shards' sleeping words (shm) */
+	void *topo;                         /* hwloc topology, loaded once (main thread) */
 	int ep;                             /* the main thread's epoll (MV_TAG_*) */
 	/* Bumped when a peer's process exits: a shard that sees it change
 	 * fails its posted writes to exited peers at once. */
@@ -433,7 +434,6 @@ void *mv_gpu_pinned(struct mv_shard *s, size_t len, char *why, size_t whylen);
 void mv_gpu_unpin(void *p);
 #define MV_GPU_EV_DONE ((void *)1) /* a group whose stream was waited for */
 int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen);
-uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid);
 
 /* Main-thread epoll tags besides client slots: | a peer index. */
 #define MV_TAG_PEER 0x02000000u
@@ -455,6 +455,8 @@ void mv_wake_ring(struct mv_shard *s, struct mv_peer *p);
 
 /* topo.c */
 int mv_topo_place(struct mover *mv, char *why, size_t whylen);
+void mv_topo_close(struct mover *mv);
+uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid);
 
 /* Nanoseconds on the monotonic clock: the daemon's one clock, the same one
  * libclient stamps submissions with. */

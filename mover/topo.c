@@ -41,6 +41,11 @@ static int parse_cpus(const char *list, int *cpus, int max)
 	return n;
 }
 
+/*
+ * Loads the machine's topology once, with its important I/O devices, and
+ * keeps it for GPU registrations (mv_topo_gpu_mask): loading takes
+ * milliseconds. Main thread; mv_topo_close() frees it.
+ */
 int mv_topo_place(struct mover *mv, char *why, size_t whylen)
 {
 	hwloc_topology_t t;
@@ -54,6 +59,7 @@ int mv_topo_place(struct mover *mv, char *why, size_t whylen)
 		snprintf(why, whylen, "hwloc could not load the topology");
 		return -EIO;
 	}
+	mv->topo = t;
 	ncpu = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
 	if (ncpu > 1024)
 		ncpu = 1024;
@@ -63,7 +69,6 @@ int mv_topo_place(struct mover *mv, char *why, size_t whylen)
 		int n = parse_cpus(mv->cfg.cpus, cpus, MV_MAX_SHARDS);
 
 		if (n == 0) {
-			hwloc_topology_destroy(t);
 			snprintf(why, whylen, "--cpus '%s' names no CPU", mv->cfg.cpus);
 			return -EINVAL;
 		}
@@ -71,7 +76,6 @@ int mv_topo_place(struct mover *mv, char *why, size_t whylen)
 			mv->shards[s].cpu = cpus[s % n];
 			mv->shards[s].numa = -1;
 		}
-		hwloc_topology_destroy(t);
 		return 0;
 	}
 
@@ -106,8 +110,14 @@ int mv_topo_place(struct mover *mv, char *why, size_t whylen)
 		sh->cpu = best < 0 ? (int)(s % (uint32_t)ncpu) : best;
 		used[sh->cpu]++;
 	}
-	hwloc_topology_destroy(t);
 	return 0;
+}
+
+void mv_topo_close(struct mover *mv)
+{
+	if (mv->topo)
+		hwloc_topology_destroy(mv->topo);
+	mv->topo = NULL;
 }
 
 /*
@@ -117,16 +127,11 @@ int mv_topo_place(struct mover *mv, char *why, size_t whylen)
  */
 uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid)
 {
-	hwloc_topology_t t;
+	hwloc_topology_t t = mv->topo;
 	uint64_t mask = 0;
 
-	if (hwloc_topology_init(&t) < 0)
+	if (!t)
 		return 0;
-	hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-	if (hwloc_topology_load(t) < 0) {
-		hwloc_topology_destroy(t);
-		return 0;
-	}
 	hwloc_obj_t gpu = hwloc_get_pcidev_by_busidstring(t, busid);
 	hwloc_obj_t anc = gpu ? hwloc_get_non_io_ancestor_obj(t, gpu) : NULL;
 	if (anc && anc->cpuset) {
@@ -142,6 +147,5 @@ uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid)
 			}
 		}
 	}
-	hwloc_topology_destroy(t);
 	return mask;
 }
