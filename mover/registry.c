@@ -364,16 +364,30 @@ int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blo
 	return 0;
 }
 
-static void import_drop(struct mover *mv, struct mv_client *cl, uint32_t h)
+/*
+ * Unlinks the client's imports from peer p (or import h alone when p is
+ * NULL), waits for every shard to pass one turn, so that none still reads
+ * them, then frees them: one round trip however many there are.
+ */
+static void imports_drop(struct mover *mv, struct mv_client *cl, const struct mv_peer *p,
+                         uint32_t h)
 {
-	struct mv_import *imp = atomic_exchange(&cl->imports[h], NULL);
+	static struct mv_import *gone[MV_CLIENT_MAX_IMPORTS]; /* main thread only */
+	uint32_t n = 0, end = p ? MV_CLIENT_MAX_IMPORTS : h + 1;
 	char tmp[MV_ERRLEN];
 
-	if (!imp)
+	for (uint32_t i = p ? 0 : h; i < end; i++) {
+		struct mv_import *imp = atomic_load(&cl->imports[i]);
+		if (imp && (!p || imp->peer == p))
+			gone[n++] = atomic_exchange(&cl->imports[i], NULL);
+	}
+	if (!n)
 		return;
 	mv_call_all(mv, MV_CMD_SYNC, NULL, tmp, sizeof(tmp));
-	mv_gpu_import_close(mv, imp);
-	free(imp);
+	for (uint32_t i = 0; i < n; i++) {
+		mv_gpu_import_close(mv, gone[i]);
+		free(gone[i]);
+	}
 }
 
 int mv_peer_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, size_t whylen)
@@ -385,11 +399,7 @@ int mv_peer_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, 
 		return -ENOENT;
 	}
 	/* This client's imports from the peer go first. */
-	for (uint32_t h = 0; h < MV_CLIENT_MAX_IMPORTS; h++) {
-		struct mv_import *imp = atomic_load(&cl->imports[h]);
-		if (imp && imp->peer == p)
-			import_drop(mv, cl, h);
-	}
+	imports_drop(mv, cl, p, 0);
 	cl->peers[id] = NULL;
 	/* Ops still queued to it fail as "peer gone"; an exited peer stays so. */
 	if (--p->refs == 0 && atomic_load(&p->gone) == MV_PEER_LIVE)
@@ -470,7 +480,7 @@ int mv_import_del(struct mover *mv, struct mv_client *cl, uint32_t handle, char 
 		snprintf(why, whylen, "import %u is not one of this client's imports", handle);
 		return -ENOENT;
 	}
-	import_drop(mv, cl, handle);
+	imports_drop(mv, cl, NULL, handle);
 	return 0;
 }
 
