@@ -1400,57 +1400,40 @@ static void attach_free(struct mv_attach *at)
 	free(at);
 }
 
+/* Takes a leaving client's ops out of one queue; returns how many. */
+static uint32_t drop_queued(struct mv_shard *s, struct mv_wr **head, struct mv_wr **tail,
+                            struct mv_attach *at, int report)
+{
+	struct mv_wr **pp = head, *keep_tail = NULL;
+	uint32_t n = 0;
+
+	while (*pp) {
+		struct mv_wr *op = *pp;
+		if (op->at != at) {
+			keep_tail = op;
+			pp = &op->next;
+			continue;
+		}
+		*pp = op->next;
+		n++;
+		if (report)
+			op_report(s, op, -ECANCELED, "the client left");
+		else
+			at->outstanding--;
+		op_put(s, op);
+	}
+	*tail = keep_tail;
+	return n;
+}
+
 /* Pending (never posted) ops of a leaving client end as cancelled. */
 static void cancel_pending(struct mv_shard *s, struct mv_attach *at)
 {
-	struct mv_wr **pp = &s->sq_head, *keep_tail = NULL;
-
 	/* Staged writes still waiting for a bounce chunk: nothing started. */
-	while (*pp) {
-		struct mv_wr *op = *pp;
-		if (op->at == at) {
-			*pp = op->next;
-			s->ngpu--;
-			at->outstanding--;
-			op_put(s, op);
-			continue;
-		}
-		keep_tail = op;
-		pp = &op->next;
-	}
-	s->sq_tail = keep_tail;
+	s->ngpu -= drop_queued(s, &s->sq_head, &s->sq_tail, at, 0);
 	/* Writes waiting to be retried: nothing of them is in the provider. */
-	pp = &s->rq_head;
-	keep_tail = NULL;
-	while (*pp) {
-		struct mv_wr *op = *pp;
-		if (op->at == at) {
-			*pp = op->next;
-			s->nretry--;
-			op_report(s, op, -ECANCELED, "the client left");
-			op_put(s, op);
-			continue;
-		}
-		keep_tail = op;
-		pp = &op->next;
-	}
-	s->rq_tail = keep_tail;
-	pp = &s->pend_head;
-	keep_tail = NULL;
-
-	while (*pp) {
-		struct mv_wr *op = *pp;
-		if (op->at == at) {
-			*pp = op->next;
-			s->npend--;
-			at->outstanding--;
-			op_put(s, op);
-			continue;
-		}
-		keep_tail = op;
-		pp = &op->next;
-	}
-	s->pend_tail = keep_tail;
+	s->nretry -= drop_queued(s, &s->rq_head, &s->rq_tail, at, 1);
+	s->npend -= drop_queued(s, &s->pend_head, &s->pend_tail, at, 0);
 }
 
 static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
