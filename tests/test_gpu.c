@@ -110,6 +110,27 @@ static uint32_t gpair_import(struct gpair *p, uint32_t region)
 	return h;
 }
 
+/* n bytes of device memory on each side of a pair: the source holds want
+ * (filled from seed), the target is zeroed; both registered, the target
+ * imported by the sender. */
+struct gbufs {
+	CUdeviceptr s, d;
+	struct mvc_mem src, dst;
+	uint32_t imp;
+};
+
+static void gbufs_open(struct gpair *p, struct gbufs *g, uint8_t *want, size_t n, uint64_t seed)
+{
+	g->s = dev_alloc(n);
+	g->d = dev_alloc(n);
+	fill(want, n, seed);
+	to_dev(g->s, want, n);
+	ck_assert_int_eq(cu->MemsetD8(g->d, 0, n), CUDA_SUCCESS);
+	ck_assert_int_eq(mvc_register_cuda(p->a, (void *)g->s, n, &g->src), 0);
+	ck_assert_int_eq(mvc_register_cuda(p->b, (void *)g->d, n, &g->dst), 0);
+	g->imp = gpair_import(p, g->dst.region);
+}
+
 /* Bytes the sending mover carried on one path, from mvstat --json. */
 static uint64_t path_bytes(struct mvproc *m, const char *field)
 {
@@ -232,27 +253,21 @@ END_TEST
 START_TEST(test_paged_write_of_scattered_device_pages)
 {
 	struct gpair p;
-	struct mvc_mem src, dst;
+	struct gbufs g;
 	enum { NP = 1500, PS = 16384 };
 	static uint32_t sp[NP], dp[NP];
 	const size_t n = (size_t)NP * PS * 2;
 	uint8_t *want = malloc(n), *got = malloc(n);
 
 	gpair_open(&p);
-	CUdeviceptr s = dev_alloc(n), d = dev_alloc(n);
-	fill(want, n, 17);
-	to_dev(s, want, n);
-	ck_assert_int_eq(cu->MemsetD8(d, 0, n), CUDA_SUCCESS);
-	ck_assert_int_eq(mvc_register_cuda(p.a, (void *)s, n, &src), 0);
-	ck_assert_int_eq(mvc_register_cuda(p.b, (void *)d, n, &dst), 0);
-	uint32_t imp = gpair_import(&p, dst.region);
+	gbufs_open(&p, &g, want, n, 17);
 	for (uint32_t i = 0; i < NP; i++) {
 		sp[i] = (i * 7919) % (2 * NP);
 		dp[i] = (i * 104729 + 3) % (2 * NP);
 	}
 	/* Distinct destinations: 104729 and 2*NP share no factor. */
-	struct mvc_pages pg = {.src = src.region,
-	                       .dst = imp,
+	struct mvc_pages pg = {.src = g.src.region,
+	                       .dst = g.imp,
 	                       .src_stride = PS,
 	                       .dst_stride = PS,
 	                       .page_size = PS,
@@ -261,12 +276,12 @@ START_TEST(test_paged_write_of_scattered_device_pages)
 	                       .npages = NP};
 	ck_assert_int_eq(mvc_write_paged(p.a, &pg), 0);
 	ck_assert_int_eq(mvc_imm_expect(p.b, 5, 1, 55), 0);
-	ck_assert_int_eq(mvc_write_imm(p.a, imp, 5), 0);
+	ck_assert_int_eq(mvc_write_imm(p.a, g.imp, 5), 0);
 	submit_ok(p.a, 3);
 	struct mvc_event ev;
 	ck_assert_int_eq(mvc_wait(p.b, &ev, 1, 10000), 1);
 	ck_assert_int_eq(ev.type, MVC_EV_IMM_COUNT);
-	from_dev(got, d, n);
+	from_dev(got, g.d, n);
 	for (uint32_t i = 0; i < NP; i++)
 		ck_assert_msg(!memcmp(got + (size_t)dp[i] * PS, want + (size_t)sp[i] * PS, PS),
 		              "page %u (src %u -> dst %u) differs on the device", i, sp[i], dp[i]);
@@ -352,27 +367,21 @@ END_TEST
 START_TEST(test_gpu_to_gpu_staged_on_both_sides)
 {
 	struct gpair p;
-	struct mvc_mem src, dst;
+	struct gbufs g;
 	const size_t n = 40u << 20; /* more chunks than the bounce and landing pools */
 	uint8_t *want = malloc(n), *got = malloc(n);
 
 	/* GPU to a GPU the fabric cannot reach: through the sender's bounce
 	 * chunks, as landing messages, into the target's GPU. */
 	gpair_open(&p);
-	CUdeviceptr s = dev_alloc(n), d = dev_alloc(n);
-	fill(want, n, 29);
-	to_dev(s, want, n);
-	ck_assert_int_eq(cu->MemsetD8(d, 0, n), CUDA_SUCCESS);
-	ck_assert_int_eq(mvc_register_cuda(p.a, (void *)s, n, &src), 0);
-	ck_assert_int_eq(mvc_register_cuda(p.b, (void *)d, n, &dst), 0);
-	uint32_t imp = gpair_import(&p, dst.region);
+	gbufs_open(&p, &g, want, n, 29);
 	for (uint64_t r = 0; r < 2; r++) {
-		ck_assert_int_eq(mvc_write(p.a, src.region, 0, imp, 0, n), 0);
+		ck_assert_int_eq(mvc_write(p.a, g.src.region, 0, g.imp, 0, n), 0);
 		submit_ok(p.a, 20 + r);
-		from_dev(got, d, n);
+		from_dev(got, g.d, n);
 		ck_assert_msg(!memcmp(got, want, n), "round %llu: device data differs",
 		              (unsigned long long)r);
-		ck_assert_int_eq(cu->MemsetD8(d, 0, n), CUDA_SUCCESS);
+		ck_assert_int_eq(cu->MemsetD8(g.d, 0, n), CUDA_SUCCESS);
 	}
 	usleep(50000);
 	ck_assert_uint_eq(path_bytes(&B, "\"staged_bytes\""), 2 * n); /* landed by B */
