@@ -145,10 +145,7 @@ static int call(struct mvc *c, uint16_t type, const void *payload, size_t len, c
                 int nfds, void *rep, size_t replen, int *rfds, int maxrfds, int *nrfds)
 {
 	struct mv_msg_hdr h = {.magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = type};
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * (2 * MV_MAX_SHARDS + 1))];
-		struct cmsghdr align;
-	} u;
+	union mv_cmsg u;
 	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
 	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
 	ssize_t n;
@@ -157,15 +154,7 @@ static int call(struct mvc *c, uint16_t type, const void *payload, size_t len, c
 		return fail(c, -EPIPE, "the mover connection is gone");
 	h.len = (uint32_t)len;
 	h.seq = ++c->seq;
-	if (nfds) {
-		mh.msg_control = u.buf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-	}
+	mv_fds_put(&mh, &u, fds, nfds);
 	if (sendmsg(c->sock, &mh, MSG_NOSIGNAL) < 0) {
 		c->dead = 1;
 		return fail(c, -errno, "sending to the mover: %s", strerror(errno));
@@ -184,21 +173,9 @@ static int call(struct mvc *c, uint16_t type, const void *payload, size_t len, c
 		c->dead = 1;
 		return fail(c, n ? -errno : -EPIPE, "the mover closed the connection");
 	}
+	int got = mv_fds_take(&rm, rfds, rfds && nrfds ? maxrfds : 0);
 	if (nrfds)
-		*nrfds = 0;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&rm); cm; cm = CMSG_NXTHDR(&rm, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		int k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-		for (int i = 0; i < k; i++) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			if (rfds && nrfds && *nrfds < maxrfds)
-				rfds[(*nrfds)++] = fd;
-			else
-				close(fd);
-		}
-	}
+		*nrfds = got;
 	if ((size_t)n < sizeof(rh) + sizeof(struct mv_reply_hdr) || rh.magic != MV_WIRE_MAGIC ||
 	    rh.seq != h.seq) {
 		c->dead = 1;

@@ -32,6 +32,51 @@ static inline const char *mv_default_socket(char *buf, size_t len)
 	return buf;
 }
 
+/* The most fds one control message carries: a ring pair per shard, and one more. */
+#define MV_MAX_FDS (2 * MV_MAX_SHARDS + 1)
+
+/* Room for MV_MAX_FDS fds in a message's control data, aligned for it. */
+union mv_cmsg {
+	char buf[CMSG_SPACE(sizeof(int) * MV_MAX_FDS)];
+	struct cmsghdr align;
+};
+
+/* Attaches nfds (at most MV_MAX_FDS) fds to mh as SCM_RIGHTS, in u. */
+static inline void mv_fds_put(struct msghdr *mh, union mv_cmsg *u, const int *fds, int nfds)
+{
+	if (nfds <= 0)
+		return;
+	mh->msg_control = u->buf;
+	mh->msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+	struct cmsghdr *c = CMSG_FIRSTHDR(mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+	memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+}
+
+/* The fds a received message carried: the first max go to fds, the rest
+ * are closed. Returns how many fds holds. */
+static inline int mv_fds_take(struct msghdr *mh, int *fds, int max)
+{
+	int n = 0;
+
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		for (int i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (n < max)
+				fds[n++] = fd;
+			else
+				close(fd);
+		}
+	}
+	return n;
+}
+
 /*
  * mv_request - send one message of type with payload to the mover at path
  * and read its reply (header, then a struct mv_reply_hdr first) into rep.
@@ -46,10 +91,7 @@ static inline int mv_request(const char *path, uint16_t type, const void *payloa
 	    .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = type, .len = len, .seq = 1};
 	struct iovec out[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
 	struct msghdr om = {.msg_iov = out, .msg_iovlen = 2};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
+	union mv_cmsg u;
 	struct iovec in = {rep, replen};
 	struct msghdr im = {
 	    .msg_iov = &in, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
@@ -82,9 +124,8 @@ static inline int mv_request(const char *path, uint16_t type, const void *payloa
 	ssize_t n = recvmsg(s, &im, MSG_CMSG_CLOEXEC);
 	e = errno;
 	close(s);
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&im); n > 0 && c; c = CMSG_NXTHDR(&im, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-			memcpy(fd, CMSG_DATA(c), sizeof(int));
+	if (n > 0)
+		mv_fds_take(&im, fd, 1);
 	const struct mv_reply_hdr *r = (const void *)((const char *)rep + sizeof(h));
 	if (n < (ssize_t)(sizeof(h) + sizeof(*r))) {
 		snprintf(why, whylen, "no reply from the mover at %s: %s", path,

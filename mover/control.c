@@ -9,6 +9,7 @@
  * posted, and then its regions are deregistered. Runs on the main thread.
  */
 #include "mover.h"
+#include "mv_sock.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -23,7 +24,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define MAX_FDS    (2 * MV_MAX_SHARDS + 1)
 #define TAG_LISTEN 0xffffff01u
 #define TAG_SIGNAL 0xffffff02u
 #define TAG_SHARDS 0xffffff03u
@@ -33,7 +33,7 @@ struct rx {
 	struct mv_msg_hdr h;
 	uint8_t payload[MV_MAX_MSG];
 	size_t len; /* payload bytes */
-	int fds[MAX_FDS];
+	int fds[MV_MAX_FDS];
 	int nfds;
 };
 
@@ -52,24 +52,13 @@ static int send_reply(int sock, const struct mv_msg_hdr *req, const void *payloa
 {
 	struct mv_msg_hdr h = {.magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION};
 	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
-		struct cmsghdr align;
-	} u;
+	union mv_cmsg u;
 	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
 
 	h.type = (uint16_t)(req->type | MV_MSG_REPLY);
 	h.len = (uint32_t)len;
 	h.seq = req->seq;
-	if (nfds > 0) {
-		mh.msg_control = u.buf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
-	}
+	mv_fds_put(&mh, &u, fds, nfds);
 	return sendmsg(sock, &mh, MSG_NOSIGNAL) < 0 ? -errno : 0;
 }
 
@@ -84,10 +73,7 @@ static int send_error(int sock, const struct mv_msg_hdr *req, int status, const 
 /* Reads one message; 1 on a message, 0 on hang-up, -errno on errors. */
 static int recv_msg(int sock, struct rx *m, char *why, size_t whylen)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
-		struct cmsghdr align;
-	} u;
+	union mv_cmsg u;
 	struct iovec iov[2] = {{&m->h, sizeof(m->h)}, {m->payload, sizeof(m->payload)}};
 	struct msghdr mh = {
 	    .msg_iov = iov, .msg_iovlen = 2, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
@@ -96,13 +82,7 @@ static int recv_msg(int sock, struct rx *m, char *why, size_t whylen)
 	m->nfds = 0;
 	if (n < 0)
 		return errno == EAGAIN ? -EAGAIN : -errno;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-			int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-			for (int i = 0; i < k && m->nfds < (int)MAX_FDS; i++)
-				memcpy(&m->fds[m->nfds++], CMSG_DATA(c) + i * sizeof(int),
-				       sizeof(int));
-		}
+	m->nfds = mv_fds_take(&mh, m->fds, MV_MAX_FDS);
 	if (n == 0)
 		return 0;
 	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
