@@ -1653,19 +1653,6 @@ static void direct_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, 
 	tsimple(T_DIRECT_PARK, 0);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static double rate(const struct meas *m, const char *what)
 {
 	if (m->bytes == 0 || m->secs <= 0)

@@ -33,19 +33,6 @@
 #define REPS   5
 #define WINDOW 16 /* transfers in flight, through the mover and in the baselines */
 
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_d);
-	return v[n / 2];
-}
-
 static pid_t start_mover(const char *bin, const char *prov, int shards, const char *sock,
                          const char *log)
 {

@@ -519,13 +519,6 @@ static int cmp_order(const void *a, const void *b, void *arg)
 	return x < y ? -1 : x > y;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static double pct_us(const uint64_t *v, size_t n, double p)
 {
 	if (!n)
@@ -675,7 +668,7 @@ static int sender(struct replay *r, int from_recv, int to_recv)
 		r->nerr += want - got;
 		fprintf(stderr, "mvreplay: %s\n", msg);
 	}
-	qsort(r->lat, r->nlat, sizeof(*r->lat), cmp_u64);
+	qsort(r->lat, r->nlat, sizeof(*r->lat), mvt_cmp_u64);
 	char b1[32], b2[32];
 	printf("mvreplay: %s (%s, source %s) over %s, %u shards, window %u, %s\n", cf->trace,
 	       r->t.hdr.provider, r->t.hdr.source, info.provider, info.nshards, r->window,

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +31,21 @@ static inline uint64_t mix(uint64_t x)
 	x ^= x >> 33;
 	x *= 0xc4ceb9fe1a85ec53ull;
 	return x ^ (x >> 33);
+}
+
+static inline int mv_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The median of n > 0 values; sorts v in place, so v[0] and v[n - 1] are
+ * then the extremes. */
+static inline double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), mv_cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* Writes all of buf, across short writes and EINTR; 0, or -1 on error. */

@@ -193,13 +193,6 @@ static int cmd_dump(const char *path, int csv)
 
 /* ---- summary ---- */
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* Nearest-rank percentile of a sorted array. */
 static uint64_t pct(const uint64_t *v, size_t n, double p)
 {
@@ -309,7 +302,7 @@ static int cmd_summary(const char *path)
 	if (!nlat) {
 		printf("latency    n/a (no completion times: an imported trace)\n");
 	} else {
-		qsort(lat, nlat, sizeof(*lat), cmp_u64);
+		qsort(lat, nlat, sizeof(*lat), mvt_cmp_u64);
 		printf("latency    p50 %.1f us  p90 %.1f us  p99 %.1f us  p99.9 %.1f us  "
 		       "max %.1f us",
 		       pct(lat, nlat, 50) / 1e3, pct(lat, nlat, 90) / 1e3, pct(lat, nlat, 99) / 1e3,

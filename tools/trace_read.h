@@ -54,6 +54,14 @@ static inline int mvt_fail(char *err, size_t errlen, int ret, const char *fmt, .
 }
 
 /* The name of one mv_cause value (the same numbers as libclient's mvc_cause). */
+/* qsort order for latencies and other uint64_t samples. */
+static inline int mvt_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 static inline const char *mvt_cause_name(unsigned cause)
 {
 	static const char *const names[] = {"none",      "bad_desc",  "no_region",
