@@ -28,7 +28,8 @@
 
 #define RING_BUDGET   256u /* descriptors from one ring per turn */
 #define CQ_BATCH      64
-#define SPIN_NS       200000 /* busy-poll this long after the last work */
+#define SPIN_NS       200000  /* busy-poll this long after the last work, */
+#define SPIN_MAX_NS   2000000 /* or up to this long while a stream has gaps */
 #define STOP_DRAIN_NS 10000000000ll
 #define OVF_MAX       65536u /* completions held for a client whose ring is full */
 
@@ -1646,9 +1647,29 @@ disarm:
 	return woke;
 }
 
+/* How long to busy-poll after the last work. A stream whose pieces come
+ * further apart than the spin (a receiving tcp shard sees socket data but
+ * no work until a whole write lands; a big shm write lands every few
+ * hundred us) would sleep between every two pieces, and on a virtual
+ * machine every wake from a sleep costs tens of us in which the socket is
+ * not drained. So a sleep that the stream cut short, or work that came back
+ * soon after one, doubles the spin up to SPIN_MAX_NS; a sleep that ran its
+ * whole timeout, or a gap longer than that, sets it back. An idle mover
+ * still sleeps within SPIN_MAX_NS of its last work. */
+static int64_t spin_after_sleep(int64_t spin, int64_t gap, int cut_short)
+{
+	if (!cut_short || gap >= SPIN_MAX_NS)
+		return SPIN_NS;
+	spin *= 2;
+	if (spin < 2 * gap)
+		spin = 2 * gap;
+	return spin > SPIN_MAX_NS ? SPIN_MAX_NS : spin;
+}
+
 static void shard_loop(struct mv_shard *s)
 {
-	int64_t last_work = mv_now_ns(), stop_at = 0;
+	int64_t last_work = mv_now_ns(), last_active = last_work, spin = SPIN_NS, stop_at = 0;
+	int slept = 0;
 
 	for (;;) {
 		int work = 0;
@@ -1698,18 +1719,27 @@ static void shard_loop(struct mv_shard *s)
 		/* Stamped when the work ended, not when the turn began: a long
 		 * turn (a big post, or preemption) must not count as idle time. */
 		if (work) {
-			last_work = mv_now_ns();
+			int64_t now = mv_now_ns();
+			if (slept)
+				spin = spin_after_sleep(spin, now - last_work, 1);
+			slept = 0;
+			last_work = last_active = now;
 			continue;
 		}
-		if (mv_now_ns() - last_work < SPIN_NS || s->stop_cmd)
+		if (mv_now_ns() - last_active < spin || s->stop_cmd)
 			continue;
 		s->st.sleeps++;
 		mv_stats_publish(s, 1);
 		/* Woken by data (the CQ fd of a receiving shard: its writes make
 		 * no CQ entry) or a doorbell: spin again rather than sleep per
 		 * message while a stream lasts. */
-		if (sleep_once(s, mv_now_ns() - last_work))
-			last_work = mv_now_ns();
+		int64_t t0 = mv_now_ns();
+		int woke = sleep_once(s, t0 - last_work);
+		int64_t now = mv_now_ns();
+		slept = 1;
+		if (woke)
+			last_active = now;
+		spin = spin_after_sleep(spin, now - t0, woke);
 	}
 }
 
