@@ -2048,8 +2048,8 @@ static void usage(FILE *f)
 	        "  --iface NAME      interface for tcp (default lo)\n"
 	        "  --shards LIST     shard counts, e.g. 1,2,4 (default 1,2,... up to nproc/4)\n"
 	        "  --sizes LIST      write sizes, K/M/G suffixes (default 4K,64K,1M,16M,64M)\n"
-	        "  --seconds S       length of one measured run (default 1)\n"
-	        "  --reps N          measured runs of each side per row, medians (default 5)\n"
+	        "  --seconds S       length of one measured run (default 0.5)\n"
+	        "  --reps N          measured runs of each side per row, medians (default 15)\n"
 	        "  --quick           --seconds 0.25 --reps 3 unless given\n"
 	        "  --csv FILE        the table as CSV too\n"
 	        "  --mover PATH      the mover binary (default: next to mvbench)\n"
@@ -2188,9 +2188,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		o->provs[o->nprov++] = tok; /* provs lives as long as the process */
 	}
 	if (!o->seconds)
-		o->seconds = o->quick ? 0.25 : 1.0;
+		o->seconds = o->quick ? 0.25 : 0.5;
 	if (!o->reps)
-		o->reps = o->quick ? 3 : 5;
+		o->reps = o->quick ? 3 : 15;
 	if (!o->nsizes) {
 		const uint64_t def[] = {4096, 65536, 1 << 20, 16 << 20, 64 << 20};
 		memcpy(o->sizes, def, sizeof(def));
