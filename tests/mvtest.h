@@ -40,15 +40,10 @@ static inline double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static inline void mover_start(struct mvproc *m, const char *name, int shards)
+/* Forks and execs a mover with argv (argv[0] its path), its output going to
+ * m->log. It gets SIGKILL when the test process dies. */
+static inline void mover_spawn(struct mvproc *m, const char *const *argv)
 {
-	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
-	char bin[256], ns[16];
-
-	snprintf(m->sock, sizeof(m->sock), "/tmp/mvt.%d.%s.sock", getpid(), name);
-	snprintf(m->log, sizeof(m->log), "/tmp/mvt.%d.%s.log", getpid(), name);
-	snprintf(bin, sizeof(bin), "%s/bin/mover", b);
-	snprintf(ns, sizeof(ns), "%d", shards);
 	unlink(m->sock);
 	m->pid = fork();
 	ck_assert_int_ge(m->pid, 0);
@@ -58,30 +53,51 @@ static inline void mover_start(struct mvproc *m, const char *name, int shards)
 		int fd = open(m->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		dup2(fd, 1);
 		dup2(fd, 2);
-		/* A short deadline so a dead peer fails writes within the test. */
-		const char *argv[16] = {bin, "--provider", prov,   "--shards", ns, "--op-timeout",
-		                        "3", "--socket",   m->sock};
-		int n = 9;
-		if (!strcmp(prov, "tcp")) {
-			argv[n++] = "--iface";
-			argv[n++] = "lo";
-		}
-		if (mover_extra)
-			argv[n++] = mover_extra;
-		execv(bin, (char *const *)argv);
+		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
-	/* Up to 30 s: a mover on a GPU host starts CUDA before it listens. */
-	for (int i = 0; i < 1200; i++) {
+}
+
+/* Returns once the mover listens on m->sock; fails the test, naming its log,
+ * when it exits first or has not listened within wait_s. */
+static inline void mover_listening(struct mvproc *m, const char *name, double wait_s)
+{
+	for (double t0 = now_s(); now_s() - t0 < wait_s;) {
 		struct stat st;
 		if (stat(m->sock, &st) == 0)
 			return;
 		int status;
-		if (waitpid(m->pid, &status, WNOHANG) == m->pid)
+		if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
+			m->pid = 0;
 			ck_abort_msg("mover %s exited at start; see %s", name, m->log);
+		}
 		usleep(25000);
 	}
-	ck_abort_msg("mover %s did not listen within 30 s; see %s", name, m->log);
+	ck_abort_msg("mover %s did not listen within %.0f s; see %s", name, wait_s, m->log);
+}
+
+static inline void mover_start(struct mvproc *m, const char *name, int shards)
+{
+	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
+	char bin[256], ns[16];
+
+	snprintf(m->sock, sizeof(m->sock), "/tmp/mvt.%d.%s.sock", getpid(), name);
+	snprintf(m->log, sizeof(m->log), "/tmp/mvt.%d.%s.log", getpid(), name);
+	snprintf(bin, sizeof(bin), "%s/bin/mover", b);
+	snprintf(ns, sizeof(ns), "%d", shards);
+	/* A short deadline so a dead peer fails writes within the test. */
+	const char *argv[16] = {bin, "--provider", prov,   "--shards", ns, "--op-timeout",
+	                        "3", "--socket",   m->sock};
+	int n = 9;
+	if (!strcmp(prov, "tcp")) {
+		argv[n++] = "--iface";
+		argv[n++] = "lo";
+	}
+	if (mover_extra)
+		argv[n++] = mover_extra;
+	mover_spawn(m, argv);
+	/* Up to 30 s: a mover on a GPU host starts CUDA before it listens. */
+	mover_listening(m, name, 30);
 }
 
 /* A killed shm mover leaves its endpoint's segments behind (/dev/shm/PID:*)

@@ -35,6 +35,8 @@
 #include "mv_wire.h"
 #include "trace_format.h"
 
+#include "mvtest.h"
+
 /* A small model for the importers: 2 * 2 heads * 64 dims * 2 bytes * 16 tokens. */
 #define MODEL                                                                                      \
 	"--layers", "2", "--kv-heads", "2", "--head-dim", "64", "--dtype-bytes", "2",              \
@@ -46,14 +48,6 @@
 static char dir[64];      /* this test's scratch directory */
 static char bindir[4096]; /* absolute: tests change directory */
 static char datadir[4096];
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static const char *in_dir(char *buf, size_t len, const char *name)
 {
@@ -935,83 +929,27 @@ END_TEST
 
 /* ---- two movers on loopback ---- */
 
-struct mvproc {
-	pid_t pid;
-	char sock[108];
-	char log[160];
-};
-
-static struct mvproc A, B;
-
-static void mover_spawn(struct mvproc *m, const char *name, const char *trace)
+/* A mover with its socket and log in this test's directory, on tcp with
+ * 2 shards, capturing a trace when trace is not NULL. mover_stop() sends
+ * SIGTERM, on which the mover closes its trace. */
+static void trace_mover_spawn(struct mvproc *m, const char *name, const char *trace)
 {
 	char bin[4200];
 
 	snprintf(m->sock, sizeof(m->sock), "%s/%s.sock", dir, name);
 	snprintf(m->log, sizeof(m->log), "%s/%s.log", dir, name);
 	snprintf(bin, sizeof(bin), "%s/mover", bindir);
-	m->pid = fork();
-	ck_assert_int_ge(m->pid, 0);
-	if (m->pid == 0) {
-		/* A failed test must not leave movers behind. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		int fd = open(m->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		if (trace)
-			execl(bin, bin, "--provider", "tcp", "--iface", "lo", "--shards", "2",
-			      "--op-timeout", "5", "--socket", m->sock, "--trace", trace,
-			      (char *)NULL);
-		else
-			execl(bin, bin, "--provider", "tcp", "--iface", "lo", "--shards", "2",
-			      "--op-timeout", "5", "--socket", m->sock, (char *)NULL);
-		_exit(127);
-	}
-}
-
-static void mover_wait(struct mvproc *m)
-{
-	for (int i = 0; i < 400; i++) {
-		struct stat st;
-		int status;
-		if (stat(m->sock, &st) == 0)
-			return;
-		if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
-			m->pid = 0;
-			ck_abort_msg("mover exited at start; see %s", m->log);
-		}
-		usleep(25000);
-	}
-	ck_abort_msg("mover did not listen within 10 s; see %s", m->log);
-}
-
-/* SIGTERM (the mover closes its trace), then the exit status. */
-static int mover_stop(struct mvproc *m)
-{
-	int status = 0;
-
-	if (m->pid <= 0)
-		return 0;
-	kill(m->pid, SIGTERM);
-	for (int i = 0; i < 300; i++) {
-		if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
-			m->pid = 0;
-			return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-		}
-		usleep(20000);
-	}
-	kill(m->pid, SIGKILL);
-	waitpid(m->pid, &status, 0);
-	m->pid = 0;
-	return -1;
+	mover_spawn(m, (const char *const[]){bin, "--provider", "tcp", "--iface", "lo", "--shards",
+	                                     "2", "--op-timeout", "5", "--socket", m->sock,
+	                                     trace ? "--trace" : NULL, trace, NULL});
 }
 
 static void movers_up(const char *trace_a)
 {
-	mover_spawn(&A, "a", trace_a);
-	mover_spawn(&B, "b", NULL);
-	mover_wait(&A);
-	mover_wait(&B);
+	trace_mover_spawn(&A, "a", trace_a);
+	trace_mover_spawn(&B, "b", NULL);
+	mover_listening(&A, "a", 10);
+	mover_listening(&B, "b", 10);
 }
 
 static void setup_movers(void)
