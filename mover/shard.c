@@ -11,6 +11,7 @@
  */
 #include "mover.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1655,10 +1656,13 @@ disarm:
  * not drained. So a sleep that the stream cut short, or work that came back
  * soon after one, doubles the spin up to SPIN_MAX_NS; a sleep that ran its
  * whole timeout, or a gap longer than that, sets it back. An idle mover
- * still sleeps within SPIN_MAX_NS of its last work. */
-static int64_t spin_after_sleep(int64_t spin, int64_t gap, int cut_short)
+ * still sleeps within SPIN_MAX_NS of its last work. Only while the host has
+ * a CPU for every runnable thread does a shard spin longer: on a crowded
+ * host (two movers and their clients on two cores) it would spin on time
+ * that other threads, its own clients among them, are waiting for. */
+static int64_t spin_after_sleep(int64_t spin, int64_t gap, int cut_short, int crowded)
 {
-	if (!cut_short || gap >= SPIN_MAX_NS)
+	if (!cut_short || gap >= SPIN_MAX_NS || crowded)
 		return SPIN_NS;
 	spin *= 2;
 	if (spin < 2 * gap)
@@ -1666,10 +1670,30 @@ static int64_t spin_after_sleep(int64_t spin, int64_t gap, int cut_short)
 	return spin > SPIN_MAX_NS ? SPIN_MAX_NS : spin;
 }
 
+/* Whether the host has no CPU to spare right now: as many runnable threads
+ * (this one among them) as CPUs, so a thread that wakes would have to wait.
+ * The fourth field of /proc/loadavg (fd) is runnable/all. 1 when unknown. */
+static int host_crowded(int fd, long ncpu)
+{
+	double l1, l5, l15;
+	long running, all;
+	char buf[128];
+	ssize_t n = fd < 0 ? -1 : pread(fd, buf, sizeof(buf) - 1, 0);
+
+	if (n <= 0 || ncpu <= 0)
+		return 1;
+	buf[n] = 0;
+	if (sscanf(buf, "%lf %lf %lf %ld/%ld", &l1, &l5, &l15, &running, &all) != 5)
+		return 1;
+	return running >= ncpu;
+}
+
 static void shard_loop(struct mv_shard *s)
 {
 	int64_t last_work = mv_now_ns(), last_active = last_work, spin = SPIN_NS, stop_at = 0;
-	int slept = 0;
+	int load_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int slept = 0, crowded = 1;
 
 	for (;;) {
 		int work = 0;
@@ -1721,7 +1745,7 @@ static void shard_loop(struct mv_shard *s)
 		if (work) {
 			int64_t now = mv_now_ns();
 			if (slept)
-				spin = spin_after_sleep(spin, now - last_work, 1);
+				spin = spin_after_sleep(spin, now - last_work, 1, crowded);
 			slept = 0;
 			last_work = last_active = now;
 			continue;
@@ -1730,6 +1754,7 @@ static void shard_loop(struct mv_shard *s)
 			continue;
 		s->st.sleeps++;
 		mv_stats_publish(s, 1);
+		crowded = host_crowded(load_fd, ncpu);
 		/* Woken by data (the CQ fd of a receiving shard: its writes make
 		 * no CQ entry) or a doorbell: spin again rather than sleep per
 		 * message while a stream lasts. */
@@ -1739,8 +1764,10 @@ static void shard_loop(struct mv_shard *s)
 		slept = 1;
 		if (woke)
 			last_active = now;
-		spin = spin_after_sleep(spin, now - t0, woke);
+		spin = spin_after_sleep(spin, now - t0, woke, crowded);
 	}
+	if (load_fd >= 0)
+		close(load_fd);
 }
 
 void *mv_shard_main(void *arg)
