@@ -1759,7 +1759,7 @@ static void shard_loop(struct mv_shard *s)
 		 * no CQ entry) or a doorbell: spin again rather than sleep per
 		 * message while a stream lasts. */
 		int64_t t0 = mv_now_ns();
-		int woke = sleep_once(s, t0 - last_work);
+		int woke = sleep_once(s, t0 - last_active);
 		int64_t now = mv_now_ns();
 		slept = 1;
 		if (woke)
