@@ -198,6 +198,32 @@ static void close_rings(struct mvc *c)
 	}
 }
 
+/* The per-batch tables for nb batch ids, all ids free. 0 or -ENOMEM; on
+ * failure batch_tables_free() undoes what was made. */
+static int batch_tables_alloc(struct mvc *c, uint32_t nb)
+{
+	c->free_ids = malloc(sizeof(*c->free_ids) * nb);
+	c->cookies = calloc(nb, sizeof(*c->cookies));
+	c->busy = calloc(nb, 1);
+	c->parts_of = calloc(nb, sizeof(*c->parts_of));
+	c->share = calloc(nb, sizeof(*c->share));
+	if (!c->free_ids || !c->cookies || !c->busy || !c->parts_of || !c->share)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < nb; i++)
+		c->free_ids[i] = nb - 1 - i;
+	c->nfree = nb;
+	return 0;
+}
+
+static void batch_tables_free(struct mvc *c)
+{
+	free(c->free_ids);
+	free(c->cookies);
+	free(c->busy);
+	free(c->parts_of);
+	free(c->share);
+}
+
 static __thread char connect_err[256];
 
 const char *mvc_connect_error(void)
@@ -291,19 +317,9 @@ int mvc_connect(struct mvc **out, const char *path)
 	if (ret)
 		goto err_rings;
 
-	uint32_t nb = hello.max_batches;
-	c->free_ids = malloc(sizeof(*c->free_ids) * nb);
-	c->cookies = calloc(nb, sizeof(*c->cookies));
-	c->busy = calloc(nb, 1);
-	c->parts_of = calloc(nb, sizeof(*c->parts_of));
-	c->share = calloc(nb, sizeof(*c->share));
-	if (!c->free_ids || !c->cookies || !c->busy || !c->parts_of || !c->share) {
-		ret = -ENOMEM;
+	ret = batch_tables_alloc(c, hello.max_batches);
+	if (ret)
 		goto err_rings;
-	}
-	for (uint32_t i = 0; i < nb; i++)
-		c->free_ids[i] = nb - 1 - i;
-	c->nfree = nb;
 	mv_host_id(c->host);
 	*out = c;
 	return 0;
@@ -316,11 +332,7 @@ err_sock:
 	if (c->sock >= 0)
 		close(c->sock);
 err_free:
-	free(c->free_ids);
-	free(c->cookies);
-	free(c->busy);
-	free(c->parts_of);
-	free(c->share);
+	batch_tables_free(c);
 	/* The reason outlives the handle. */
 	snprintf(connect_err, sizeof(connect_err), "%s", c->err[0] ? c->err : strerror(-ret));
 	free(c);
@@ -335,11 +347,7 @@ void mvc_disconnect(struct mvc *c)
 	close_rings(c);
 	if (c->efd >= 0)
 		close(c->efd);
-	free(c->free_ids);
-	free(c->cookies);
-	free(c->busy);
-	free(c->parts_of);
-	free(c->share);
+	batch_tables_free(c);
 	free(c->imm_tab);
 	free(c->imm_due);
 	free(c);

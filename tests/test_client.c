@@ -31,15 +31,7 @@ static void rig_open(struct rig *g)
 	c->info.nshards = NSH;
 	c->info.max_batches = nb;
 	c->max_write = 1ull << 30;
-	c->free_ids = calloc(nb, sizeof(*c->free_ids));
-	c->cookies = calloc(nb, sizeof(*c->cookies));
-	c->busy = calloc(nb, 1);
-	c->parts_of = calloc(nb, sizeof(*c->parts_of));
-	c->share = calloc(nb, sizeof(*c->share));
-	ck_assert(c->free_ids && c->cookies && c->busy && c->parts_of && c->share);
-	for (uint32_t i = 0; i < nb; i++)
-		c->free_ids[i] = nb - 1 - i;
-	c->nfree = nb;
+	ck_assert_int_eq(batch_tables_alloc(c, nb), 0);
 	for (int s = 0; s < NSH; s++) {
 		ck_assert_int_eq(shmring_create(&c->sh[s].sub, &so, SHMRING_PRODUCER), 0);
 		int fd = dup(shmring_fd(&c->sh[s].sub));
@@ -56,11 +48,7 @@ static void rig_close(struct rig *g)
 		shmring_close(&g->cons[s]);
 		shmring_close(&c->sh[s].sub);
 	}
-	free(c->free_ids);
-	free(c->cookies);
-	free(c->busy);
-	free(c->parts_of);
-	free(c->share);
+	batch_tables_free(c);
 	free(c);
 }
 
