@@ -154,15 +154,22 @@ static void op_put(struct mv_shard *s, struct mv_wr *op)
 	s->nfree++;
 }
 
+/* Appends op to the FIFO of ops at *head .. *tail (pending, retry, staged,
+ * GPU copies in flight: each queue is the shard's own). */
+static void wr_append(struct mv_wr **head, struct mv_wr **tail, struct mv_wr *op)
+{
+	op->next = NULL;
+	if (*tail)
+		(*tail)->next = op;
+	else
+		*head = op;
+	*tail = op;
+}
+
 static void pend_push(struct mv_shard *s, struct mv_wr *op)
 {
 	op->born = op->posted_at = s->now; /* queued at, until it is posted */
-	op->next = NULL;
-	if (s->pend_tail)
-		s->pend_tail->next = op;
-	else
-		s->pend_head = op;
-	s->pend_tail = op;
+	wr_append(&s->pend_head, &s->pend_tail, op);
 	s->npend++;
 }
 
@@ -430,16 +437,6 @@ static int ops_needed(const struct mv_desc *d)
 	return (int)((d->len + MV_CHUNK - 1) / MV_CHUNK) + 1;
 }
 
-static void gq_push(struct mv_shard *s, struct mv_wr *op)
-{
-	op->next = NULL;
-	if (s->gq_tail)
-		s->gq_tail->next = op;
-	else
-		s->gq_head = op;
-	s->gq_tail = op;
-}
-
 /* The header a landing message carries ahead of its data; the token is
  * set when it is posted. */
 static void land_hdr(struct mv_shard *s, struct mv_wr *op, const struct mv_import *dst,
@@ -562,7 +559,7 @@ static void take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 				s->ngpu--;
 				op_done(s, op, ret, why);
 			} else {
-				gq_push(s, op);
+				wr_append(&s->gq_head, &s->gq_tail, op);
 				s->gpu_open_dev = dev; /* fenced after this consume round */
 			}
 		} else {
@@ -577,12 +574,7 @@ static void take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 				land_hdr(s, op, dst, d->dst_off + off, n);
 				op->kind = MV_OPK_STAGE; /* until its chunk is filled */
 			}
-			op->next = NULL;
-			if (s->sq_tail)
-				s->sq_tail->next = op;
-			else
-				s->sq_head = op;
-			s->sq_tail = op;
+			wr_append(&s->sq_head, &s->sq_tail, op);
 		}
 		off += n;
 	}
@@ -619,7 +611,7 @@ static int gpu_progress(struct mv_shard *s)
 			s->ngpu--;
 			op_done(s, op, ret, why);
 		} else {
-			gq_push(s, op);
+			wr_append(&s->gq_head, &s->gq_tail, op);
 		}
 		n++;
 	}
@@ -1015,12 +1007,7 @@ static int retry(struct mv_shard *s, struct mv_wr *op, int err)
 		return 0;
 	op->retries++;
 	op->posted_at = s->now + wait; /* due then; pend_push restamps it */
-	op->next = NULL;
-	if (s->rq_tail)
-		s->rq_tail->next = op;
-	else
-		s->rq_head = op;
-	s->rq_tail = op;
+	wr_append(&s->rq_head, &s->rq_tail, op);
 	s->nretry++;
 	s->st.retries++;
 	return 1;
