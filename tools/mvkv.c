@@ -69,20 +69,6 @@ static void fill_page(uint8_t *p, uint64_t size, uint64_t round, uint32_t src, u
 	h->magic = PAGE_MAGIC;
 }
 
-static int xread(int fd, void *buf, size_t len)
-{
-	uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n = read(fd, p, len);
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 struct blobs {
 	size_t alen, rlen;
 	uint8_t addr[MVC_BLOB_MAX];
@@ -116,7 +102,7 @@ static int receiver(const struct cfg *cf, int to_send, int from_send)
 	if (xwrite(to_send, &b, sizeof(b)))
 		return 1;
 	for (;;) {
-		if (xread(from_send, &round, sizeof(round)) || round == UINT64_MAX)
+		if (xread(from_send, &round, sizeof(round), -1) || round == UINT64_MAX)
 			break;
 		ret = mvc_imm_expect(c, (uint32_t)round, 1, round);
 		if (ret) {
@@ -189,7 +175,7 @@ static int sender(const struct cfg *cf, int from_recv, int to_recv)
 		return 1;
 	}
 	mvc_info(c, &info);
-	if (xread(from_recv, &b, sizeof(b)))
+	if (xread(from_recv, &b, sizeof(b), -1))
 		return 1;
 	ret = mvc_alloc(c, (uint64_t)cf->pages * cf->page_size, &src);
 	if (!ret)
@@ -262,7 +248,7 @@ static int sender(const struct cfg *cf, int from_recv, int to_recv)
 		}
 		busy += now_s() - ts;
 		uint64_t verdict;
-		if (xread(from_recv, &verdict, sizeof(verdict)))
+		if (xread(from_recv, &verdict, sizeof(verdict), -1))
 			return 1;
 		if (verdict) {
 			fprintf(stderr, "mvkv sender: receiver found %" PRIu64 " bad pages\n",

@@ -68,30 +68,6 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Whole-buffer pipe I/O with a deadline; 0, or -1 on EOF, error or time-out. */
-static int xread(int fd, void *buf, size_t len, int timeout_ms)
-{
-	uint8_t *p = buf;
-	uint64_t end = now_ns() + (uint64_t)timeout_ms * 1000000u;
-
-	while (len) {
-		struct pollfd pf = {.fd = fd, .events = POLLIN};
-		uint64_t now = now_ns();
-		if (now >= end || poll(&pf, 1, (int)((end - now) / 1000000u) + 1) < 0)
-			return -1;
-		if (!(pf.revents & (POLLIN | POLLHUP)))
-			continue;
-		ssize_t n = read(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /*
  * The receiver: owns the destination pool and counts immediates until the
  * sender says how many to expect (UINT64_MAX: give up), then answers with

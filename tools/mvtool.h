@@ -8,6 +8,7 @@
 #define MV_TOOL_H
 
 #include <errno.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -55,6 +56,37 @@ static inline int xwrite(int fd, const void *buf, size_t len)
 
 	while (len) {
 		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Reads all of len into buf, across short reads and EINTR, waiting at most
+ * timeout_ms in all (< 0: for ever); 0, or -1 on EOF, error or time-out. */
+static inline int xread(int fd, void *buf, size_t len, int timeout_ms)
+{
+	uint8_t *p = buf;
+	double end = now_s() + timeout_ms / 1e3;
+
+	while (len) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		int wait = -1;
+		if (timeout_ms >= 0) {
+			double left = end - now_s();
+			if (left <= 0)
+				return -1;
+			wait = (int)(left * 1e3) + 1;
+		}
+		if (poll(&pf, 1, wait) < 0)
+			return -1;
+		if (!(pf.revents & (POLLIN | POLLHUP)))
+			continue;
+		ssize_t n = read(fd, p, len);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
