@@ -35,9 +35,10 @@ DEPS_STAMP := $(B)/.deps-ok
 
 SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c
-MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/shard.c mover/fabric.c \
-	mover/topo.c mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c \
-	mover/wake.c
+MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/fabric.c mover/topo.c \
+	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
+	mover/shard.c mover/take.c mover/gpu_path.c mover/land.c mover/post.c mover/complete.c \
+	mover/batch.c mover/idle.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_client test_mover test_trace test_gpu
 SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh

@@ -64,7 +64,7 @@ void mv_peer_exited(struct mover *mv, struct mv_peer *p)
 	if (p->pidfd < 0)
 		return;
 	mv_peer_unwatch(mv, p);
-	/* R1 pairs with A1 in the shards' expire(): the state is visible to a
+	/* R1 pairs with A1 in the shards' mv_expire(): the state is visible to a
 	 * shard that sees the new count. */
 	atomic_store_explicit(&p->gone, MV_PEER_EXITED, memory_order_relaxed);
 	atomic_fetch_add_explicit(&mv->peer_deaths, 1, memory_order_release);

@@ -481,7 +481,7 @@ static inline int mv_topo_pin(int cpu)
 	return sched_setaffinity(0, sizeof(set), &set) ? -errno : 0;
 }
 
-/* shard.c */
+/* shard.c (the data path behind it: shard_int.h) */
 int mv_shard_start(struct mv_shard *s);
 void mv_shard_post(struct mv_shard *s, struct mv_cmd *c);
 void *mv_shard_main(void *arg);

@@ -468,7 +468,7 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 		imp->addr[s] = b->shard[s].addr;
 		imp->key[s] = b->shard[s].key;
 	}
-	/* R4 pairs with A4 in import_get() */
+	/* R4 pairs with A4 in mv_import_get() */
 	atomic_store_explicit(&cl->imports[h], imp, memory_order_release);
 	*out = h;
 	return 0;

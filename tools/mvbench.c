@@ -918,7 +918,7 @@ static void dop_put(struct dsend *t, struct dop *op)
 
 /*
  * One batch's writes on this thread, turned into fabric writes the way
- * take_write() in mover/shard.c does: cut into MV_CHUNK pieces, each merged
+ * take_write() in mover/take.c does: cut into MV_CHUNK pieces, each merged
  * into the previous write of the same batch when it has room, by extending
  * its last iov where both sides are contiguous, else by adding an iov up to
  * the provider's limit.
@@ -975,7 +975,7 @@ static void build_batch(struct dsend *t, const struct geom *g, uint64_t batch, u
 	}
 }
 
-/* Posts the pending FIFO as post() in mover/shard.c does: same flags,
+/* Posts the pending FIFO as mv_post() in mover/post.c does: same flags,
  * FI_MORE while the queue surely takes the next one and the burst's byte
  * budget lasts, EAGAIN ends it. */
 static int dpost(struct dsend *t)

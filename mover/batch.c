@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Parts of client batches, the end of a shard's data path. An ended op's
+ * outcome goes to its batch part (its bytes, or the part's first failure); a
+ * part that has its END and no op outstanding finishes, and the shard that
+ * finishes a batch's last part publishes the batch's completion (posting its
+ * immediate first, where it has one). Completions go into the client's
+ * completion ring, or wait in order while it is full, and are committed once
+ * a turn.
+ */
+#include "shard_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "trace_format.h"
+
+#define OVF_MAX 65536u /* completions held for a client whose ring is full */
+
+/* Completions: into the client's ring, or held in order when it is full. */
+void mv_push_cqe(struct mv_attach *at, const struct mv_cqe *c)
+{
+	uint32_t pos;
+
+	if (at->dead || at->detaching)
+		return;
+	if (at->ovf_head == at->ovf_tail) {
+		int n = shmring_reserve(&at->comp, 1, &pos);
+		if (n == 1) {
+			memcpy(shmring_slot(&at->comp, pos), c, sizeof(*c));
+			uint32_t occ = at->comp.local - (at->comp.cached - at->comp.capacity);
+			if (occ > at->comp_hwm)
+				at->comp_hwm = occ;
+			return;
+		}
+		if (n < 0) {
+			mv_log("client %u: completion ring: %s; dropping the client's rings",
+			       at->cl->id, shmring_error(&at->comp));
+			at->dead = 1;
+			return;
+		}
+	}
+	if (at->ovf_tail - at->ovf_head == at->ovf_cap) {
+		uint32_t cap = at->ovf_cap ? at->ovf_cap * 2 : 64;
+		if (cap > OVF_MAX) {
+			mv_log("client %u: %u completions waiting and none read; dropping one",
+			       at->cl->id, OVF_MAX);
+			return;
+		}
+		struct mv_cqe *n = malloc(sizeof(*n) * cap);
+		if (!n)
+			return;
+		for (uint32_t i = 0; i < at->ovf_tail - at->ovf_head; i++)
+			n[i] = at->ovf[(at->ovf_head + i) % (at->ovf_cap ? at->ovf_cap : 1)];
+		at->ovf_tail -= at->ovf_head;
+		at->ovf_head = 0;
+		free(at->ovf);
+		at->ovf = n;
+		at->ovf_cap = cap;
+	}
+	at->ovf[at->ovf_tail++ % at->ovf_cap] = *c;
+}
+
+static int flush_ovf(struct mv_attach *at)
+{
+	uint32_t pos, moved = 0;
+
+	while (at->ovf_head != at->ovf_tail && !at->dead) {
+		int n = shmring_reserve(&at->comp, 1, &pos);
+		if (n != 1)
+			break;
+		memcpy(shmring_slot(&at->comp, pos), &at->ovf[at->ovf_head++ % at->ovf_cap],
+		       sizeof(struct mv_cqe));
+		moved++;
+	}
+	return (int)moved;
+}
+
+void mv_fail_part(struct mv_part *p, int status, uint8_t cause, uint32_t region, const char *msg)
+{
+	if (p->failed)
+		return;
+	p->failed = 1;
+	p->status = status;
+	p->cause = cause;
+	p->region = region;
+	snprintf(p->msg, sizeof(p->msg), "%s", msg);
+}
+
+static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, uint64_t cookie,
+                          int status, uint8_t cause, const char *msg)
+{
+	struct mv_batch *B = &at->cl->batches[b];
+	struct mv_cqe c = {.type = MV_CQE_BATCH, .batch = b, .cookie = cookie};
+
+	c.status = status;
+	c.cause = cause;
+	c.bytes = atomic_load_explicit(&B->bytes, memory_order_relaxed);
+	c.region = B->region;
+	c.shard = (uint32_t)s->id;
+	if (msg)
+		snprintf(c.msg, sizeof(c.msg), "%s", msg);
+	if (atomic_load_explicit(&s->mv->tracer, memory_order_relaxed)) {
+		const struct mv_desc *e = &B->end;
+		struct mv_trace_rec t = {
+		    .type = MV_TR_BATCH,
+		    .nparts = e->nparts,
+		    .client = at->cl->id,
+		    .submit_ns = e->stamp,
+		    .complete_ns = (uint64_t)mv_now_ns(),
+		    .bytes = status ? e->len : c.bytes,
+		    .peer = atomic_load_explicit(&B->peer, memory_order_relaxed),
+		    .nops = e->src_off > UINT32_MAX ? UINT32_MAX : (uint32_t)e->src_off,
+		    .ndesc = atomic_load_explicit(&B->ndesc, memory_order_relaxed),
+		    .page_size = (uint32_t)e->dst_off,
+		    .kind = (uint8_t)e->src,
+		    .cause = cause,
+		    .shard_mask =
+		        (uint16_t)atomic_load_explicit(&B->shard_mask, memory_order_relaxed),
+		    .status = status,
+		    .imm = e->imm,
+		};
+		mv_trace_batch(s, &t);
+	}
+	/* Reset before the client can see the id again. */
+	atomic_store_explicit(&B->bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&B->ndesc, 0, memory_order_relaxed);
+	atomic_store_explicit(&B->shard_mask, 0, memory_order_relaxed);
+	atomic_store_explicit(&B->status, 0, memory_order_relaxed);
+	atomic_store_explicit(&B->parts_done, 0, memory_order_release);
+	at->batches++;
+	s->st.batches++;
+	mv_push_cqe(at, &c);
+}
+
+static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
+{
+	struct mv_part *p = &at->parts[b];
+	struct mv_batch *B = &at->cl->batches[b];
+	struct mv_desc end = p->end;
+
+	if (p->failed) {
+		int32_t zero = 0;
+		if (atomic_compare_exchange_strong(&B->status, &zero, p->status)) {
+			B->cause = p->cause;
+			B->region = p->region;
+			memcpy(B->msg, p->msg, sizeof(B->msg));
+		}
+	}
+	atomic_fetch_add_explicit(&B->bytes, p->bytes, memory_order_relaxed);
+	atomic_fetch_add_explicit(&B->ndesc, p->ndesc, memory_order_relaxed);
+	atomic_fetch_or_explicit(&B->shard_mask, 1u << (s->id % 16), memory_order_relaxed);
+	if (p->peer)
+		atomic_store_explicit(&B->peer, p->peer, memory_order_relaxed);
+	memset(p, 0, sizeof(*p));
+	/* AR5: each part's results are released here and the last part's
+	 * increment acquires all of them (the CAS winner wrote msg before). */
+	uint32_t done = atomic_fetch_add_explicit(&B->parts_done, 1, memory_order_acq_rel) + 1;
+	if (done < end.nparts)
+		return;
+	B->end = end; /* the finisher's own copy, for the trace */
+
+	int32_t status = atomic_load_explicit(&B->status, memory_order_relaxed);
+	if (status == 0 && (end.flags & MV_END_IMM)) {
+		struct mv_import *imp = mv_import_get(at->cl, end.dst);
+		struct mv_wr *op = mv_op_get(s);
+		if (!imp || !op || atomic_load(&imp->peer->gone)) {
+			char why[MV_ERRLEN] = "immediate names an unknown import handle";
+			if (op)
+				mv_op_put(s, op);
+			if (imp)
+				mv_peer_why(imp->peer, why, sizeof(why));
+			publish_batch(s, at, b, end.cookie, imp ? -EHOSTUNREACH : -ENOENT,
+			              imp ? MV_CAUSE_PEER_GONE : MV_CAUSE_NO_IMPORT, why);
+			return;
+		}
+		uint32_t t = (uint32_t)s->id % imp->nshards;
+		atomic_store_explicit(&B->peer, imp->peer->mover_id, memory_order_relaxed);
+		op->kind = MV_OPK_IMM;
+		op->at = at;
+		op->batch = b;
+		op->cookie = end.cookie;
+		op->peer = imp->peer;
+		op->data = (uint64_t)imp->region << 32 | end.imm;
+		/* To the peer shard's doorbell, not the data region: that may be
+		 * GPU memory the fabric cannot reach. */
+		op->riov[0].addr = imp->peer->blob.bell[t].addr;
+		op->riov[0].key = imp->peer->blob.bell[t].key;
+		op->riov[0].len = 0;
+		at->outstanding++;
+		mv_pend_push(s, op);
+		return;
+	}
+	publish_batch(s, at, b, end.cookie, status, status ? B->cause : MV_CAUSE_NONE,
+	              status ? B->msg : NULL);
+}
+
+void mv_check_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
+{
+	struct mv_part *p = &at->parts[b];
+
+	if (p->ended && p->outstanding == 0)
+		finish_part(s, at, b);
+}
+
+/* Accounts an op's outcome to its part or batch; the op itself stays. */
+void mv_op_report(struct mv_shard *s, struct mv_wr *op, int err, const char *text)
+{
+	struct mv_attach *at = op->at;
+
+	if (op->peer && op->peer->index < 256) {
+		s->pst[op->peer->index].writes++;
+		if (err)
+			s->pst[op->peer->index].errors++;
+		else
+			s->pst[op->peer->index].bytes += op->bytes;
+	}
+	if (err == -ETIMEDOUT)
+		s->st.timeouts++;
+
+	at->outstanding--;
+	if (op->kind == MV_OPK_IMM) {
+		char msg[MV_ERRLEN];
+		if (err)
+			snprintf(msg, sizeof(msg), "immediate: %s", text);
+		publish_batch(s, at, op->batch, op->cookie, err,
+		              err ? (err == -ETIMEDOUT || err == -EHOSTUNREACH ? MV_CAUSE_PEER_GONE
+		                                                               : MV_CAUSE_PROVIDER)
+		                  : MV_CAUSE_NONE,
+		              err ? msg : NULL);
+		return;
+	}
+	struct mv_part *p = &at->parts[op->batch];
+	p->outstanding--;
+	if (err) {
+		uint8_t cause = err == -ECANCELED                           ? MV_CAUSE_CANCELLED
+		                : err == -EHOSTUNREACH || err == -ETIMEDOUT ? MV_CAUSE_PEER_GONE
+		                                                            : MV_CAUSE_PROVIDER;
+		mv_fail_part(p, err, cause, 0, text);
+	} else {
+		p->bytes += op->bytes;
+		s->st.path_bytes[op->path] += op->bytes;
+	}
+	mv_check_part(s, at, op->batch);
+}
+
+void mv_op_done(struct mv_shard *s, struct mv_wr *op, int err, const char *text)
+{
+	if (op->abandoned)
+		s->abandoned--; /* reported at its deadline; at may be gone since */
+	else
+		mv_op_report(s, op, err, text);
+	mv_op_put(s, op);
+}
+
+int mv_flush_all(struct mv_shard *s)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < s->natt; i++) {
+		struct mv_attach *at = s->att[i];
+		if (at->ovf_head != at->ovf_tail)
+			n += flush_ovf(at);
+		if (!at->dead && shmring_reserved(&at->comp))
+			shmring_commit(&at->comp);
+	}
+	return n;
+}

@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Completions: the shard reads its CQ in batches. An entry ends an op (or,
+ * for a landing message, its send), delivers a peer's immediate to the
+ * client that owns the region, brings a landing message's ack, or hands a
+ * landing buffer the message it received. Deadlines end the ops that the
+ * provider does not complete in time or whose peer exited.
+ */
+#include "shard_int.h"
+
+#include <stdio.h>
+
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+
+#define CQ_BATCH 64
+
+static void deliver_imm(struct mv_shard *s, uint64_t data)
+{
+	struct mv_region *r = mv_region_get(s->mv, (uint32_t)(data >> 32));
+	struct mv_cqe c = {.type = MV_CQE_IMM, .imm = (uint32_t)data};
+
+	s->st.imm_rx++;
+	if (!r)
+		return; /* the region went away: nobody to tell */
+	struct mv_client *cl = s->mv->clients[r->owner % MV_MAX_CLIENTS];
+	if (!cl || cl->id != r->owner || !cl->att[s->id])
+		return;
+	c.region = r->id;
+	c.shard = (uint32_t)s->id;
+	mv_push_cqe(cl->att[s->id], &c);
+}
+
+/* A target says a landing message is on its GPU (or could not be). */
+static void ack_arrived(struct mv_shard *s, uint64_t data)
+{
+	uint64_t idx = (data & (MV_ACK_ERR - 1)) >> 32;
+	struct mv_wr *op;
+
+	if (idx >= MV_OPS_PER_SHARD)
+		return;
+	op = &s->ops[idx];
+	if (op->kind != MV_OPK_LAND || op->seq != (uint32_t)data || op->acks <= 0)
+		return; /* late: that use of the op ended at its deadline */
+	if (data & MV_ACK_ERR)
+		op->land_err = 1;
+	if (--op->acks > 0)
+		return;
+	mv_posted_del(s, op);
+	s->st.completed++;
+	mv_op_done(s, op, op->land_err ? -EIO : 0,
+	           op->land_err ? "the target mover could not put the data in its GPU memory"
+	                        : NULL);
+}
+
+int mv_reap(struct mv_shard *s)
+{
+	struct fi_cq_data_entry ent[CQ_BATCH];
+	int total = 0;
+
+	for (;;) {
+		ssize_t n = fi_cq_read(s->fab.cq, ent, CQ_BATCH);
+		if (n == -FI_EAGAIN || n == 0)
+			break;
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry e = {0};
+			char buf[128], text[MV_ERRLEN];
+
+			if (fi_cq_readerr(s->fab.cq, &e, 0) != 1)
+				break;
+			s->st.cq_errors++;
+			const char *pe =
+			    fi_cq_strerror(s->fab.cq, e.prov_errno, e.err_data, buf, sizeof(buf));
+			if (!e.op_context || (e.flags & FI_REMOTE_WRITE)) {
+				mv_log("shard %d: remote write error: %s", s->id, pe ? pe : "?");
+				continue;
+			}
+			struct mv_land_buf *elb = mv_land_of(s, e.op_context);
+			if (elb) {
+				mv_log("shard %d: landing buffer: %s", s->id,
+				       pe ? pe : fi_strerror(e.err));
+				mv_land_event(s, elb, e.op_context, 0, -(int)e.err);
+				continue;
+			}
+			struct mv_wr *op = (struct mv_wr *)e.op_context;
+			snprintf(text, sizeof(text), "%s: %s", fi_strerror(e.err), pe ? pe : "");
+			mv_posted_del(s, op);
+			if (mv_retry(s, op, e.err)) {
+				total++;
+				continue;
+			}
+			mv_op_done(s, op, e.err == FI_EHOSTUNREACH ? -EHOSTUNREACH : -(int)e.err,
+			           text);
+			total++;
+			continue;
+		}
+		if (n < 0) {
+			mv_log("shard %d: fi_cq_read: %s", s->id, fi_strerror((int)-n));
+			break;
+		}
+		for (ssize_t i = 0; i < n; i++) {
+			if (ent[i].flags & FI_REMOTE_CQ_DATA) {
+				if (ent[i].data & MV_ACK)
+					ack_arrived(s, ent[i].data);
+				else
+					deliver_imm(s, ent[i].data);
+				continue;
+			}
+			struct mv_land_buf *lb = mv_land_of(s, ent[i].op_context);
+			if (lb) {
+				mv_land_event(s, lb, ent[i].op_context, ent[i].len, 0);
+				continue;
+			}
+			struct mv_wr *op = (struct mv_wr *)ent[i].op_context;
+			if (op->kind == MV_OPK_LAND && --op->acks > 0)
+				continue; /* sent; landed once the ack comes */
+			if (op->kind == MV_OPK_LAND && op->land_err) {
+				mv_posted_del(s, op);
+				mv_op_done(
+				    s, op, -EIO,
+				    "the target mover could not put the data in its GPU memory");
+				continue;
+			}
+			mv_posted_del(s, op);
+			s->st.completed++;
+			s->st.bytes += op->bytes;
+			mv_op_done(s, op, 0, NULL);
+		}
+		total += (int)n;
+		if (n < CQ_BATCH)
+			break;
+	}
+	return total;
+}
+
+/*
+ * Writes the provider has not completed within the deadline (a peer that
+ * died before its connection was made never answers on tcp;ofi_rxm) fail
+ * their batches now. libfabric cannot cancel a posted write, so the op
+ * stays parked, owned by the provider, until it completes or the shard
+ * closes its endpoint; only then is it reused.
+ */
+int mv_expire(struct mv_shard *s)
+{
+	int64_t now = s->now, limit = s->mv->cfg.op_timeout_ms * 1000000ll;
+	int n = 0;
+
+	/* A1 pairs with R1 in mv_peer_exited(). */
+	uint32_t deaths = atomic_load_explicit(&s->mv->peer_deaths, memory_order_acquire);
+	if (deaths != s->seen_deaths) {
+		/* An exited peer completes nothing more: its posted writes fail
+		 * now, not at their deadline (still parked: the provider owns
+		 * them). Pending ones fail when mv_post() reaches them. */
+		s->seen_deaths = deaths;
+		for (struct mv_wr *op = s->posted_head; op; op = op->pnext) {
+			char text[MV_ERRLEN];
+			if (op->abandoned ||
+			    atomic_load_explicit(&op->peer->gone, memory_order_relaxed) !=
+			        MV_PEER_EXITED)
+				continue;
+			mv_peer_why(op->peer, text, sizeof(text));
+			mv_op_report(s, op, -EHOSTUNREACH, text);
+			op->abandoned = 1;
+			s->abandoned++;
+			n++;
+		}
+	}
+	if (now < s->next_expire)
+		return n;
+	s->next_expire = now + 50000000ll;
+	/* Never posted: the provider kept answering EAGAIN (rxm does while it
+	 * cannot connect). These are ours alone and end here. */
+	while (s->pend_head && now - s->pend_head->posted_at > limit) {
+		struct mv_wr *op = s->pend_head;
+		char text[MV_ERRLEN];
+		s->pend_head = op->next;
+		if (!s->pend_head)
+			s->pend_tail = NULL;
+		s->npend--;
+		snprintf(text, sizeof(text),
+		         "peer mover %016llx took no write for %d ms: unreachable or gone",
+		         (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
+		mv_op_report(s, op, -ETIMEDOUT, text);
+		mv_op_put(s, op);
+		n++;
+	}
+	for (struct mv_wr *op = s->posted_head; op && now - op->posted_at > limit; op = op->pnext) {
+		char text[MV_ERRLEN];
+		if (op->abandoned)
+			continue;
+		snprintf(text, sizeof(text),
+		         "no completion from peer mover %016llx in %d ms: unreachable or gone",
+		         (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
+		mv_op_report(s, op, -ETIMEDOUT, text);
+		op->abandoned = 1;
+		s->abandoned++;
+		n++;
+	}
+	return n;
+}

@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The GPU paths of a write: CUDA copies into a same-host peer's GPU memory
+ * (path 2), and GPU memory the provider cannot register staged through the
+ * bounce pool, then written from there (path 3), so the copy of one chunk
+ * overlaps the fabric write of the one before. The CUDA calls are in
+ * gpu.c.
+ */
+#include "shard_int.h"
+
+/*
+ * Copies on one stream finish in order, so one event can stand for many:
+ * the copies queued since the last fence form a group, and the event
+ * recorded after the group's last copy tells when all of them are done.
+ * Groups stay contiguous in the queue, one device each.
+ */
+int mv_fence(struct mv_shard *s, char *why, size_t whylen)
+{
+	int dev = s->gpu_open_dev, ret;
+
+	if (dev < 0)
+		return 0;
+	s->gpu_open_dev = -1;
+	ret = mv_gpu_event(s, dev, &s->gq_tail->ev, why, whylen);
+	if (ret) {
+		/* Without an event nobody learns the group finished: wait for
+		 * the stream here instead (a stall, never a hang). */
+		mv_log("shard %d: %s; waiting for device %d", s->id, why, dev);
+		mv_gpu_sync(s, dev, why, whylen);
+		s->gq_tail->ev = MV_GPU_EV_DONE;
+	}
+	return ret;
+}
+
+/* Paths 2 and 3: one op per chunk, copies issued (or queued for a bounce
+ * chunk) at once, on the stream of the device that runs them. */
+void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
+                 const struct mv_region *src, const struct mv_import *dst, uint8_t path, int land)
+{
+	struct mv_part *p = &at->parts[d->batch];
+	int dev = path == MV_PATH_COPY ? dst->remote->map.dev : src->gpu.dev;
+	uint32_t t = (uint32_t)s->id % dst->nshards;
+	char why[MV_ERRLEN];
+	int ret;
+
+	ret = mv_gpu_shard_ready(s, dev, why, sizeof(why));
+	if (ret) {
+		mv_fail_part(p, ret, MV_CAUSE_PROVIDER, d->src, why);
+		return;
+	}
+	for (uint64_t off = 0; off < d->len;) {
+		/* A CUDA copy takes the whole descriptor at once; a staged write
+		 * goes chunk by chunk through the bounce pool. */
+		uint64_t n =
+		    path == MV_PATH_COPY || d->len - off < MV_CHUNK ? d->len - off : MV_CHUNK;
+		struct mv_wr *op = mv_op_get(s);
+
+		op->kind = path == MV_PATH_COPY ? MV_OPK_COPY : MV_OPK_STAGE;
+		op->path = path;
+		op->at = at;
+		op->batch = d->batch;
+		op->peer = dst->peer;
+		op->bytes = n;
+		op->dev = dev;
+		op->src_dev = src->is_gpu ? src->gpu.dev : -1;
+		op->csrc = src->is_gpu ? src->gpu.dptr + d->src_off + off
+		                       : (uint64_t)(uintptr_t)(src->base + d->src_off + off);
+		p->outstanding++;
+		at->outstanding++;
+		s->ngpu++;
+		if (path == MV_PATH_COPY) {
+			op->dst_dev = dst->remote->map.dev;
+			op->cdst = dst->remote->map.dptr + d->dst_off + off;
+			if (s->gpu_open_dev >= 0 && s->gpu_open_dev != dev)
+				mv_fence(s, why, sizeof(why));
+			ret = mv_gpu_copy(s, dev, op->cdst, op->dst_dev, op->csrc, op->src_dev, n,
+			                  why, sizeof(why));
+			if (ret) {
+				s->ngpu--;
+				mv_op_done(s, op, ret, why);
+			} else {
+				mv_wr_append(&s->gq_head, &s->gq_tail, op);
+				s->gpu_open_dev = dev; /* fenced after this consume round */
+			}
+		} else {
+			op->dst_dev = -1;
+			op->niov = 1;
+			op->riov[0] = (struct fi_rma_iov){
+			    .addr = dst->addr[t] + d->dst_off + off, .len = n, .key = dst->key[t]};
+			/* Into GPU memory the fabric cannot reach: after the copy to
+			 * the bounce chunk it goes as a landing message. */
+			op->land = land;
+			if (land) {
+				mv_land_hdr(s, op, dst, d->dst_off + off, n);
+				op->kind = MV_OPK_STAGE; /* until its chunk is filled */
+			}
+			mv_wr_append(&s->sq_head, &s->sq_tail, op);
+		}
+		off += n;
+	}
+}
+
+/*
+ * GPU work of the shard: staged writes take a free bounce chunk and start
+ * their device-to-host copy; finished copies either complete (path 2) or
+ * become fabric writes from their chunk (path 3), so the copy of one chunk
+ * overlaps the RDMA write of the one before.
+ */
+int mv_gpu_progress(struct mv_shard *s)
+{
+	char why[MV_ERRLEN];
+	int n = 0;
+
+	while (s->sq_head && s->gpu.free_chunks) {
+		struct mv_wr *op = s->sq_head;
+		int c = __builtin_ctz(s->gpu.free_chunks);
+		uint64_t buf = (uint64_t)(uintptr_t)s->gpu.bounce + (uint64_t)c * MV_CHUNK;
+
+		s->sq_head = op->next;
+		if (!s->sq_head)
+			s->sq_tail = NULL;
+		s->gpu.free_chunks &= ~(1u << c);
+		op->chunk = c;
+		op->cdst = buf;
+		mv_fence(s, why, sizeof(why)); /* a staged op is a group of its own */
+		int ret = mv_gpu_copy(s, op->dev, buf, -1, op->csrc, op->src_dev, op->bytes, why,
+		                      sizeof(why));
+		if (!ret)
+			ret = mv_gpu_event(s, op->dev, &op->ev, why, sizeof(why));
+		if (ret) {
+			s->ngpu--;
+			mv_op_done(s, op, ret, why);
+		} else {
+			mv_wr_append(&s->gq_head, &s->gq_tail, op);
+		}
+		n++;
+	}
+	while (s->gq_head) {
+		struct mv_wr *f = s->gq_head;
+
+		while (f && !f->ev)
+			f = f->next; /* the group's fence: its last op */
+		if (!f)
+			break; /* the open group is fenced after this round */
+		int done = mv_gpu_event_done(s, f->dev, f->ev, why, sizeof(why));
+		if (done == 0)
+			break; /* one stream per device runs them in order */
+		/* The whole group, head through the fence, is done. */
+		for (struct mv_wr *op = s->gq_head, *next;; op = next) {
+			next = op->next;
+			s->gq_head = next;
+			if (!next)
+				s->gq_tail = NULL;
+			s->ngpu--;
+			n++;
+			int last = op == f;
+			if (done < 0 || op->kind == MV_OPK_COPY) {
+				mv_op_done(s, op, done < 0 ? -EIO : 0, why);
+			} else if (op->land) {
+				op->kind = MV_OPK_LAND;
+				op->niov = 2;
+				op->iov[0] = (struct iovec){&op->lhdr, sizeof(op->lhdr)};
+				op->desc[0] = s->ops_desc;
+				op->iov[1] = (struct iovec){(void *)(uintptr_t)op->cdst, op->bytes};
+				op->desc[1] = s->gpu.bounce_desc;
+				mv_pend_push(s, op);
+			} else {
+				op->kind = MV_OPK_WRITE;
+				op->iov[0] = (struct iovec){(void *)(uintptr_t)op->cdst, op->bytes};
+				op->desc[0] = s->gpu.bounce_desc;
+				mv_pend_push(s, op);
+			}
+			if (last)
+				break;
+		}
+	}
+	return n;
+}

@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The shard's private header, shared by the files of the shard thread and
+ * by nothing else: the op (struct mv_wr: one fabric write, GPU copy or
+ * landing message from a shard's pool), the helpers on the pool and its
+ * queues, inline because they run once per op, and the calls from one stage
+ * of the data path to the next. All of it runs on the shard's own thread.
+ *
+ * A descriptor's way through a shard, file by file:
+ *
+ *   the client's submission ring
+ *     -> take.c      descriptors, validated, become ops on the pending FIFO
+ *                    (gpu_path.c: CUDA copies and bounce staging; land.c:
+ *                    landing messages into GPU memory the fabric cannot reach)
+ *     -> post.c      the pending FIFO goes to the fabric, with retries
+ *     -> complete.c  fabric completions and deadlines end ops
+ *     -> batch.c     ended ops finish batch parts; completions go back on the
+ *                    client's completion ring
+ *
+ * shard.c runs the loop over these stages, the mailbox and the attachments;
+ * idle.c decides when a shard spins and sleeps.
+ */
+#ifndef MV_SHARD_INT_H
+#define MV_SHARD_INT_H
+
+#include "mover.h"
+
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_rma.h>
+
+#define SPIN_NS     200000  /* busy-poll this long after the last work, */
+#define SPIN_MAX_NS 2000000 /* or up to this long while a stream has gaps */
+
+enum mv_op_kind {
+	MV_OPK_WRITE = 1, /* a fabric write */
+	MV_OPK_IMM = 2,   /* a fabric write of remote CQ data, after a batch */
+	MV_OPK_COPY = 3,  /* a CUDA copy into a same-host peer's GPU memory (path 2) */
+	MV_OPK_STAGE = 4, /* GPU -> bounce chunk, then a fabric write (path 3) */
+	MV_OPK_LAND = 5,  /* a landing message: the target copies it to its GPU, then acks */
+};
+
+struct mv_wr {
+	struct fi_context2 ctx; /* first: the provider's scratch, and our cookie */
+	struct mv_wr *next;
+	struct mv_wr *pprev, *pnext; /* the posted list, oldest first */
+	int64_t posted_at;
+	int abandoned;        /* reported as failed; waits for the provider to let go */
+	int retries;          /* re-posts after connection-level errors */
+	int64_t born;         /* first queued: the deadline runs from here */
+	void *ev;             /* GPU ops: the CUDA event after the copy */
+	int chunk;            /* staged: the bounce chunk it holds, or -1 */
+	int dev;              /* GPU ops: the device whose stream runs the copy */
+	int src_dev, dst_dev; /* -1: host memory */
+	uint8_t path;         /* enum mv_gpu_path, for the stats */
+	uint64_t csrc, cdst;  /* GPU ops: copy source and destination */
+	int land;             /* staged: a landing message once in the bounce chunk */
+	int acks;             /* landing: events still due, the send's and the ack */
+	uint32_t seq;         /* landing: matches the ack to this use of the op */
+	int land_err;
+	int land_counted; /* counted in the shard's landing messages in flight */
+	struct mv_attach *at;
+	struct mv_peer *peer;
+	uint32_t batch;
+	uint8_t kind;
+	uint8_t niov;
+	uint64_t bytes;
+	uint64_t data;
+	uint64_t cookie;
+	struct iovec iov[MV_IOV_MAX];
+	void *desc[MV_IOV_MAX];
+	struct fi_rma_iov riov[MV_IOV_MAX];
+	struct mv_land_hdr lhdr; /* landing: sent ahead of the data */
+};
+
+/* ---- run once an op or a completion, so inline: the op pool, its queues, lookups ---- */
+
+static inline struct mv_wr *mv_op_get(struct mv_shard *s)
+{
+	struct mv_wr *op = s->free_ops;
+
+	if (!op)
+		return NULL;
+	s->free_ops = op->next;
+	s->nfree--;
+	memset(op, 0, offsetof(struct mv_wr, iov));
+	op->chunk = -1;
+	return op;
+}
+
+static inline void mv_posted_add(struct mv_shard *s, struct mv_wr *op)
+{
+	op->posted_at = s->now;
+	op->pnext = NULL;
+	op->pprev = s->posted_tail;
+	if (s->posted_tail)
+		s->posted_tail->pnext = op;
+	else
+		s->posted_head = op;
+	s->posted_tail = op;
+	s->posted++;
+}
+
+static inline void mv_posted_del(struct mv_shard *s, struct mv_wr *op)
+{
+	if (op->pprev)
+		op->pprev->pnext = op->pnext;
+	else
+		s->posted_head = op->pnext;
+	if (op->pnext)
+		op->pnext->pprev = op->pprev;
+	else
+		s->posted_tail = op->pprev;
+	s->posted--;
+}
+
+static inline void mv_op_put(struct mv_shard *s, struct mv_wr *op)
+{
+	if (op->land_counted)
+		s->land_inflight--;
+	op->land_counted = 0;
+	if (op->chunk >= 0)
+		s->gpu.free_chunks |= 1u << op->chunk;
+	op->next = s->free_ops;
+	s->free_ops = op;
+	s->nfree++;
+}
+
+/* Appends op to the FIFO of ops at *head .. *tail (pending, retry, staged,
+ * GPU copies in flight: each queue is the shard's own). */
+static inline void mv_wr_append(struct mv_wr **head, struct mv_wr **tail, struct mv_wr *op)
+{
+	op->next = NULL;
+	if (*tail)
+		(*tail)->next = op;
+	else
+		*head = op;
+	*tail = op;
+}
+
+static inline void mv_pend_push(struct mv_shard *s, struct mv_wr *op)
+{
+	op->born = op->posted_at = s->now; /* queued at, until it is posted */
+	mv_wr_append(&s->pend_head, &s->pend_tail, op);
+	s->npend++;
+}
+
+static inline struct mv_import *mv_import_get(struct mv_client *cl, uint32_t h)
+{
+	if (h >= MV_CLIENT_MAX_IMPORTS)
+		return NULL;
+	/* A4 pairs with R4 in mv_import_add(): the entry is complete */
+	return atomic_load_explicit(&cl->imports[h], memory_order_acquire);
+}
+
+static inline struct mv_land_buf *mv_land_of(struct mv_shard *s, void *ctx)
+{
+	if (!s->land || (char *)ctx < (char *)s->land ||
+	    (char *)ctx >= (char *)(s->land + MV_LAND_BUFS))
+		return NULL;
+	return &s->land[((char *)ctx - (char *)s->land) / sizeof(*s->land)];
+}
+
+/* batch.c */
+void mv_push_cqe(struct mv_attach *at, const struct mv_cqe *c);
+void mv_fail_part(struct mv_part *p, int status, uint8_t cause, uint32_t region, const char *msg);
+void mv_check_part(struct mv_shard *s, struct mv_attach *at, uint32_t b);
+void mv_op_report(struct mv_shard *s, struct mv_wr *op, int err, const char *text);
+void mv_op_done(struct mv_shard *s, struct mv_wr *op, int err, const char *text);
+int mv_flush_all(struct mv_shard *s);
+
+/* take.c */
+int mv_consume(struct mv_shard *s);
+
+/* gpu_path.c */
+int mv_fence(struct mv_shard *s, char *why, size_t whylen);
+void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
+                 const struct mv_region *src, const struct mv_import *dst, uint8_t path, int land);
+int mv_gpu_progress(struct mv_shard *s);
+
+/* land.c */
+void mv_land_hdr(struct mv_shard *s, struct mv_wr *op, const struct mv_import *dst,
+                 uint64_t dst_off, uint64_t len);
+void mv_take_land(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
+                  const struct mv_region *src, const struct mv_import *dst);
+int mv_land_init(struct mv_shard *s, char *why, size_t whylen);
+void mv_land_event(struct mv_shard *s, struct mv_land_buf *lb, void *ctx, size_t len, int err);
+int mv_land_progress(struct mv_shard *s);
+
+/* post.c */
+int mv_post(struct mv_shard *s);
+int mv_retry(struct mv_shard *s, struct mv_wr *op, int err);
+int mv_retry_due(struct mv_shard *s);
+
+/* complete.c */
+int mv_reap(struct mv_shard *s);
+int mv_expire(struct mv_shard *s);
+
+/* idle.c */
+int mv_rings_empty(struct mv_shard *s);
+int mv_sleep_once(struct mv_shard *s, int64_t idle_ns);
+int64_t mv_spin_after_sleep(int64_t spin, int64_t gap, int cut_short, int crowded);
+int mv_host_crowded(int fd, long ncpu);
+
+#endif

@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Taking descriptors, the start of a shard's data path. Each turn the shard
+ * consumes descriptors from the submission ring of each client in turn, a
+ * budget per ring, copies each out of shared memory before it looks, checks
+ * it, and turns a WRITE into ops on the pending FIFO (contiguous pieces merged
+ * into one op) and an END into the end of its batch part. Writes that GPU
+ * memory needs go to gpu_path.c or land.c.
+ */
+#include "shard_int.h"
+
+#include <stdio.h>
+
+#define RING_BUDGET 256u /* descriptors from one ring per turn */
+
+/* A descriptor that cannot be tied to a batch: report it on its own. */
+static void bad_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
+                     const char *why)
+{
+	struct mv_cqe c = {.type = MV_CQE_BATCH, .status = -EINVAL, .cause = MV_CAUSE_BAD_DESC};
+
+	c.batch = d->batch;
+	c.shard = (uint32_t)s->id;
+	snprintf(c.msg, sizeof(c.msg), "%s", why);
+	mv_push_cqe(at, &c);
+}
+
+static int ops_needed(const struct mv_desc *d)
+{
+	if (d->op != MV_OP_WRITE)
+		return 1;
+	return (int)((d->len + MV_CHUNK - 1) / MV_CHUNK) + 1;
+}
+
+/* Turns one WRITE into ops; the caller checked there are enough free. */
+static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
+{
+	struct mv_part *p = &at->parts[d->batch];
+	struct mv_region *src = mv_region_get(s->mv, d->src);
+	struct mv_import *dst = mv_import_get(at->cl, d->dst);
+	char why[MV_ERRLEN];
+	uint8_t cause;
+
+	p->ndesc++;
+	if (p->failed)
+		return;
+	if (mv_check_write(d, src, dst, at->cl->id, why, sizeof(why), &cause)) {
+		mv_fail_part(p, cause == MV_CAUSE_BOUNDS ? -ERANGE : -ENOENT, cause,
+		             cause == MV_CAUSE_NO_IMPORT ? d->dst : d->src, why);
+		return;
+	}
+	if (atomic_load_explicit(&dst->peer->gone, memory_order_relaxed)) {
+		mv_peer_why(dst->peer, why, sizeof(why));
+		mv_fail_part(p, -EHOSTUNREACH, MV_CAUSE_PEER_GONE, d->dst, why);
+		return;
+	}
+	uint32_t t = (uint32_t)s->id % dst->nshards;
+	uint64_t off = 0;
+
+	p->peer = dst->peer->mover_id;
+	/* GPU memory picks the path: a same-host peer's GPU region gets CUDA
+	 * copies; a GPU source the provider cannot register goes through the
+	 * bounce pool; whatever the fabric registered is written directly. */
+	uint8_t path = src->is_gpu || (dst->flags & MV_BLOB_GPU) ? MV_PATH_HMEM : MV_PATH_HOST;
+	int land = !dst->remote && (dst->flags & MV_BLOB_NO_FABRIC);
+	if (dst->remote)
+		path = MV_PATH_COPY;
+	else if (land || (src->is_gpu && !src->mr[s->id]))
+		path = MV_PATH_STAGED;
+	if (path == MV_PATH_COPY || (src->is_gpu && !src->mr[s->id])) {
+		mv_take_gpu(s, at, d, src, dst, path, land);
+		return;
+	}
+	if (land) {
+		mv_take_land(s, at, d, src, dst);
+		return;
+	}
+	while (off < d->len) {
+		uint64_t n = d->len - off < MV_CHUNK ? d->len - off : MV_CHUNK;
+		uint8_t *la = src->base + d->src_off + off;
+		uint64_t ra = dst->addr[t] + d->dst_off + off;
+		struct mv_wr *tail = s->pend_tail;
+
+		/* Merge into the previous op of the same batch and peer: extend
+		 * its last iov when both sides are contiguous, else add an iov. */
+		if (tail && tail->kind == MV_OPK_WRITE && tail->path == path && tail->at == at &&
+		    tail->batch == d->batch && tail->peer == dst->peer &&
+		    tail->bytes + n <= MV_CHUNK && tail->riov[0].key == dst->key[t]) {
+			struct iovec *li = &tail->iov[tail->niov - 1];
+			struct fi_rma_iov *ri = &tail->riov[tail->niov - 1];
+			if ((uint8_t *)li->iov_base + li->iov_len == la &&
+			    ri->addr + ri->len == ra &&
+			    tail->desc[tail->niov - 1] == src->desc[s->id]) {
+				li->iov_len += n;
+				ri->len += n;
+				tail->bytes += n;
+				off += n;
+				continue;
+			}
+			if (tail->niov < s->fab.iov_limit) {
+				tail->iov[tail->niov] = (struct iovec){la, n};
+				tail->desc[tail->niov] = src->desc[s->id];
+				tail->riov[tail->niov] =
+				    (struct fi_rma_iov){.addr = ra, .len = n, .key = dst->key[t]};
+				tail->niov++;
+				tail->bytes += n;
+				off += n;
+				continue;
+			}
+		}
+		struct mv_wr *op = mv_op_get(s);
+		op->kind = MV_OPK_WRITE;
+		op->path = path;
+		op->at = at;
+		op->batch = d->batch;
+		op->peer = dst->peer;
+		op->niov = 1;
+		op->bytes = n;
+		op->iov[0] = (struct iovec){la, n};
+		op->desc[0] = src->desc[s->id];
+		op->riov[0] = (struct fi_rma_iov){.addr = ra, .len = n, .key = dst->key[t]};
+		p->outstanding++;
+		at->outstanding++;
+		mv_pend_push(s, op);
+		off += n;
+	}
+}
+
+static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
+{
+	struct mv_part *p = &at->parts[d->batch];
+	char why[MV_ERRLEN];
+
+	if (d->nparts == 0 || d->nparts > s->mv->nshards) {
+		snprintf(why, sizeof(why), "batch %u END says %u parts; this mover has %u shards",
+		         d->batch, d->nparts, s->mv->nshards);
+		mv_fail_part(p, -EINVAL, MV_CAUSE_BAD_DESC, 0, why);
+	} else if (d->ndesc != p->ndesc) {
+		snprintf(why, sizeof(why), "batch %u END counts %u writes; shard %d received %u",
+		         d->batch, d->ndesc, s->id, p->ndesc);
+		mv_fail_part(p, -EINVAL, MV_CAUSE_BAD_DESC, 0, why);
+	} else if ((d->flags & MV_END_IMM) && !mv_import_get(at->cl, d->dst)) {
+		snprintf(why, sizeof(why), "immediate names import %u, which does not exist",
+		         d->dst);
+		mv_fail_part(p, -ENOENT, MV_CAUSE_NO_IMPORT, d->dst, why);
+	}
+	p->end = *d;
+	if (p->end.nparts == 0 || p->end.nparts > s->mv->nshards)
+		p->end.nparts = 1; /* complete it alone, with its error */
+	p->ended = 1;
+	mv_check_part(s, at, d->batch);
+}
+
+/* One descriptor; returns 0 if the shard lacks ops for it now (retry later). */
+static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
+{
+	char why[MV_ERRLEN];
+
+	if (d->batch >= MV_MAX_BATCHES) {
+		snprintf(why, sizeof(why), "descriptor names batch %u; ids run below %u", d->batch,
+		         MV_MAX_BATCHES);
+		bad_desc(s, at, d, why);
+		return 1;
+	}
+	if (at->parts[d->batch].ended) {
+		snprintf(why, sizeof(why), "batch %u is already ended and still in flight",
+		         d->batch);
+		bad_desc(s, at, d, why);
+		return 1;
+	}
+	switch (d->op) {
+	case MV_OP_WRITE:
+		if ((uint32_t)ops_needed(d) > s->nfree)
+			return 0;
+		take_write(s, at, d);
+		return 1;
+	case MV_OP_END:
+		take_end(s, at, d);
+		return 1;
+	default:
+		snprintf(why, sizeof(why), "descriptor op %u is not WRITE (1) or END (2)", d->op);
+		mv_fail_part(&at->parts[d->batch], -EINVAL, MV_CAUSE_BAD_DESC, 0, why);
+		return 1;
+	}
+}
+
+int mv_consume(struct mv_shard *s)
+{
+	uint32_t total = 0, n = s->natt;
+
+	for (uint32_t k = 0; k < n; k++) {
+		struct mv_attach *at = s->att[(s->rr + k) % n];
+		uint32_t pos, used = 0;
+
+		if (at->dead || at->detaching)
+			continue;
+		if (s->npend > s->fab.tx_size * 2 || s->nfree <= MV_IOV_MAX)
+			break;
+		int got = shmring_peek(&at->sub, RING_BUDGET, &pos);
+		if (got > 0 && at->sub.cached - at->sub.local > at->sub_hwm)
+			at->sub_hwm = at->sub.cached - at->sub.local;
+		if (got < 0) {
+			mv_log("client %u shard %d: %s; no more descriptors taken from it",
+			       at->cl->id, s->id, shmring_error(&at->sub));
+			at->dead = 1;
+			continue;
+		}
+		for (int i = 0; i < got; i++) {
+			struct mv_desc d;
+			/* Copy first: the client can rewrite the slot while we look. */
+			memcpy(&d, shmring_slot(&at->sub, pos + (uint32_t)i), sizeof(d));
+			if (!take_desc(s, at, &d))
+				break;
+			used++;
+		}
+		if (used)
+			shmring_release(&at->sub, used);
+		at->descs += used;
+		s->st.descs += used;
+		total += used;
+	}
+	s->rr++;
+	return (int)total;
+}
