@@ -34,13 +34,13 @@ CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubun
 DEPS_STAMP := $(B)/.deps-ok
 
 SHMRING_SRC := shmring/shmring.c
-CLIENT_SRC := libclient/client.c
+CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c
 MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/fabric.c mover/topo.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
-	mover/shard.c mover/take.c mover/gpu_path.c mover/land.c mover/post.c mover/complete.c \
-	mover/batch.c mover/idle.c
+	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/land.c mover/post.c \
+	mover/complete.c mover/batch.c mover/idle.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
-TESTS := test_shmring test_validate test_client test_mover test_trace test_gpu
+TESTS := test_shmring test_validate test_client test_mover test_lists test_trace test_gpu
 SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
@@ -116,8 +116,13 @@ $(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
-# test_client compiles libclient/client.c in, to drive its static placement.
+# test_client compiles libclient's sources in, to drive its static placement.
 $(B)/tests/test_client: $(B)/tests/test_client.o $(SHMRING_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+# test_lists compiles libclient's sources in too, to act as a hostile client.
+$(B)/tests/test_lists: $(B)/tests/test_lists.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 

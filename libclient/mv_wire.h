@@ -14,7 +14,9 @@
  *   REG (memfd) -------------------> mmap + fi_mr_reg on every shard -> blob
  *   PEER_ADD (address blob) -------> fi_av_insert on every shard
  *   IMPORT (peer, region blob) ----> handle for descriptors
- *   sub ring: WRITE.. WRITE END ---> fi_writemsg .. fi_writedata(imm)
+ *   sub ring: WRITE.. LIST.. END --> fi_writemsg .. fi_writedata(imm)
+ *   list arena: page and segment lists that LIST descriptors name, expanded
+ *               by the shard into fabric writes as its queue has room
  *   comp ring: <-------------------- BATCH cqe (cookie, status) / IMM cqe
  */
 #ifndef MV_WIRE_H
@@ -25,7 +27,7 @@
 #include <stdint.h>
 
 #define MV_WIRE_MAGIC   0x3143564du /* "MVC1" */
-#define MV_WIRE_VERSION 2u
+#define MV_WIRE_VERSION 3u
 #define MV_MAX_MSG      65536u
 #define MV_MAX_SHARDS   64u
 #define MV_MAX_ADDRLEN  64u
@@ -85,7 +87,8 @@ struct mv_hello_rep {
 #define MV_HELLO_IMM_ONE_SHARD 1u
 
 /* ATTACH request: fds are nshards submission rings, nshards completion
- * rings, then the client's own eventfd for completion wake-ups. */
+ * rings, the client's own eventfd for completion wake-ups, then its list
+ * arena: a memfd sealed against shrinking and growing (see below). */
 struct mv_attach_req {
 	uint32_t nshards;
 	uint32_t rsvd;
@@ -280,33 +283,103 @@ static inline uint64_t mv_stripe_part(uint64_t len, uint32_t n)
 enum mv_op {
 	MV_OP_WRITE = 1, /* src region+off -> dst import+off, len bytes */
 	MV_OP_END = 2,   /* ends this shard's part of a batch */
+	MV_OP_LIST = 3,  /* entries [dst_off, dst_off + len) of the list at arena offset src_off */
 };
 
 #define MV_END_IMM 1u /* after all parts landed, send imm to dst */
 
+/* What a batch did, as libclient declares it in END (recorded in traces). */
+enum mv_batch_kind {
+	MV_TK_WRITE = 1,  /* mvc_write calls */
+	MV_TK_WRITEV = 2, /* mvc_writev segments */
+	MV_TK_PAGED = 4,  /* mvc_write_paged pages */
+	MV_TK_IMM = 8,    /* carried an immediate */
+};
+
 /*
  * END also describes the whole batch for the trace (mover/trace_format.h):
- * src = enum mv_trace_kind bits, src_off = ops the client asked for,
+ * src = enum mv_batch_kind bits, src_off = ops the client asked for,
  * dst_off = page size of a paged write, len = bytes of the whole batch,
  * stamp = the client's CLOCK_MONOTONIC ns at submit. The mover only records
- * these; it trusts none of them for the data path.
+ * these; it trusts none of them for the data path. END's ndesc counts the
+ * WRITE and LIST descriptors of its part.
  */
 struct mv_desc {
 	uint8_t op;
 	uint8_t flags;
 	uint16_t nparts;  /* END: parts in the batch, one per shard used */
 	uint32_t batch;   /* batch id < max_batches */
-	uint32_t src;     /* WRITE: local region id; END: kind bits */
-	uint32_t dst;     /* WRITE, END+IMM: import handle */
-	uint64_t src_off; /* END: ops asked for */
-	uint64_t dst_off; /* END: page size */
-	uint64_t len;     /* END: bytes of the whole batch */
+	uint32_t src;     /* WRITE, LIST: local region id; END: kind bits */
+	uint32_t dst;     /* WRITE, LIST, END+IMM: import handle */
+	uint64_t src_off; /* LIST: arena offset of its mv_list_hdr; END: ops asked for */
+	uint64_t dst_off; /* LIST: first entry; END: page size */
+	uint64_t len;     /* LIST: entries; END: bytes of the whole batch */
 	uint64_t cookie;  /* END: returned in the batch completion */
 	uint32_t imm;     /* END+IMM: 32-bit value the target receives */
-	uint32_t ndesc;   /* END: WRITE descriptors in this part */
+	uint32_t ndesc;   /* END: WRITE and LIST descriptors in this part */
 	uint64_t stamp;   /* END: submit time, CLOCK_MONOTONIC ns */
 };
 static_assert(sizeof(struct mv_desc) == 64, "descriptors fill one 64-byte slot");
+
+/*
+ * The list arena: one per connection, a memfd the client writes page and
+ * segment lists into and the mover maps read-only, so a batch of any
+ * length costs one LIST descriptor per shard instead of one per page.
+ *
+ *   arena offset o (MV_LIST_ALIGN-aligned)
+ *   +-------------------------------+
+ *   | struct mv_list_hdr (64 bytes) |  kind, count, geometry
+ *   +-------------------------------+
+ *   | PAGES: uint32_t src[count]    |  page indices, then
+ *   |        uint32_t dst[count]    |
+ *   | SEGS:  struct mv_seg[count]   |  (src_off, dst_off, len) triples
+ *   +-------------------------------+
+ *
+ * The client allocates lists in submission order and reuses a batch's
+ * bytes only after its completion. Everything in the arena is untrusted:
+ * the mover copies the header and each index before it checks and uses
+ * them, so a client that rewrites a list after submitting fails only its
+ * own batch. The arena is sealed against shrinking and growing, so the
+ * mover's mapping can never fault.
+ */
+#define MV_LIST_MAGIC    0x5453494cu /* "LIST" */
+#define MV_LIST_ALIGN    64u
+#define MV_ARENA_MIN     (64u << 10)
+#define MV_ARENA_MAX     (1ull << 34)
+#define MV_ARENA_DEFAULT (64ull << 20)
+
+enum mv_list_kind {
+	MV_LIST_PAGES = 1, /* page k at base + k * stride, page_size long, on each side */
+	MV_LIST_SEGS = 2,  /* explicit (src_off, dst_off, len) triples */
+};
+
+struct mv_list_hdr {
+	uint32_t magic; /* MV_LIST_MAGIC */
+	uint32_t kind;  /* enum mv_list_kind */
+	uint32_t count; /* entries in the list */
+	uint32_t rsvd;
+	uint64_t src_base, dst_base;     /* PAGES */
+	uint64_t src_stride, dst_stride; /* PAGES */
+	uint64_t page_size;              /* PAGES */
+	uint64_t rsvd2;
+};
+static_assert(sizeof(struct mv_list_hdr) == MV_LIST_ALIGN, "a list header is 64 bytes");
+
+struct mv_seg {
+	uint64_t src_off;
+	uint64_t dst_off;
+	uint64_t len;
+};
+static_assert(sizeof(struct mv_seg) == 24, "segments are three words");
+
+/* Bytes a list of count entries of kind takes in the arena, header included. */
+static inline uint64_t mv_list_bytes(uint32_t kind, uint64_t count)
+{
+	uint64_t body = kind == MV_LIST_PAGES ? count * 8u : count * sizeof(struct mv_seg);
+
+	return (sizeof(struct mv_list_hdr) + body + MV_LIST_ALIGN - 1) &
+	       ~(uint64_t)(MV_LIST_ALIGN - 1);
+}
 
 /* Completion entries: 128-byte slots. */
 enum mv_cqe_type {

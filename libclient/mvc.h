@@ -112,6 +112,21 @@ struct mvc_info {
 /* Connection. path NULL: $MOVER_SOCKET, else the mover's default path.
  * On failure *out is NULL and mvc_connect_error() says why (per thread). */
 int mvc_connect(struct mvc **out, const char *path);
+
+/*
+ * Connection options; zero means the default. list_arena: bytes of the
+ * connection's list arena, where page and segment lists of 16 entries or
+ * more travel by reference (8 bytes a page, 24 a segment, plus 64 a list);
+ * it bounds the lists of the batches in flight, not the batch size in the
+ * rings. Default: $MVC_LIST_ARENA (e.g. "256M"), else 64 MiB (about 8
+ * million pages in flight); 64 KiB to 16 GiB. The memory is touched only
+ * as lists use it.
+ */
+struct mvc_opts {
+	uint64_t list_arena;
+	uint64_t rsvd[7];
+};
+int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *opts);
 const char *mvc_connect_error(void);
 void mvc_disconnect(struct mvc *c);
 const char *mvc_error(const struct mvc *c);
@@ -147,10 +162,16 @@ int mvc_unimport(struct mvc *c, uint32_t handle);
 
 /*
  * Building a batch: each call adds to the open batch (opened by the first);
- * mvc_submit closes it and hands it over; one MVC_EV_BATCH reports it.
- * -EAGAIN: the rings are full right now; the batch is kept as it was before
- * the call, so poll completions and call again, or mvc_abort() it.
- * -E2BIG: it can never fit; split it.
+ * mvc_submit closes it and hands it over; one MVC_EV_BATCH reports it, after
+ * every write of it landed, whatever its length. Page and segment lists are
+ * copied before the call returns: the arrays are the caller's again.
+ * -EAGAIN: the rings or the list arena are full right now; the batch is kept
+ * as it was before the call, so poll completions and call again, or
+ * mvc_abort() it.
+ * -E2BIG: the batch's lists are larger than the whole list arena (see
+ * mvc_opts), or a batch with an immediate on a provider that needs one shard
+ * has more than one ring's worth of short writes; submit what it has, or
+ * connect with a larger arena.
  */
 int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint64_t dst_off,
               uint64_t len);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -155,10 +156,50 @@ static int do_hello(struct mover *mv, struct mv_client *cl, struct rx *m, char *
 	return send_reply(cl->sock, &m->h, &rep, sizeof(rep), fds, (int)mv->nshards) ?: 1;
 }
 
+/*
+ * Maps a client's list arena read-only, once its seals show it can neither
+ * shrink nor grow under the mapping (which would fault a shard). 0 or
+ * -errno with why.
+ */
+static int arena_map(struct mv_client *cl, int fd, char *why, size_t whylen)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+	struct stat st;
+
+	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+		snprintf(why, whylen, "the list arena is not a memfd sealed against resizing");
+		return -EINVAL;
+	}
+	if (fstat(fd, &st) || (uint64_t)st.st_size < MV_ARENA_MIN ||
+	    (uint64_t)st.st_size > MV_ARENA_MAX || st.st_size % MV_LIST_ALIGN) {
+		snprintf(why, whylen,
+		         "the list arena is %lld bytes; it must be %u to %llu, in %u's",
+		         (long long)st.st_size, MV_ARENA_MIN, (unsigned long long)MV_ARENA_MAX,
+		         MV_LIST_ALIGN);
+		return -EINVAL;
+	}
+	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		snprintf(why, whylen, "mapping the list arena: %s", strerror(errno));
+		return -errno;
+	}
+	cl->arena = p;
+	cl->arena_size = (uint64_t)st.st_size;
+	return 0;
+}
+
+static void arena_unmap(struct mv_client *cl)
+{
+	if (cl->arena)
+		munmap((void *)cl->arena, cl->arena_size);
+	cl->arena = NULL;
+	cl->arena_size = 0;
+}
+
 static int do_attach(struct mover *mv, struct mv_client *cl, struct rx *m, char *why, size_t whylen)
 {
 	const struct mv_attach_req *req = (const void *)m->payload;
-	int ret = need(m, sizeof(*req), (int)(2 * mv->nshards + 1), why, whylen);
+	int ret = need(m, sizeof(*req), (int)(2 * mv->nshards + 2), why, whylen);
 	uint32_t s;
 
 	if (ret)
@@ -210,6 +251,9 @@ static int do_attach(struct mover *mv, struct mv_client *cl, struct rx *m, char 
 		}
 		shmring_watch_peer(&at->sub, cl->pid);
 	}
+	ret = arena_map(cl, m->fds[2 * mv->nshards + 1], why, whylen);
+	if (ret)
+		goto err_rings;
 	cl->efd = m->fds[2 * mv->nshards];
 	m->fds[2 * mv->nshards] = -1;
 	ret = mv_call_all(mv, MV_CMD_ATTACH, cl, why, whylen);
@@ -229,6 +273,7 @@ err_rings:
 		free(at);
 		cl->att[s] = NULL;
 	}
+	arena_unmap(cl);
 	free(cl->batches);
 	cl->batches = NULL;
 	return ret;
@@ -474,6 +519,7 @@ static void client_close(struct mv_client *cl)
 		close(cl->efd);
 	free(cl->detach_cmds);
 	free(cl->batches);
+	arena_unmap(cl);
 	free(cl);
 }
 

@@ -211,13 +211,25 @@ struct mv_part {
 
 struct mv_client;
 
+/* A LIST descriptor being expanded (list.c): shard-private copies of the
+ * descriptor and its list's header, where expansion stands, and the run of
+ * adjacent entries not yet queued. */
+struct mv_cursor {
+	struct mv_desc d;
+	struct mv_list_hdr h;
+	uint64_t next, end; /* entries still to expand */
+	uint64_t run_so, run_doff, run_len;
+	int active;
+};
+
 /* A client's rings on one shard: owned by that shard's thread. */
 struct mv_attach {
 	struct mv_client *cl;
 	struct shmring sub;  /* we consume descriptors */
 	struct shmring comp; /* we produce completions */
 	struct mv_part *parts;
-	struct mv_cqe *ovf; /* completions waiting for room in comp */
+	struct mv_cursor cur; /* the list being expanded: its ring waits for it */
+	struct mv_cqe *ovf;   /* completions waiting for room in comp */
 	uint32_t ovf_head, ovf_tail, ovf_cap;
 	uint32_t outstanding; /* ops pending or posted */
 	int detaching;
@@ -242,6 +254,10 @@ struct mv_client {
 	_Atomic uint32_t shards_detached;
 	struct mv_cmd *detach_cmds;
 	uint32_t nregions;
+	/* The list arena, mapped read-only: the client rewrites it at will, so
+	 * shards copy what they read before checking it (list.c). */
+	const uint8_t *arena;
+	uint64_t arena_size;
 };
 
 enum mv_cmd_type {
@@ -320,6 +336,8 @@ struct mv_shard {
 	int64_t next_expire;
 	uint32_t seen_deaths; /* mv->peer_deaths when posted ops were last checked */
 	int64_t now;          /* CLOCK_MONOTONIC ns at the start of this loop turn */
+	int64_t post_hold;    /* after a full queue, no post before this (post.c) */
+	int64_t hold_ns;      /* the wait after the last refusal in a row, or 0 */
 	uint64_t rx_seen;     /* rx_cntr's value when last read */
 
 	struct mv_shard_counters st;
@@ -514,6 +532,25 @@ int mv_check_write(const struct mv_desc *d, const struct mv_region *src,
 int mv_check_addr_blob(const struct mv_addr_blob *b, size_t len, const char *prov, char *why,
                        size_t whylen);
 int mv_check_region_blob(const struct mv_region_blob *b, size_t len, char *why, size_t whylen);
+/* A LIST descriptor against its client's arena: copies the list's header
+ * into *h and checks it and the entries the descriptor names. */
+int mv_check_list(const struct mv_desc *d, const uint8_t *arena, uint64_t arena_size,
+                  struct mv_list_hdr *h, char *why, size_t whylen);
+/* base + idx * stride, len bytes long, inside [0, limit): the offset in *off,
+ * or -EOVERFLOW (the arithmetic wraps) or -ERANGE (outside, or empty).
+ * Inline: it runs once per page of a list. */
+static inline int mv_check_span(uint64_t base, uint64_t idx, uint64_t stride, uint64_t len,
+                                uint64_t limit, uint64_t *off)
+{
+	uint64_t o;
+
+	if (__builtin_mul_overflow(idx, stride, &o) || __builtin_add_overflow(o, base, &o))
+		return -EOVERFLOW;
+	if (o > limit || limit - o < len || len == 0)
+		return -ERANGE;
+	*off = o;
+	return 0;
+}
 
 /* stats.c */
 int mv_stats_init(struct mover *mv);

@@ -93,6 +93,7 @@ static void cancel_pending(struct mv_shard *s, struct mv_attach *at)
 	/* Writes waiting to be retried: nothing of them is in the provider. */
 	s->nretry -= drop_queued(s, &s->rq_head, &s->rq_tail, at, 1);
 	s->npend -= drop_queued(s, &s->pend_head, &s->pend_tail, at, 0);
+	at->cur.active = 0; /* the rest of a list being expanded: never taken */
 }
 
 static void run_cmd(struct mv_shard *s, struct mv_cmd *c)

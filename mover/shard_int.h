@@ -10,6 +10,7 @@
  *
  *   the client's submission ring
  *     -> take.c      descriptors, validated, become ops on the pending FIFO
+ *                    (list.c: lists in the client's arena, expanded lazily)
  *                    (gpu_path.c: CUDA copies and bounce staging; land.c:
  *                    landing messages into GPU memory the fabric cannot reach)
  *     -> post.c      the pending FIFO goes to the fabric, with retries
@@ -174,6 +175,12 @@ int mv_flush_all(struct mv_shard *s);
 
 /* take.c */
 int mv_consume(struct mv_shard *s);
+void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
+                 struct mv_region *src, struct mv_import *dst);
+
+/* list.c: LIST descriptors; both return entries expanded this turn. */
+int mv_list_take(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d);
+int mv_list_expand(struct mv_shard *s, struct mv_attach *at);
 
 /* gpu_path.c */
 int mv_fence(struct mv_shard *s, char *why, size_t whylen);

@@ -4,8 +4,9 @@
  * consumes descriptors from the submission ring of each client in turn, a
  * budget per ring, copies each out of shared memory before it looks, checks
  * it, and turns a WRITE into ops on the pending FIFO (contiguous pieces merged
- * into one op) and an END into the end of its batch part. Writes that GPU
- * memory needs go to gpu_path.c or land.c.
+ * into one op), a LIST into a cursor list.c expands, and an END into the
+ * end of its batch part. Writes that GPU memory needs go to gpu_path.c or
+ * land.c.
  */
 #include "shard_int.h"
 
@@ -32,32 +33,18 @@ static int ops_needed(const struct mv_desc *d)
 	return (int)((d->len + MV_CHUNK - 1) / MV_CHUNK) + 1;
 }
 
-/* Turns one WRITE into ops; the caller checked there are enough free. */
-static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
+/*
+ * Turns one checked write (d's src_off, dst_off, len between src and dst)
+ * into ops, merged with the op before it where they meet; the caller
+ * checked there are enough free. WRITE descriptors and list runs both.
+ */
+void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
+                 struct mv_region *src, struct mv_import *dst)
 {
 	struct mv_part *p = &at->parts[d->batch];
-	struct mv_region *src = mv_region_get(s->mv, d->src);
-	struct mv_import *dst = mv_import_get(at->cl, d->dst);
-	char why[MV_ERRLEN];
-	uint8_t cause;
-
-	p->ndesc++;
-	if (p->failed)
-		return;
-	if (mv_check_write(d, src, dst, at->cl->id, why, sizeof(why), &cause)) {
-		mv_fail_part(p, cause == MV_CAUSE_BOUNDS ? -ERANGE : -ENOENT, cause,
-		             cause == MV_CAUSE_NO_IMPORT ? d->dst : d->src, why);
-		return;
-	}
-	if (atomic_load_explicit(&dst->peer->gone, memory_order_relaxed)) {
-		mv_peer_why(dst->peer, why, sizeof(why));
-		mv_fail_part(p, -EHOSTUNREACH, MV_CAUSE_PEER_GONE, d->dst, why);
-		return;
-	}
 	uint32_t t = (uint32_t)s->id % dst->nshards;
 	uint64_t off = 0;
 
-	p->peer = dst->peer->mover_id;
 	/* GPU memory picks the path: a same-host peer's GPU region gets CUDA
 	 * copies; a GPU source the provider cannot register goes through the
 	 * bounce pool; whatever the fabric registered is written directly. */
@@ -126,6 +113,32 @@ static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv
 	}
 }
 
+/* Turns one WRITE into ops; the caller checked there are enough free. */
+static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
+{
+	struct mv_part *p = &at->parts[d->batch];
+	struct mv_region *src = mv_region_get(s->mv, d->src);
+	struct mv_import *dst = mv_import_get(at->cl, d->dst);
+	char why[MV_ERRLEN];
+	uint8_t cause;
+
+	p->ndesc++;
+	if (p->failed)
+		return;
+	if (mv_check_write(d, src, dst, at->cl->id, why, sizeof(why), &cause)) {
+		mv_fail_part(p, cause == MV_CAUSE_BOUNDS ? -ERANGE : -ENOENT, cause,
+		             cause == MV_CAUSE_NO_IMPORT ? d->dst : d->src, why);
+		return;
+	}
+	if (atomic_load_explicit(&dst->peer->gone, memory_order_relaxed)) {
+		mv_peer_why(dst->peer, why, sizeof(why));
+		mv_fail_part(p, -EHOSTUNREACH, MV_CAUSE_PEER_GONE, d->dst, why);
+		return;
+	}
+	p->peer = dst->peer->mover_id;
+	mv_take_run(s, at, d, src, dst);
+}
+
 static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
 {
 	struct mv_part *p = &at->parts[d->batch];
@@ -174,11 +187,15 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 			return 0;
 		take_write(s, at, d);
 		return 1;
+	case MV_OP_LIST:
+		mv_list_take(s, at, d);
+		return 1;
 	case MV_OP_END:
 		take_end(s, at, d);
 		return 1;
 	default:
-		snprintf(why, sizeof(why), "descriptor op %u is not WRITE (1) or END (2)", d->op);
+		snprintf(why, sizeof(why), "descriptor op %u is not WRITE (1), END (2) or LIST (3)",
+		         d->op);
 		mv_fail_part(&at->parts[d->batch], -EINVAL, MV_CAUSE_BAD_DESC, 0, why);
 		return 1;
 	}
@@ -196,6 +213,12 @@ int mv_consume(struct mv_shard *s)
 			continue;
 		if (s->npend > s->fab.tx_size * 2 || s->nfree <= MV_IOV_MAX)
 			break;
+		/* A list being expanded goes first; what follows it waits. */
+		if (at->cur.active) {
+			total += (uint32_t)mv_list_expand(s, at);
+			if (at->cur.active)
+				continue;
+		}
 		int got = shmring_peek(&at->sub, RING_BUDGET, &pos);
 		if (got > 0 && at->sub.cached - at->sub.local > at->sub_hwm)
 			at->sub_hwm = at->sub.cached - at->sub.local;
@@ -212,6 +235,8 @@ int mv_consume(struct mv_shard *s)
 			if (!take_desc(s, at, &d))
 				break;
 			used++;
+			if (at->cur.active)
+				break; /* a list the shard has no more room for now */
 		}
 		if (used)
 			shmring_release(&at->sub, used);

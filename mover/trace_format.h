@@ -22,16 +22,10 @@
 #include <assert.h>
 #include <stdint.h>
 
+#include "mv_wire.h" /* enum mv_batch_kind: the kind bits a record carries */
+
 #define MV_TRACE_MAGIC   0x3145434152545643ull /* "CVTRACE1" little-endian */
 #define MV_TRACE_VERSION 1u
-
-/* What a batch did (kind), as libclient declares it in the END descriptor. */
-enum mv_trace_kind {
-	MV_TK_WRITE = 1,  /* mvc_write calls */
-	MV_TK_WRITEV = 2, /* mvc_writev segments */
-	MV_TK_PAGED = 4,  /* mvc_write_paged pages */
-	MV_TK_IMM = 8,    /* carried an immediate */
-};
 
 enum mv_trace_type {
 	MV_TR_BATCH = 1, /* a batch completed */
@@ -62,7 +56,7 @@ struct mv_trace_rec {
 	uint32_t nops;        /* writes, segments or pages the client asked for */
 	uint32_t ndesc;       /* WRITE descriptors over all shards */
 	uint32_t page_size;   /* paged: bytes per page; 0: pages of several sizes, or none */
-	uint8_t kind;         /* enum mv_trace_kind bits */
+	uint8_t kind;         /* enum mv_batch_kind bits */
 	uint8_t cause;        /* enum mv_cause when status != 0 */
 	uint16_t shard_mask;  /* which shards took part (shard i: bit i % 16) */
 	int32_t status;       /* 0 or -errno */

@@ -106,3 +106,45 @@ int mv_check_region_blob(const struct mv_region_blob *b, size_t len, char *why, 
 	}
 	return 0;
 }
+
+int mv_check_list(const struct mv_desc *d, const uint8_t *arena, uint64_t arena_size,
+                  struct mv_list_hdr *h, char *why, size_t whylen)
+{
+	uint64_t off = d->src_off;
+
+	if (!arena) {
+		snprintf(why, whylen, "LIST descriptor from a client with no list arena");
+		return -EINVAL;
+	}
+	if (off % MV_LIST_ALIGN || off > arena_size || arena_size - off < sizeof(*h)) {
+		snprintf(why, whylen,
+		         "list at arena offset %" PRIu64 " is outside the %" PRIu64
+		         "-byte arena or not %u-byte aligned",
+		         off, arena_size, MV_LIST_ALIGN);
+		return -ERANGE;
+	}
+	/* One copy: the client may rewrite the arena while we look. */
+	memcpy(h, arena + off, sizeof(*h));
+	if (h->magic != MV_LIST_MAGIC || (h->kind != MV_LIST_PAGES && h->kind != MV_LIST_SEGS)) {
+		snprintf(why, whylen, "no list at arena offset %" PRIu64 " (magic %#x kind %u)",
+		         off, h->magic, h->kind);
+		return -EINVAL;
+	}
+	if (mv_list_bytes(h->kind, h->count) > arena_size - off) {
+		snprintf(why, whylen,
+		         "list of %u entries at arena offset %" PRIu64 " runs past the %" PRIu64
+		         "-byte arena",
+		         h->count, off, arena_size);
+		return -ERANGE;
+	}
+	if (d->len == 0 || d->dst_off > h->count || h->count - d->dst_off < d->len) {
+		snprintf(why, whylen, "LIST names entries %" PRIu64 "+%" PRIu64 " of a list of %u",
+		         d->dst_off, d->len, h->count);
+		return -ERANGE;
+	}
+	if (h->kind == MV_LIST_PAGES && h->page_size == 0) {
+		snprintf(why, whylen, "page list with pages of 0 bytes");
+		return -EINVAL;
+	}
+	return 0;
+}

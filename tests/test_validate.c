@@ -2,7 +2,8 @@
 /*
  * Unit tests of the mover's checks on untrusted input: WRITE descriptors
  * against the client's regions and imports (bounds written so no sum can
- * wrap), and the address and region blobs peers hand each other.
+ * wrap), the lists LIST descriptors name in the client's arena, and the
+ * address and region blobs peers hand each other.
  */
 #include <check.h>
 #include <errno.h>
@@ -155,11 +156,107 @@ START_TEST(test_region_blob_checks)
 }
 END_TEST
 
+/* ---- lists in the arena ---- */
+
+static _Alignas(64) uint8_t arena[1 << 16];
+
+static struct mv_desc list_desc(uint64_t off, uint64_t first, uint64_t n)
+{
+	return (struct mv_desc){.op = MV_OP_LIST, .src_off = off, .dst_off = first, .len = n};
+}
+
+static void put_hdr(uint64_t off, uint32_t kind, uint32_t count, uint64_t page)
+{
+	struct mv_list_hdr h = {
+	    .magic = MV_LIST_MAGIC, .kind = kind, .count = count, .page_size = page};
+	memcpy(arena + off, &h, sizeof(h));
+}
+
+START_TEST(test_list_inside_the_arena_passes)
+{
+	struct mv_list_hdr h;
+	char why[MV_ERRLEN];
+	struct mv_desc d = list_desc(128, 10, 90);
+
+	put_hdr(128, MV_LIST_PAGES, 100, 4096);
+	ck_assert_int_eq(mv_check_list(&d, arena, sizeof(arena), &h, why, sizeof(why)), 0);
+	ck_assert_uint_eq(h.count, 100);
+	/* The last list that fits the arena exactly. */
+	uint32_t n = (uint32_t)((sizeof(arena) - 64 - 64) / 24);
+	put_hdr(0, MV_LIST_SEGS, n, 0);
+	d = list_desc(0, 0, n);
+	ck_assert_int_eq(mv_check_list(&d, arena, sizeof(arena), &h, why, sizeof(why)), 0);
+}
+END_TEST
+
+START_TEST(test_list_outside_the_arena_is_refused)
+{
+	struct mv_list_hdr h;
+	char why[MV_ERRLEN];
+	struct mv_desc d = list_desc(sizeof(arena), 0, 1);
+
+	ck_assert_int_eq(mv_check_list(&d, arena, sizeof(arena), &h, why, sizeof(why)), -ERANGE);
+	ck_assert_msg(strstr(why, "outside the 65536-byte arena"), "%s", why);
+	d = list_desc(UINT64_MAX - 63, 0, 1);
+	ck_assert_int_eq(mv_check_list(&d, arena, sizeof(arena), &h, why, sizeof(why)), -ERANGE);
+	d = list_desc(100, 0, 1); /* not aligned */
+	ck_assert_int_eq(mv_check_list(&d, arena, sizeof(arena), &h, why, sizeof(why)), -ERANGE);
+	/* A count whose entries run past the end. */
+	put_hdr(sizeof(arena) - 128, MV_LIST_PAGES, 9, 4096);
+	d = list_desc(sizeof(arena) - 128, 0, 1);
+	ck_assert_int_eq(mv_check_list(&d, arena, sizeof(arena), &h, why, sizeof(why)), -ERANGE);
+	ck_assert_msg(strstr(why, "9 entries"), "%s", why);
+	put_hdr(0, MV_LIST_SEGS, UINT32_MAX, 0);
+	d = list_desc(0, 0, 1);
+	ck_assert_int_eq(mv_check_list(&d, arena, sizeof(arena), &h, why, sizeof(why)), -ERANGE);
+	ck_assert_int_eq(mv_check_list(&d, NULL, 0, &h, why, sizeof(why)), -EINVAL);
+	ck_assert_msg(strstr(why, "no list arena"), "%s", why);
+}
+END_TEST
+
+START_TEST(test_list_slices_that_lie_are_refused)
+{
+	struct mv_list_hdr h;
+	char why[MV_ERRLEN];
+	struct mv_desc d = list_desc(0, 90, 11);
+
+	put_hdr(0, MV_LIST_PAGES, 100, 4096);
+	ck_assert_int_eq(mv_check_list(&d, arena, sizeof(arena), &h, why, sizeof(why)), -ERANGE);
+	ck_assert_msg(strstr(why, "entries 90+11 of a list of 100"), "%s", why);
+	d = list_desc(0, UINT64_MAX, 2);
+	ck_assert_int_eq(mv_check_list(&d, arena, sizeof(arena), &h, why, sizeof(why)), -ERANGE);
+	d = list_desc(0, 0, 0);
+	ck_assert_int_eq(mv_check_list(&d, arena, sizeof(arena), &h, why, sizeof(why)), -ERANGE);
+	put_hdr(0, MV_LIST_PAGES, 100, 0);
+	d = list_desc(0, 0, 1);
+	ck_assert_int_eq(mv_check_list(&d, arena, sizeof(arena), &h, why, sizeof(why)), -EINVAL);
+	put_hdr(0, 7, 100, 4096);
+	ck_assert_int_eq(mv_check_list(&d, arena, sizeof(arena), &h, why, sizeof(why)), -EINVAL);
+	ck_assert_msg(strstr(why, "kind 7"), "%s", why);
+}
+END_TEST
+
+START_TEST(test_spans_that_wrap_or_overrun_are_refused)
+{
+	uint64_t off = 0;
+
+	ck_assert_int_eq(mv_check_span(64, 3, 4096, 4096, 65536, &off), 0);
+	ck_assert_uint_eq(off, 64 + 3 * 4096);
+	ck_assert_int_eq(mv_check_span(0, 15, 4096, 4096, 65536, &off), 0);
+	ck_assert_int_eq(mv_check_span(0, 16, 4096, 4096, 65536, &off), -ERANGE);
+	ck_assert_int_eq(mv_check_span(1, 15, 4096, 4096, 65536, &off), -ERANGE);
+	ck_assert_int_eq(mv_check_span(0, 1u << 24, 1ull << 40, 1, UINT64_MAX, &off), -EOVERFLOW);
+	ck_assert_int_eq(mv_check_span(UINT64_MAX, 1, 1, 1, UINT64_MAX, &off), -EOVERFLOW);
+	ck_assert_int_eq(mv_check_span(0, 0, 0, 0, 65536, &off), -ERANGE);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("validate");
 	TCase *tw = tcase_create("descriptors");
 	TCase *tb = tcase_create("blobs");
+	TCase *tl = tcase_create("lists");
 
 	tcase_add_test(tw, test_write_inside_both_regions_passes);
 	tcase_add_test(tw, test_write_past_source_end_names_sizes);
@@ -169,7 +266,12 @@ int main(void)
 	tcase_add_test(tb, test_address_blob_checks);
 	tcase_add_test(tb, test_region_blob_checks);
 	suite_add_tcase(s, tw);
+	tcase_add_test(tl, test_list_inside_the_arena_passes);
+	tcase_add_test(tl, test_list_outside_the_arena_is_refused);
+	tcase_add_test(tl, test_list_slices_that_lie_are_refused);
+	tcase_add_test(tl, test_spans_that_wrap_or_overrun_are_refused);
 	suite_add_tcase(s, tb);
+	suite_add_tcase(s, tl);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Completions: batch and immediate entries read from the completion rings
+ * and turned into events, counted immediates (mvc_imm_expect), the sleeping
+ * wait on the client's eventfd, and what a client is told when its mover is
+ * gone.
+ */
+#include "mvc_int.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct imm_ent *imm_find(struct mvc *c, uint32_t value, int add)
+{
+	if (add && (c->imm_used + 1) * 2 > c->imm_cap) {
+		uint32_t cap = c->imm_cap ? c->imm_cap * 2 : 256;
+		struct imm_ent *t = calloc(cap, sizeof(*t)), *old = c->imm_tab;
+		if (!t)
+			return NULL;
+		for (uint32_t i = 0; i < c->imm_cap; i++) {
+			if (!old[i].used)
+				continue;
+			uint32_t h = old[i].value * 2654435761u & (cap - 1);
+			while (t[h].used)
+				h = (h + 1) & (cap - 1);
+			t[h] = old[i];
+		}
+		free(old);
+		c->imm_tab = t;
+		c->imm_cap = cap;
+	}
+	if (!c->imm_cap)
+		return NULL;
+	uint32_t h = value * 2654435761u & (c->imm_cap - 1);
+	while (c->imm_tab[h].used) {
+		if (c->imm_tab[h].value == value)
+			return &c->imm_tab[h];
+		h = (h + 1) & (c->imm_cap - 1);
+	}
+	if (!add)
+		return NULL;
+	c->imm_tab[h] = (struct imm_ent){.value = value, .used = 1};
+	c->imm_used++;
+	return &c->imm_tab[h];
+}
+
+static int imm_ready(struct imm_ent *e, struct mvc_event *ev)
+{
+	if (!e->want || e->count < e->want)
+		return 0;
+	*ev = (struct mvc_event){
+	    .type = MVC_EV_IMM_COUNT, .cookie = e->cookie, .imm = e->value, .count = e->want};
+	e->count -= e->want;
+	e->want = 0;
+	return 1;
+}
+
+int mvc_imm_expect(struct mvc *c, uint32_t imm, uint32_t count, uint64_t cookie)
+{
+	struct imm_ent *e = imm_find(c, imm, 1);
+
+	if (!e)
+		return mvc_fail(c, -ENOMEM, "no memory to count immediates");
+	if (count == 0)
+		return mvc_fail(c, -EINVAL, "expecting 0 immediates of %u", imm);
+	if (e->want)
+		return mvc_fail(c, -EBUSY, "immediates of value %u are already being counted", imm);
+	if (e->count >= count && c->ndue == c->due_cap) {
+		uint32_t cap = c->due_cap ? c->due_cap * 2 : 16;
+		uint32_t *due = realloc(c->imm_due, cap * sizeof(*due));
+		if (!due)
+			return mvc_fail(c, -ENOMEM, "no memory to count immediates");
+		c->imm_due = due;
+		c->due_cap = cap;
+	}
+	e->want = count;
+	e->cookie = cookie;
+	/* Enough already arrived: no later immediate may come to report it. */
+	if (e->count >= count)
+		c->imm_due[c->ndue++] = imm;
+	return 0;
+}
+
+/* One completion entry to at most one event; 1 if ev was filled. */
+static int translate(struct mvc *c, const struct mv_cqe *q, struct mvc_event *ev)
+{
+	struct mv_cqe e;
+
+	memcpy(&e, q, sizeof(e)); /* the slot is shared memory: read it once */
+	if (e.type == MV_CQE_IMM) {
+		struct imm_ent *t = imm_find(c, e.imm, 1);
+		if (t) {
+			t->count++;
+			if (t->want)
+				return imm_ready(t, ev);
+		}
+		*ev = (struct mvc_event){.type = MVC_EV_IMM, .imm = e.imm, .region = e.region};
+		return 1;
+	}
+	*ev = (struct mvc_event){.type = MVC_EV_BATCH,
+	                         .status = e.status,
+	                         .bytes = e.bytes,
+	                         .region = e.region,
+	                         .cause = e.cause};
+	memcpy(ev->msg, e.msg, sizeof(ev->msg));
+	ev->msg[sizeof(ev->msg) - 1] = 0;
+	if (e.batch < c->info.max_batches && c->busy[e.batch]) {
+		ev->cookie = c->cookies[e.batch];
+		mvc_batch_done(c, e.batch);
+	}
+	return 1;
+}
+
+static int mover_gone(struct mvc *c, struct mvc_event *ev, int max)
+{
+	int n = 0;
+
+	c->dead = 1;
+	for (uint32_t b = 0; b < c->info.max_batches && n < max; b++) {
+		if (!c->busy[b])
+			continue;
+		ev[n++] = (struct mvc_event){.type = MVC_EV_BATCH,
+		                             .status = -EPIPE,
+		                             .cookie = c->cookies[b],
+		                             .cause = MVC_CAUSE_MOVER_GONE};
+		snprintf(ev[n - 1].msg, sizeof(ev[n - 1].msg),
+		         "the mover exited before the batch completed");
+		mvc_batch_done(c, b);
+	}
+	return n ? n : mvc_fail(c, -EPIPE, "the mover is gone");
+}
+
+int mvc_poll(struct mvc *c, struct mvc_event *ev, int max)
+{
+	int n = 0;
+
+	while (c->ndue && n < max) {
+		struct imm_ent *t = imm_find(c, c->imm_due[--c->ndue], 0);
+		if (t)
+			n += imm_ready(t, &ev[n]);
+	}
+	for (uint32_t s = 0; s < c->info.nshards && n < max; s++) {
+		struct shmring *r = &c->sh[s].comp;
+		uint32_t pos, used = 0;
+		int got = shmring_peek(r, (uint32_t)(max - n), &pos);
+
+		if (got < 0)
+			return mvc_fail(c, got, "completion ring of shard %u: %s", s,
+			                shmring_error(r));
+		for (; used < (uint32_t)got && n < max; used++)
+			n += translate(c, shmring_slot(r, pos + used), &ev[n]);
+		if (used)
+			shmring_release(r, used);
+	}
+	return n;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms)
+{
+	int64_t deadline = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
+
+	for (;;) {
+		int n = mvc_poll(c, ev, max);
+		if (n)
+			return n;
+		if (c->dead)
+			return mover_gone(c, ev, max);
+
+		uint32_t armed = 0, ready = 0;
+		for (; armed < c->info.nshards; armed++)
+			if (shmring_arm_doorbell(&c->sh[armed].comp)) {
+				ready = 1;
+				break;
+			}
+		if (!ready) {
+			int64_t left = deadline - now_ms();
+			if (left <= 0) {
+				for (uint32_t s = 0; s < armed; s++)
+					shmring_disarm(&c->sh[s].comp);
+				return 0;
+			}
+			struct pollfd pf[2] = {{.fd = c->efd, .events = POLLIN},
+			                       {.fd = c->sock, .events = POLLRDHUP}};
+			int p = poll(pf, 2, left > 1000000 ? 1000000 : (int)left);
+			if (p > 0 && (pf[0].revents & POLLIN)) {
+				uint64_t v;
+				if (read(c->efd, &v, sizeof(v)) < 0) {
+					/* drained by an earlier wake-up */
+				}
+			}
+			if (p > 0 && (pf[1].revents & (POLLHUP | POLLRDHUP | POLLERR))) {
+				/* Completions already in the rings still count. */
+				for (uint32_t s = 0; s < armed; s++)
+					shmring_disarm(&c->sh[s].comp);
+				n = mvc_poll(c, ev, max);
+				return n ? n : mover_gone(c, ev, max);
+			}
+		}
+		for (uint32_t s = 0; s < armed; s++)
+			shmring_disarm(&c->sh[s].comp);
+	}
+}
