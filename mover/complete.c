@@ -127,6 +127,7 @@ int mv_reap(struct mv_shard *s)
 			mv_op_done(s, op, 0, NULL);
 		}
 		total += (int)n;
+		s->post_hold = 0; /* room again: post.c may try at once */
 		if (n < CQ_BATCH)
 			break;
 	}

@@ -37,6 +37,31 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 	return 1;
 }
 
+/* Adds a same-host peer to the burst's list of peers to wake at its end. */
+static void wake_add(struct mv_shard *s, struct mv_peer **wake, uint32_t *nwake, struct mv_peer *p)
+{
+	uint32_t i = 0;
+
+	if (!p->wake)
+		return;
+	while (i < *nwake && wake[i] != p)
+		i++;
+	if (i == *nwake && *nwake < 4)
+		wake[(*nwake)++] = p;
+	else if (i == *nwake)
+		mv_wake_ring(s, p); /* a fifth peer in one burst */
+}
+
+/*
+ * A full queue (-FI_EAGAIN) empties only as the provider makes progress: our
+ * completions, or (shm) the receiver draining its command queue. Posting
+ * again on every turn until then only spins a core that the receiver may
+ * need: so after a refused burst the shard waits, 2 us and twice as long
+ * after each refusal in a row up to 64 us, or until a completion arrives.
+ */
+#define HOLD_FIRST_NS 2000
+#define HOLD_MAX_NS   64000
+
 int mv_post(struct mv_shard *s)
 {
 	struct mv_peer *wake[4]; /* same-host peers written to: woken once, at the end */
@@ -44,6 +69,8 @@ int mv_post(struct mv_shard *s)
 	uint32_t nwake = 0;
 	int n = 0;
 
+	if (s->post_hold && s->now < s->post_hold)
+		return 0;
 	while (s->pend_head && burst < MV_BURST_BYTES) {
 		struct mv_wr *op = s->pend_head;
 		uint64_t flags = FI_COMPLETION | s->fab.dc_flag;
@@ -88,6 +115,12 @@ int mv_post(struct mv_shard *s)
 			}
 			if (ret == -FI_EAGAIN) {
 				s->st.eagain++;
+				/* A sleeping shm receiver must drain its queue. */
+				wake_add(s, wake, &nwake, op->peer);
+				s->hold_ns = s->hold_ns ? s->hold_ns * 2 : HOLD_FIRST_NS;
+				if (s->hold_ns > HOLD_MAX_NS)
+					s->hold_ns = HOLD_MAX_NS;
+				s->post_hold = s->now + s->hold_ns;
 				break;
 			}
 		}
@@ -108,15 +141,8 @@ int mv_post(struct mv_shard *s)
 			continue;
 		}
 		mv_posted_add(s, op);
-		if (op->peer->wake) {
-			uint32_t i = 0;
-			while (i < nwake && wake[i] != op->peer)
-				i++;
-			if (i == nwake && nwake < 4)
-				wake[nwake++] = op->peer;
-			else if (i == nwake)
-				mv_wake_ring(s, op->peer); /* a fifth peer in one burst */
-		}
+		s->hold_ns = 0;
+		wake_add(s, wake, &nwake, op->peer);
 		burst += op->bytes;
 		if (op->kind == MV_OPK_LAND) {
 			s->land_inflight++;
