@@ -39,7 +39,7 @@ MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/shard.c mover/f
 	mover/topo.c mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c \
 	mover/wake.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
-	tools/bench/direct.c tools/bench/rows_bw.c
+	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_client test_mover test_trace test_gpu
 SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh

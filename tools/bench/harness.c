@@ -11,6 +11,7 @@
  */
 #include <inttypes.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +83,29 @@ static double rate(const struct meas *m, const char *what)
 	return (double)m->bytes / m->secs;
 }
 
+void meas_fail(struct meas *m, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (m->failed)
+		return; /* the first cause is the one to tell */
+	m->failed = 1;
+	va_start(ap, fmt);
+	vsnprintf(m->err, sizeof(m->err), fmt, ap);
+	va_end(ap);
+}
+
+/* A run that failed ends its row: the row says why, and the bench goes on
+ * with the next one. */
+static int row_failed(struct row *r, const struct meas *m)
+{
+	if (!m->failed)
+		return 0;
+	r->failed = 1;
+	snprintf(r->err, sizeof(r->err), "%s", m->err);
+	return 1;
+}
+
 void pairs_run(struct cfg *x, const struct rowkind *rk, const struct geom *gp, struct row *r,
                int first)
 {
@@ -92,14 +116,24 @@ void pairs_run(struct cfg *x, const struct rowkind *rk, const struct geom *gp, s
 	struct meas m, d;
 	char sz[32];
 
+	memset(r, 0, sizeof(*r));
+	r->prov = x->prov;
+	r->shards = x->n;
+	r->size = size;
+	r->reps = o->reps;
+
 	/* Warm-up, time-bounded: connections (tcp;ofi_rxm connects on the
 	 * first write) once per configuration, then the pace to size the
 	 * measured runs by, so that the faster side takes --seconds. */
 	if (first) {
 		rk->mover(x, &g, UINT64_MAX, x->warm_s, &m);
+		if (row_failed(r, &m))
+			return;
 		rk->direct(x, &g, UINT64_MAX, x->warm_s, 1, NULL, &d);
 	}
 	rk->mover(x, &g, UINT64_MAX, x->warm_s, &m);
+	if (row_failed(r, &m))
+		return;
 	rk->direct(x, &g, UINT64_MAX, x->warm_s, 1, NULL, &d);
 	double rm = rate(&m, "mover warm-up"), rd = rate(&d, "direct warm-up");
 	double fast = rm > rd ? rm : rd;
@@ -113,11 +147,6 @@ void pairs_run(struct cfg *x, const struct rowkind *rk, const struct geom *gp, s
 
 	book_mover.n = book_direct.n = 0;
 	book_mover.secs = book_direct.secs = 0;
-	memset(r, 0, sizeof(*r));
-	r->prov = x->prov;
-	r->shards = x->n;
-	r->size = size;
-	r->reps = o->reps;
 	for (int i = 0; i < o->reps; i++) {
 		/* Odd reps run direct first: whatever the order itself does
 		 * (the caches and page tables the run before left warm, a host
@@ -125,6 +154,8 @@ void pairs_run(struct cfg *x, const struct rowkind *rk, const struct geom *gp, s
 		if (i % 2)
 			rk->direct(x, &g, nb, limit, 1, &book_direct, &d);
 		rk->mover(x, &g, nb, limit, &m);
+		if (row_failed(r, &m))
+			return;
 		if (i % 2 == 0)
 			rk->direct(x, &g, nb, limit, 1, &book_direct, &d);
 		mv[i] = rate(&m, "through the mover");
@@ -190,20 +221,32 @@ static void print_row(const struct row *r)
 	char sz[32], bar[32], unc[32];
 	double s = (double)r->size;
 
+	if (r->pages)
+		snprintf(sz, sizeof(sz), "%u pg", r->pages);
+	else
+		size_str(r->size, sz, sizeof(sz));
+	if (r->failed) {
+		printf("%-5s %6u %8s | FAILED: %s\n", r->prov, r->shards, sz, r->err);
+		fflush(stdout);
+		return;
+	}
 	if (r->bar > 0)
-		snprintf(bar, sizeof(bar), ">=%.2f %s", r->bar, r->pass ? "ok" : "LOW");
+		snprintf(bar, sizeof(bar), ">=%.2f %s", r->bar, r->ratio >= r->bar ? "ok" : "LOW");
 	else
 		snprintf(bar, sizeof(bar), "-");
-	if (r->f_med > 0)
+	if (r->pages)
+		snprintf(unc, sizeof(unc), "vs 4K %5.3f %5.3f %s", r->vs_contig, r->d_vs_contig,
+		         r->vs_contig >= SC_BAR_CONTIG ? "ok" : "LOW");
+	else if (r->f_med > 0)
 		snprintf(unc, sizeof(unc), "%6.2f %5.3f", r->f_med / 1e9, r->f_ratio);
 	else
 		snprintf(unc, sizeof(unc), "%6s %5s", "-", "-");
 	printf("%-5s %6u %8s | %9.3f %8.3f %9.5f | %9.3f %8.3f %9.5f | %6.3f%s %-12s %3.0f%% / "
 	       "%3.0f%%    | %s\n",
-	       r->prov, r->shards, size_str(r->size, sz, sizeof(sz)), r->m_med * 8 / 1e9,
-	       r->m_med / 1e9, r->m_med / s / 1e6, r->d_med * 8 / 1e9, r->d_med / 1e9,
-	       r->d_med / s / 1e6, r->ratio, r->cut ? "*" : " ", bar,
-	       (r->m_max - r->m_min) / r->m_med * 100, (r->d_max - r->d_min) / r->d_med * 100, unc);
+	       r->prov, r->shards, sz, r->m_med * 8 / 1e9, r->m_med / 1e9, r->m_med / s / 1e6,
+	       r->d_med * 8 / 1e9, r->d_med / 1e9, r->d_med / s / 1e6, r->ratio, r->cut ? "*" : " ",
+	       bar, (r->m_max - r->m_min) / r->m_med * 100, (r->d_max - r->d_min) / r->d_med * 100,
+	       unc);
 	fflush(stdout);
 }
 
@@ -216,12 +259,19 @@ void print_bench(const struct row *r, double seconds)
 	       "direct_mmsgs=%.6f ratio=%.4f bar=%.2f pass=%d mover_min_gbps=%.4f "
 	       "mover_max_gbps=%.4f direct_min_gbps=%.4f direct_max_gbps=%.4f cut=%d "
 	       "uncoupled_gbps=%.4f uncoupled_ratio=%.4f ratio_of_medians=%.4f ratio_q1=%.4f "
-	       "ratio_q3=%.4f\n",
+	       "ratio_q3=%.4f",
 	       r->prov, r->shards, r->size, r->reps, seconds, r->m_med * 8 / 1e9, r->m_med / 1e9,
 	       r->m_med / s / 1e6, r->d_med * 8 / 1e9, r->d_med / 1e9, r->d_med / s / 1e6, r->ratio,
 	       r->bar, r->pass, r->m_min * 8 / 1e9, r->m_max * 8 / 1e9, r->d_min * 8 / 1e9,
 	       r->d_max * 8 / 1e9, r->cut, r->f_med * 8 / 1e9, r->f_ratio, r->ratio_med,
 	       r->ratio_q1, r->ratio_q3);
+	if (r->pages) {
+		printf(" pattern=scattered pages=%u vs_contig=%.4f direct_vs_contig=%.4f failed=%d",
+		       r->pages, r->vs_contig, r->d_vs_contig, r->failed);
+		if (r->failed)
+			printf(" error=\"%s\"", r->err);
+	}
+	printf("\n");
 }
 
 static void csv_row(FILE *f, const struct row *r, double seconds)
@@ -232,12 +282,13 @@ static void csv_row(FILE *f, const struct row *r, double seconds)
 		return;
 	fprintf(f,
 	        "%s,%u,%" PRIu64 ",%d,%.2f,%.4f,%.4f,%.6f,%.4f,%.4f,%.6f,%.4f,%.2f,%d,%.4f,%.4f,"
-	        "%.4f,%.4f,%d,%.4f,%.4f,%.4f,%.4f,%.4f\n",
+	        "%.4f,%.4f,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%u,%.4f,%.4f,%d\n",
 	        r->prov, r->shards, r->size, r->reps, seconds, r->m_med * 8 / 1e9, r->m_med / 1e9,
 	        r->m_med / s / 1e6, r->d_med * 8 / 1e9, r->d_med / 1e9, r->d_med / s / 1e6,
 	        r->ratio, r->bar, r->pass, r->m_min * 8 / 1e9, r->m_max * 8 / 1e9,
 	        r->d_min * 8 / 1e9, r->d_max * 8 / 1e9, r->cut, r->f_med * 8 / 1e9, r->f_ratio,
-	        r->ratio_med, r->ratio_q1, r->ratio_q3);
+	        r->ratio_med, r->ratio_q1, r->ratio_q3, r->pages ? "scattered" : "contig", r->pages,
+	        r->vs_contig, r->d_vs_contig, r->failed);
 	fflush(f);
 }
 
@@ -249,7 +300,8 @@ void csv_head(FILE *f)
 	fprintf(f, "provider,shards,size,reps,seconds,mover_gbps,mover_GBps,mover_mmsgs,"
 	           "direct_gbps,direct_GBps,direct_mmsgs,ratio,bar,pass,mover_min_gbps,"
 	           "mover_max_gbps,direct_min_gbps,direct_max_gbps,cut,uncoupled_gbps,"
-	           "uncoupled_ratio,ratio_of_medians,ratio_q1,ratio_q3\n");
+	           "uncoupled_ratio,ratio_of_medians,ratio_q1,ratio_q3,pattern,pages,vs_contig,"
+	           "direct_vs_contig,failed\n");
 }
 
 /* Starts both movers and both clients, opens the direct endpoints, runs
@@ -277,6 +329,13 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 		struct geom g = geom_of(o->sizes[i], n);
 		if (geom_bytes(&g) > x.region_len)
 			x.region_len = geom_bytes(&g);
+	}
+	if (o->scattered) {
+		/* The pool is the start of the region: both families' runs
+		 * clear what they check before they run. */
+		x.pool_len = sc_pool_bytes(o);
+		if (x.pool_len > x.region_len)
+			x.region_len = x.pool_len;
 	}
 
 	mover_start(&mover_a, bin, "a", prov, x.iface, n, x.cpu.alist);
@@ -308,6 +367,8 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 	for (uint64_t i = 0; i < x.region_len / 8; i++)
 		w[i] = pat(i * 8);
 
+	if (o->scattered)
+		sc_pages_setup(&x);
 	direct_pool_start(&x);
 	const struct mv_fabric *f = &x.dp.t[0].fab;
 
@@ -326,6 +387,15 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 		       BATCHES_PER_SHARD, (unsigned long long)(window_bytes >> 20));
 		printf("   striped rows: a batch is done when all its stripes are, for mover "
 		       "and direct alike; 'uncoupled' lets each direct thread run ahead alone\n");
+		if (o->scattered) {
+			char pool[32];
+			printf("   scattered rows (N pg): batches of N random 4 KiB pages of a "
+			       "%s pool per side, one mvc_write_paged each; Mmsg/s is Mpages/s; "
+			       "'vs 4K' is pages/s over the 4 KiB row's writes/s, mover and "
+			       "direct; bars m/d >= %.2f and mover vs 4K >= %.2f\n",
+			       size_str(x.pool_len, pool, sizeof(pool)), SC_BAR_RATIO,
+			       SC_BAR_CONTIG);
+		}
 		print_head();
 	}
 	if (strcmp(f->prov, x.mover_prov))
@@ -340,9 +410,20 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 		       n, n > 1 ? "s" : "", navail, 2 * n + 1);
 	fflush(stdout);
 
+	const struct row *contig = NULL;
 	for (int i = 0; i < o->nsizes; i++) {
 		struct row *r = &rows[(*nrows)++];
 		bw_row(&x, o->sizes[i], r, i == 0);
+		print_row(r);
+		book_print(&book_mover, "mover");
+		book_print(&book_direct, "direct");
+		csv_row(csv, r, o->seconds);
+		if (r->size == SC_PAGE)
+			contig = r;
+	}
+	for (int i = 0; o->scattered && i < o->npages; i++) {
+		struct row *r = &rows[(*nrows)++];
+		sc_row(&x, o->pages[i], contig, r, o->nsizes == 0 && i == 0);
 		print_row(r);
 		book_print(&book_mover, "mover");
 		book_print(&book_direct, "direct");

@@ -65,6 +65,8 @@ struct meas {
 	uint64_t bytes;
 	uint64_t checked; /* window positions whose slots were verified */
 	int cut;          /* the time limit ended it before its bytes were done */
+	int failed;       /* the run could not go on: err says why */
+	char err[200];
 };
 
 /* ---- the receiver process and its commands ---- */
@@ -76,8 +78,11 @@ enum tcmd_op {
 	T_DIRECT_GO, /* endpoints poll their CQs */
 	T_DIRECT_PARK,
 	T_DIRECT_DOWN,
-	T_CLEAR, /* zero the first a bytes of the region */
-	T_CHECK, /* verify c window positions of geometry (a = stride, b = size, d = k) */
+	T_CLEAR,       /* zero the first a bytes of the region */
+	T_CHECK,       /* verify c window positions of geometry (a = stride, b = size, d = k) */
+	T_PAGES,       /* make the page lists: a pages in the pool, b the seed */
+	T_PAGES_CLEAR, /* zero the pages of the first b positions of a pages each */
+	T_PAGES_CHECK, /* verify the pages of the first b positions of a pages each */
 };
 
 struct tcmd {
@@ -142,6 +147,8 @@ struct target {
 	uint32_t parked; /* under mu */
 	_Atomic int failed;
 	char fail_msg[256]; /* written once, by whoever set failed */
+	uint32_t *perm;     /* scattered rows: every page of the pool once, shuffled */
+	uint64_t nperm;
 };
 
 int target_main(int sock);
@@ -223,6 +230,7 @@ struct dfamily {
 struct djob {
 	struct geom g;
 	const struct dfamily *fam;
+	const void *arg;   /* the family's own description of its batches */
 	uint64_t nbatches; /* over all threads, as the mover would see them */
 	double limit_s;
 	int yield;
@@ -292,7 +300,12 @@ struct opts {
 	int check_bars;
 	int verbose;
 	int threads;
-	int wait; /* the client sleeps in mvc_wait even when it has a core */
+	int wait;      /* the client sleeps in mvc_wait even when it has a core */
+	int contig;    /* contiguous rows at each of sizes[] */
+	int scattered; /* scattered-page rows at each of pages[] */
+	uint32_t pages[MAX_LIST];
+	int npages;
+	uint64_t pool; /* bytes per side the scattered pages are drawn from */
 };
 
 struct plan {
@@ -316,6 +329,11 @@ struct row {
 	double ratio_q1, ratio_q3; /* quartiles of the pairs' ratios */
 	double bar;
 	int pass, cut;
+	uint32_t pages;     /* scattered rows: pages per batch; 0 on contiguous rows */
+	double vs_contig;   /* scattered: mover pages/s over the 4 KiB row's writes/s */
+	double d_vs_contig; /* the same for direct */
+	int failed;         /* the row could not be measured: err says why */
+	char err[200];
 };
 
 struct cfg {
@@ -331,6 +349,7 @@ struct cfg {
 	char mover_prov[32];
 	struct dpool dp;
 	double warm_s;
+	uint64_t pool_len; /* scattered rows: the pool, at the start of the region */
 };
 
 /* How a family of rows measures each side of a pair. */
@@ -355,6 +374,7 @@ void pairs_run(struct cfg *x, const struct rowkind *rk, const struct geom *g, st
                int first);
 void csv_head(FILE *f);
 void print_bench(const struct row *r, double seconds);
+void meas_fail(struct meas *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* direct.c: receiver endpoints (in the receiver process) */
 int direct_up(struct target *tg, const struct tcmd *c, struct trep *rep);
@@ -371,6 +391,17 @@ void direct_job(struct cfg *x, const struct djob *j, struct book *b);
 /* Queues len bytes from src_off to dst_off as the shard would: 4 MiB
  * pieces, merged into the last queued write of the same batch. */
 void dsend_queue(struct dsend *t, uint32_t track, uint64_t src_off, uint64_t dst_off, uint64_t len);
+
+/* rows_scatter.c: scattered 4 KiB pages, one paged write per batch */
+#define SC_PAGE       4096u
+#define SC_BAR_RATIO  0.90 /* mover / direct pages per second */
+#define SC_BAR_CONTIG 0.80 /* mover pages/s over the 4 KiB row's writes/s */
+uint64_t sc_pool_bytes(const struct opts *o);
+void sc_pages_setup(struct cfg *x);
+void sc_row(struct cfg *x, uint32_t pages, const struct row *contig, struct row *r, int first);
+int sc_target_pages(struct target *tg, const struct tcmd *c, char *why, size_t len);
+int sc_land_clear(const struct target *tg, const struct tcmd *c, char *why, size_t len);
+int sc_land_check(const struct target *tg, const struct tcmd *c, char *why, size_t len);
 
 /* rows_bw.c: contiguous writes of one size */
 struct geom geom_of(uint64_t size, uint32_t n);

@@ -112,8 +112,13 @@ static int target_cmd(struct target *tg, const struct tcmd *c, struct trep *rep)
 			return -EINVAL;
 		memset(tg->pool.addr, 0, c->a < tg->pool.len ? c->a : tg->pool.len);
 		return 0;
+	case T_PAGES:
+		return sc_target_pages(tg, c, rep->msg, sizeof(rep->msg));
+	case T_PAGES_CLEAR:
+		return sc_land_clear(tg, c, rep->msg, sizeof(rep->msg));
 	case T_CHECK:
-		ret = target_check(tg, c, rep, bw_land_check);
+	case T_PAGES_CHECK:
+		ret = target_check(tg, c, rep, c->op == T_CHECK ? bw_land_check : sc_land_check);
 		if (!ret && atomic_load(&tg->failed)) {
 			snprintf(rep->msg, sizeof(rep->msg), "%s", tg->fail_msg);
 			ret = -EIO;
@@ -151,6 +156,7 @@ int target_main(int sock)
 		mvc_free(tg.c, &tg.pool);
 		mvc_disconnect(tg.c);
 	}
+	free(tg.perm);
 	return 0;
 }
 
@@ -406,8 +412,11 @@ void tcall(const struct tcmd *c, struct trep *rep)
 		    [T_DIRECT_DOWN] = "closing the direct receivers",
 		    [T_CLEAR] = "clearing the region",
 		    [T_CHECK] = "checking what landed",
+		    [T_PAGES] = "making the page lists",
+		    [T_PAGES_CLEAR] = "clearing the pages",
+		    [T_PAGES_CHECK] = "checking the pages that landed",
 		};
-		die("receiver, %s%s: %s", c->op <= T_CHECK ? what[c->op] : "?", c->tag,
+		die("receiver, %s%s: %s", c->op <= T_PAGES_CHECK ? what[c->op] : "?", c->tag,
 		    rep->msg[0] ? rep->msg : strerror(-rep->status));
 	}
 }
