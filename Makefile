@@ -39,6 +39,8 @@ MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/fabric.c mover/
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/land.c mover/post.c \
 	mover/complete.c mover/batch.c mover/idle.c
+MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
+	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_client test_mover test_lists test_trace test_gpu
 SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh
@@ -99,8 +101,9 @@ $(B)/bin/mvreplay: $(B)/tools/mvreplay.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm $(LDLIBS)
 
-# The bench's direct baseline opens endpoints with the mover's own fabric code.
-$(B)/bin/mvbench: $(B)/tools/mvbench.o $(B)/mover/fabric.o $(CLIENT_LIB)
+# mvbench is tools/mvbench.c (its command line) and its parts in tools/bench/;
+# the direct baseline opens endpoints with the mover's own fabric code.
+$(B)/bin/mvbench: $(MVBENCH_SRC:%.c=$(B)/%.o) $(B)/mover/fabric.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(LDLIBS)
 
@@ -182,7 +185,7 @@ install: all
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
 
 format:
-	clang-format -i $(wildcard */*.c */*.h)
+	clang-format -i $(wildcard */*.c */*.h tools/bench/*.c tools/bench/*.h)
 
 clean:
 	rm -rf $(B)

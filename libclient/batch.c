@@ -257,7 +257,7 @@ static int put_list(struct mvc *c, const struct mv_list_hdr *hdr, const void *a,
                     const void *b, size_t blen, uint32_t src, uint32_t dst,
                     uint64_t (*bytes_of)(const void *arg, uint32_t i, uint32_t j), const void *arg)
 {
-	uint32_t n = hdr->count, ns = c->info.nshards, per = (n + ns - 1) / ns;
+	uint32_t n = hdr->count, per = mv_list_per(n, c->info.nshards);
 	int64_t off = mvc_arena_take(c, mv_list_bytes(hdr->kind, n));
 
 	if (off < 0)
@@ -305,7 +305,7 @@ int mvc_writev(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc_seg *
 		if (segs[i].len == 0)
 			return mvc_fail(c, -EINVAL, "segment %u has length 0", i);
 	mark_take(c, &m);
-	if (n >= MVC_LIST_MIN && c->arena.map) {
+	if (n >= MV_LIST_MIN && c->arena.map) {
 		static_assert(sizeof(struct mvc_seg) == sizeof(struct mv_seg), "segments as sent");
 		struct mv_list_hdr h = {.magic = MV_LIST_MAGIC, .kind = MV_LIST_SEGS, .count = n};
 		ret = put_list(c, &h, segs, (size_t)n * sizeof(*segs), NULL, 0, src, dst, seg_bytes,
@@ -353,7 +353,7 @@ int mvc_write_paged(struct mvc *c, const struct mvc_pages *p)
 		return mvc_fail(c, -EINVAL, "paged write without %s page array",
 		                p->src_pages ? "a destination" : "a source");
 	mark_take(c, &m);
-	if (p->npages >= MVC_LIST_MIN && c->arena.map) {
+	if (p->npages >= MV_LIST_MIN && c->arena.map) {
 		/* By reference: the mover merges runs of adjacent pages. */
 		struct mv_list_hdr h = {.magic = MV_LIST_MAGIC,
 		                        .kind = MV_LIST_PAGES,

@@ -279,6 +279,19 @@ static inline uint64_t mv_stripe_part(uint64_t len, uint32_t n)
 	return (len / n + MV_STRIPE_ALIGN - 1) & ~(uint64_t)(MV_STRIPE_ALIGN - 1);
 }
 
+/*
+ * libclient's list rule: a page or segment list of MV_LIST_MIN entries or
+ * more travels by reference in the arena, cut into n contiguous ranges of
+ * mv_list_per() entries, range k on the k-th shard the batch uses. Here so
+ * that the bench's direct baseline cuts the same ranges.
+ */
+#define MV_LIST_MIN 16u
+
+static inline uint32_t mv_list_per(uint32_t count, uint32_t n)
+{
+	return (count + n - 1) / n;
+}
+
 /* Submission descriptors: 64-byte slots. */
 enum mv_op {
 	MV_OP_WRITE = 1, /* src region+off -> dst import+off, len bytes */

@@ -21,10 +21,6 @@
 
 #define MVC_INTERNAL __attribute__((visibility("hidden")))
 
-/* Lists of at least this many entries travel by reference in the arena;
- * shorter ones as WRITE descriptors, one per run, in the rings. */
-#define MVC_LIST_MIN 16u
-
 struct mvc_shard {
 	struct shmring sub;
 	struct shmring comp;
