@@ -36,51 +36,43 @@ static void list_fail(struct mv_attach *at, int err, uint8_t cause, uint32_t reg
 	c->active = 0;
 }
 
+/* One side of entry i: page a (base + a * stride) or offset a of a segment,
+ * len bytes inside limit; its offset in *off, or the cursor ends failed. */
+static int side(struct mv_attach *at, uint64_t i, const char *what, const char *holder, uint32_t id,
+                uint64_t base, uint64_t stride, uint64_t a, uint64_t len, uint64_t limit,
+                uint64_t *off)
+{
+	int pages = at->cur.h.kind == MV_LIST_PAGES;
+	char why[MV_ERRLEN];
+	int ret = pages ? mv_check_span(base, a, stride, len, limit, off)
+	                : mv_check_span(a, 0, 0, len, limit, off);
+
+	if (!ret)
+		return 0;
+	if (pages)
+		snprintf(why, sizeof(why),
+		         "list entry %" PRIu64 ": %s page %" PRIu64 " lies outside %s %u (%" PRIu64
+		         " bytes)",
+		         i, what, a, holder, id, limit);
+	else
+		snprintf(why, sizeof(why),
+		         "list entry %" PRIu64 ": %" PRIu64 " bytes at %" PRIu64
+		         " lie outside %s %u (%" PRIu64 " bytes)",
+		         i, len, a, holder, id, limit);
+	list_fail(at, ret == -EOVERFLOW ? -EOVERFLOW : -ERANGE, MV_CAUSE_BOUNDS, id, why);
+	return ret;
+}
+
 /* Checks entry i (copied: src, dst, len) of the list and gives its offsets. */
 static int entry(struct mv_attach *at, const struct mv_region *src, const struct mv_import *dst,
                  uint64_t i, uint64_t a, uint64_t b, uint64_t len, uint64_t *so, uint64_t *doff)
 {
 	const struct mv_list_hdr *h = &at->cur.h;
-	int pages = h->kind == MV_LIST_PAGES;
-	char why[MV_ERRLEN];
-	int ret;
 
-	ret = pages ? mv_check_span(h->src_base, a, h->src_stride, len, src->len, so)
-	            : mv_check_span(a, 0, 0, len, src->len, so);
-	if (ret) {
-		if (pages)
-			snprintf(why, sizeof(why),
-			         "list entry %" PRIu64 ": source page %" PRIu64 " lies outside "
-			         "region %u (%" PRIu64 " bytes)",
-			         i, a, at->cur.d.src, src->len);
-		else
-			snprintf(why, sizeof(why),
-			         "list entry %" PRIu64 ": %" PRIu64 " bytes at %" PRIu64
-			         " lie outside region %u (%" PRIu64 " bytes)",
-			         i, len, a, at->cur.d.src, src->len);
-		list_fail(at, ret == -EOVERFLOW ? -EOVERFLOW : -ERANGE, MV_CAUSE_BOUNDS,
-		          at->cur.d.src, why);
-		return ret;
-	}
-	ret = pages ? mv_check_span(h->dst_base, b, h->dst_stride, len, dst->len, doff)
-	            : mv_check_span(b, 0, 0, len, dst->len, doff);
-	if (ret) {
-		if (pages)
-			snprintf(why, sizeof(why),
-			         "list entry %" PRIu64 ": destination page %" PRIu64
-			         " lies outside "
-			         "import %u (%" PRIu64 " bytes)",
-			         i, b, at->cur.d.dst, dst->len);
-		else
-			snprintf(why, sizeof(why),
-			         "list entry %" PRIu64 ": %" PRIu64 " bytes at %" PRIu64
-			         " lie outside import %u (%" PRIu64 " bytes)",
-			         i, len, b, at->cur.d.dst, dst->len);
-		list_fail(at, ret == -EOVERFLOW ? -EOVERFLOW : -ERANGE, MV_CAUSE_BOUNDS,
-		          at->cur.d.dst, why);
-		return ret;
-	}
-	return 0;
+	return side(at, i, "source", "region", at->cur.d.src, h->src_base, h->src_stride, a, len,
+	            src->len, so)
+	           ?: side(at, i, "destination", "import", at->cur.d.dst, h->dst_base,
+	                   h->dst_stride, b, len, dst->len, doff);
 }
 
 /* Queues the cursor's run, if it has one. */
