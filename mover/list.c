@@ -141,24 +141,39 @@ int mv_list_expand(struct mv_shard *s, struct mv_attach *at)
 		} else {
 			memcpy(sg, body + c->next * sizeof(*sg), k * sizeof(*sg));
 		}
-		uint32_t i;
-		for (i = 0; i < k; i++) {
+		uint32_t i = 0;
+		while (i < k) {
 			uint64_t so, doff, len = pages ? c->h.page_size : sg[i].len;
 			if (entry(at, src, dst, c->next + i, pages ? a[i] : sg[i].src_off,
 			          pages ? b[i] : sg[i].dst_off, len, &so, &doff))
 				return n + (int)i;
-			/* Adjacent on both sides: one longer write. */
-			if (c->run_len && c->run_so + c->run_len == so &&
-			    c->run_doff + c->run_len == doff && c->run_len + len <= MV_CHUNK) {
-				c->run_len += len;
-				continue;
+			if (c->part >= len) {
+				snprintf(why, sizeof(why),
+				         "list entry %" PRIu64 " changed while it was expanded",
+				         c->next + i);
+				list_fail(at, -EINVAL, MV_CAUSE_BAD_DESC, 0, why);
+				return n + (int)i;
 			}
-			if (!room_for(s, c->run_len + len))
-				break;
-			flush_run(s, at, src, dst);
-			c->run_so = so;
-			c->run_doff = doff;
-			c->run_len = len;
+			/* A long entry joins the run in pieces of MV_CHUNK at
+			 * most, so no run needs more ops than the pool holds. */
+			uint64_t piece = len - c->part < MV_CHUNK ? len - c->part : MV_CHUNK;
+			so += c->part;
+			doff += c->part;
+			/* Adjacent on both sides: one longer write. */
+			if (!c->run_len || c->run_so + c->run_len != so ||
+			    c->run_doff + c->run_len != doff || c->run_len + piece > MV_CHUNK) {
+				if (!room_for(s, c->run_len))
+					break;
+				flush_run(s, at, src, dst);
+				c->run_so = so;
+				c->run_doff = doff;
+			}
+			c->run_len += piece;
+			c->part += piece;
+			if (c->part == len) {
+				c->part = 0;
+				i++;
+			}
 		}
 		c->next += i;
 		n += (int)i;

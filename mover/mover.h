@@ -218,6 +218,7 @@ struct mv_cursor {
 	struct mv_desc d;
 	struct mv_list_hdr h;
 	uint64_t next, end; /* entries still to expand */
+	uint64_t part;      /* bytes of entry next already in the run or queued */
 	uint64_t run_so, run_doff, run_len;
 	int active;
 };

@@ -199,6 +199,51 @@ START_TEST(test_many_segments_in_one_batch)
 }
 END_TEST
 
+START_TEST(test_entries_longer_than_a_write_land_in_pieces)
+{
+	/* Segments and pages longer than one fabric write (MV_CHUNK), some
+	 * adjacent to the one before them, mixed with short ones. */
+	enum { NS = 20, MIB = 1 << 20, PS = 6 * MIB, NP = 16 };
+	uint64_t sz = 128ull * MIB;
+	struct pair p;
+	struct mvc_seg seg[NS];
+	uint64_t so = 0, doff = 0;
+
+	pair_open(&p, sz, sz);
+	fill(p.src.addr, sz, 25);
+	memset(p.dst.addr, 0, sz);
+	for (uint32_t i = 0; i < NS; i++) {
+		uint64_t len = i % 3 == 0 ? 9ull * MIB + 4096 * i : i % 3 == 1 ? 4096 + i : 5 * MIB;
+		seg[i] = (struct mvc_seg){.src_off = so, .dst_off = doff, .len = len};
+		/* Every fourth segment starts right after the last on both sides. */
+		so += len + (i % 4 == 3 ? 0 : 8192);
+		doff += len + (i % 4 == 3 ? 0 : 4096);
+	}
+	ck_assert_uint_le(so, sz);
+	ck_assert_uint_le(doff, sz);
+	ck_assert_int_eq(mvc_writev(p.a, p.src.region, p.imp, seg, NS), 0);
+	landed(p.a, p.imp, p.b, 1);
+	for (uint32_t i = 0; i < NS; i++)
+		same((uint8_t *)p.dst.addr + seg[i].dst_off, (uint8_t *)p.src.addr + seg[i].src_off,
+		     seg[i].len, "a long segment");
+
+	/* 16 pages of 6 MiB, half of them adjacent pairs on both sides. */
+	uint32_t sp[NP], dp[NP];
+	for (uint32_t i = 0; i < NP; i++) {
+		sp[i] = i % 2 ? sp[i - 1] + 1 : (NP - 1 - i);
+		dp[i] = i % 2 ? dp[i - 1] + 1 : i;
+	}
+	memset(p.dst.addr, 0, sz);
+	ck_assert_uint_le((uint64_t)(NP + 1) * PS, sz);
+	paged(&p, sp, dp, NP, PS);
+	landed(p.a, p.imp, p.b, 2);
+	for (uint32_t i = 0; i < NP; i++)
+		same((uint8_t *)p.dst.addr + (uint64_t)dp[i] * PS,
+		     (uint8_t *)p.src.addr + (uint64_t)sp[i] * PS, PS, "a long page");
+	pair_close(&p);
+}
+END_TEST
+
 /* ---- the arena's limits ---- */
 
 START_TEST(test_full_arena_is_eagain_and_keeps_the_batch)
@@ -493,6 +538,7 @@ static TCase *lists(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_million_scattered_pages_in_one_batch);
 	tcase_add_test(tc, test_adjacent_pages_merge_and_land);
 	tcase_add_test(tc, test_many_segments_in_one_batch);
+	tcase_add_test(tc, test_entries_longer_than_a_write_land_in_pieces);
 	tcase_add_test(tc, test_full_arena_is_eagain_and_keeps_the_batch);
 	tcase_add_test(tc, test_batch_larger_than_arena_is_e2big_with_advice);
 	tcase_add_test(tc, test_bad_lists_fail_their_batch_with_a_cause);
