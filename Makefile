@@ -53,7 +53,7 @@ CLIENT_SO := $(B)/libmvc.so
 BINS := $(B)/bin/mover $(addprefix $(B)/bin/,$(TOOLS) $(BENCHES))
 TEST_BINS := $(addprefix $(B)/tests/,$(TESTS) $(TEST_HELPERS))
 
-.PHONY: all demo check check-unit check-tsan check-scripts bench install clean format deps
+.PHONY: all demo check check-unit check-tsan check-scripts bench replay install clean format deps
 all: $(SHMRING_LIB) $(CLIENT_LIB) $(CLIENT_SO) $(BINS) $(TEST_BINS)
 
 deps: $(DEPS_STAMP)
@@ -173,6 +173,11 @@ bench: all
 	$(B)/bin/mvbench --provider tcp,shm $(if $(filter 1,$(BENCH_FULL)),,--quick) --csv $(B)/mvbench.csv
 	tools/mvplot.sh $(B)/mvbench.csv $(B)/mvbench.png
 	$(B)/bin/mvgpubench $(if $(filter 1,$(BENCH_FULL)),,-q)
+
+# The public LLM traces (../shared/traces, or TRACES=DIR) replayed through
+# two movers on shm and tcp; REPLAY_* variables in the script set the sizes.
+replay: all
+	MV_BUILD=$(B) tools/replay_traces.sh $(TRACES)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
