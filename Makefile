@@ -42,7 +42,7 @@ MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/fabric.c mover/
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
 	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
-TESTS := test_shmring test_validate test_client test_mover test_lists test_trace test_gpu
+TESTS := test_shmring test_validate test_client test_mover test_lists test_hostile test_trace test_gpu
 SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
@@ -126,6 +126,11 @@ $(B)/tests/test_client: $(B)/tests/test_client.o $(SHMRING_LIB)
 
 # test_lists compiles libclient's sources in too, to act as a hostile client.
 $(B)/tests/test_lists: $(B)/tests/test_lists.o $(SHMRING_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+# test_hostile too: it rewrites what its own rings hold before it submits.
+$(B)/tests/test_hostile: $(B)/tests/test_hostile.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 

@@ -149,7 +149,7 @@ static int do_hello(struct mover *mv, struct mv_client *cl, struct rx *m, char *
 	rep.max_iov = (uint32_t)mv->shards[0].fab.iov_limit;
 	rep.flags = mv->shards[0].fab.dc_flag ? 0 : MV_HELLO_IMM_ONE_SHARD;
 	rep.mover_id = mv->mover_id;
-	rep.max_write = 1ull << 30;
+	rep.max_write = MV_MAX_WRITE;
 	snprintf(rep.provider, sizeof(rep.provider), "%s", mv->prov);
 	for (uint32_t s = 0; s < mv->nshards; s++)
 		fds[s] = mv->shards[s].efd;

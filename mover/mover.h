@@ -42,6 +42,9 @@
 #define MV_MAX_BATCHES        1024u
 #define MV_OPS_PER_SHARD      4096u
 #define MV_CHUNK              (4u << 20) /* bytes one fabric write carries at most */
+#define MV_MAX_WRITE          (1ull << 30) /* bytes one WRITE descriptor carries at most */
+/* A checked WRITE always fits an idle shard's op pool, so none waits for ever. */
+static_assert(MV_MAX_WRITE / MV_CHUNK + 1 + MV_IOV_MAX < MV_OPS_PER_SHARD, "a WRITE fits the pool");
 /*
  * Bytes one burst of posts carries at most before a shard turns to reap and
  * consume. Where a post copies its data before it returns (shm's single-iov

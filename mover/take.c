@@ -26,11 +26,10 @@ static void bad_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 	mv_push_cqe(at, &c);
 }
 
-static int ops_needed(const struct mv_desc *d)
+/* Ops one checked WRITE needs at most: its chunks, and one to spare. */
+static uint32_t ops_needed(const struct mv_desc *d)
 {
-	if (d->op != MV_OP_WRITE)
-		return 1;
-	return (int)((d->len + MV_CHUNK - 1) / MV_CHUNK) + 1;
+	return (uint32_t)((d->len + MV_CHUNK - 1) / MV_CHUNK) + 1;
 }
 
 /*
@@ -113,30 +112,44 @@ void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 	}
 }
 
-/* Turns one WRITE into ops; the caller checked there are enough free. */
-static void take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
+/*
+ * Gives one WRITE its verdict, then its ops: returns 0 only for a write that
+ * passed every check and waits for free ops (retried later). A descriptor
+ * that fails is done with at once, so nothing untrusted decides how long it
+ * stays at the head of the ring.
+ */
+static int take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
 {
 	struct mv_part *p = &at->parts[d->batch];
 	struct mv_region *src = mv_region_get(s->mv, d->src);
 	struct mv_import *dst = mv_import_get(at->cl, d->dst);
 	char why[MV_ERRLEN];
 	uint8_t cause;
+	int ret;
 
-	p->ndesc++;
-	if (p->failed)
-		return;
-	if (mv_check_write(d, src, dst, at->cl->id, why, sizeof(why), &cause)) {
-		mv_fail_part(p, cause == MV_CAUSE_BOUNDS ? -ERANGE : -ENOENT, cause,
-		             cause == MV_CAUSE_NO_IMPORT ? d->dst : d->src, why);
-		return;
+	if (p->failed) {
+		p->ndesc++;
+		return 1;
+	}
+	ret = mv_check_write(d, src, dst, at->cl->id, why, sizeof(why), &cause);
+	if (ret) {
+		p->ndesc++;
+		mv_fail_part(p, ret, cause, cause == MV_CAUSE_NO_IMPORT ? d->dst : d->src, why);
+		return 1;
 	}
 	if (atomic_load_explicit(&dst->peer->gone, memory_order_relaxed)) {
+		p->ndesc++;
 		mv_peer_why(dst->peer, why, sizeof(why));
 		mv_fail_part(p, -EHOSTUNREACH, MV_CAUSE_PEER_GONE, d->dst, why);
-		return;
+		return 1;
 	}
+	/* Checked, so bounded: at most MV_MAX_WRITE / MV_CHUNK + 1 ops. */
+	if (ops_needed(d) > s->nfree)
+		return 0;
+	p->ndesc++;
 	p->peer = dst->peer->mover_id;
 	mv_take_run(s, at, d, src, dst);
+	return 1;
 }
 
 static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
@@ -183,10 +196,7 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 	}
 	switch (d->op) {
 	case MV_OP_WRITE:
-		if ((uint32_t)ops_needed(d) > s->nfree)
-			return 0;
-		take_write(s, at, d);
-		return 1;
+		return take_write(s, at, d);
 	case MV_OP_LIST:
 		mv_list_take(s, at, d);
 		return 1;

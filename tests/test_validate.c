@@ -48,6 +48,29 @@ START_TEST(test_write_inside_both_regions_passes)
 }
 END_TEST
 
+START_TEST(test_write_longer_than_one_descriptor_carries_is_refused)
+{
+	char why[MV_ERRLEN];
+	uint8_t cause;
+	struct mv_region big = src;
+	struct mv_import far = dst;
+	struct mv_desc d = {.op = MV_OP_WRITE, .src = src.id, .dst = DST_HANDLE};
+
+	big.len = far.len = UINT64_MAX;
+	d.len = MV_MAX_WRITE;
+	ck_assert_int_eq(mv_check_write(&d, &big, &far, 7, why, sizeof(why), &cause), 0);
+	for (uint64_t len = MV_MAX_WRITE + 1; len; len = len < (1ull << 63) ? len * 2 : 0) {
+		d.len = len;
+		ck_assert_int_eq(mv_check_write(&d, &big, &far, 7, why, sizeof(why), &cause), -EINVAL);
+		ck_assert_int_eq(cause, MV_CAUSE_BAD_DESC);
+	}
+	d.len = UINT64_MAX;
+	ck_assert_int_eq(mv_check_write(&d, &big, &far, 7, why, sizeof(why), &cause), -EINVAL);
+	ck_assert_str_eq(why,
+	                 "write of 18446744073709551615 bytes; one WRITE carries at most 1024 MiB");
+}
+END_TEST
+
 START_TEST(test_write_past_source_end_names_sizes)
 {
 	char why[MV_ERRLEN];
@@ -259,6 +282,7 @@ int main(void)
 	TCase *tl = tcase_create("lists");
 
 	tcase_add_test(tw, test_write_inside_both_regions_passes);
+	tcase_add_test(tw, test_write_longer_than_one_descriptor_carries_is_refused);
 	tcase_add_test(tw, test_write_past_source_end_names_sizes);
 	tcase_add_test(tw, test_write_past_destination_end_is_refused);
 	tcase_add_test(tw, test_wrapping_offsets_are_refused);

@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A hostile client beside an honest one. The hostile client builds batches
+ * through libclient, then rewrites the WRITE descriptors it reserved in its
+ * own submission rings before it submits them: random fields and edge
+ * values (0, 1, 2^32, 2^63, UINT64_MAX, the region's size) in op, flags,
+ * nparts, src, dst, offsets and lengths. Each such batch must reach exactly
+ * one completion, the honest client's pages must land intact meanwhile, and
+ * a mover whose only client is that hostile one must stay near idle.
+ * libclient's sources are compiled in, so the test can reach the rings as
+ * such a client would.
+ */
+#include "arena.c"
+#include "batch.c"
+#include "client.c"
+#include "events.c"
+
+#include <check.h>
+#include <stdio.h>
+
+#include "mvtest.h"
+
+#define REGION (1u << 20)
+
+static uint64_t rnd(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* An edge value or a random one, for a field of the given width in bits. */
+static uint64_t edge(uint64_t *x, int bits)
+{
+	static const uint64_t e[] = {0,           1,           REGION - 1,   REGION,
+	                             REGION + 1,  1ull << 31,  1ull << 32,   (1ull << 32) - 1,
+	                             1ull << 63,  UINT64_MAX,  UINT64_MAX - 8, 4ull << 20};
+	uint64_t v = rnd(x) % 3 ? e[rnd(x) % (sizeof(e) / sizeof(e[0]))] : rnd(x);
+
+	return bits == 64 ? v : v & ((1ull << bits) - 1);
+}
+
+/* Rewrites fields of every WRITE the open batch of c reserved. The op of a
+ * spoiled descriptor never becomes END or LIST here: forged ENDs and lists
+ * are other tests' subject. */
+static void spoil(struct mvc *c, uint64_t *x)
+{
+	for (uint32_t s = 0; s < c->info.nshards; s++) {
+		struct shmring *r = &c->sh[s].sub;
+		uint32_t k = shmring_reserved(r);
+		for (uint32_t i = 0; i < k; i++) {
+			struct mv_desc *d = shmring_slot(r, r->local - k + i);
+			if (d->op != MV_OP_WRITE)
+				continue;
+			switch (rnd(x) % 8) {
+			case 0:
+				d->op = (uint8_t)edge(x, 8);
+				if (d->op == MV_OP_END || d->op == MV_OP_LIST)
+					d->op = 0xee;
+				break;
+			case 1:
+				d->flags = (uint8_t)edge(x, 8);
+				d->nparts = (uint16_t)edge(x, 16);
+				break;
+			case 2:
+				d->src = (uint32_t)edge(x, 32);
+				break;
+			case 3:
+				d->dst = (uint32_t)edge(x, 32);
+				break;
+			case 4:
+				d->src_off = edge(x, 64);
+				break;
+			case 5:
+				d->dst_off = edge(x, 64);
+				break;
+			default:
+				d->len = edge(x, 64);
+				if (rnd(x) % 2)
+					d->src_off = edge(x, 64);
+				break;
+			}
+		}
+	}
+}
+
+/* mover's CPU time (user + system) in seconds, from /proc. */
+static double cpu_s(pid_t pid)
+{
+	char path[64];
+	unsigned long ut, st;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	int n = fscanf(f, "%*d %*s %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
+	fclose(f);
+	ck_assert_int_eq(n, 2);
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* One honest round: 64 scattered pages A -> B, then an immediate; every
+ * page checked once the immediate arrived. */
+static void honest_round(struct pair *p, uint32_t round)
+{
+	enum { NP = 64, PS = 4096 };
+	uint32_t sp[NP], dp[NP];
+	uint32_t imm = 0x48000000u | round;
+	struct mvc_event ev;
+
+	fill(p->src.addr, REGION, round + 1);
+	for (uint32_t i = 0; i < NP; i++) {
+		sp[i] = (i * 37 + round) % (REGION / PS);
+		dp[i] = (i * 101 + round * 7) % (REGION / PS); /* 101 is odd: no repeats */
+	}
+	struct mvc_pages pg = {.src = p->src.region,
+	                       .dst = p->imp,
+	                       .src_stride = PS,
+	                       .dst_stride = PS,
+	                       .page_size = PS,
+	                       .src_pages = sp,
+	                       .dst_pages = dp,
+	                       .npages = NP};
+	ck_assert_msg(mvc_write_paged(p->a, &pg) == 0, "%s", mvc_error(p->a));
+	ck_assert_int_eq(mvc_write_imm(p->a, p->imp, imm), 0);
+	ck_assert_int_eq(mvc_imm_expect(p->b, imm, 1, round), 0);
+	submit_ok(p->a, 1000000 + round);
+	double end = now_s() + 20;
+	int heard = 0;
+	while (!heard && now_s() < end)
+		heard = mvc_wait(p->b, &ev, 1, 100) == 1 && ev.type == MVC_EV_IMM_COUNT &&
+		        ev.imm == imm;
+	ck_assert_msg(heard, "honest round %u: the immediate did not arrive", round);
+	for (uint32_t i = 0; i < NP; i++)
+		ck_assert_msg(!memcmp((uint8_t *)p->dst.addr + (uint64_t)dp[i] * PS,
+		                      (uint8_t *)p->src.addr + (uint64_t)sp[i] * PS, PS),
+		              "honest round %u: page %u differs", round, i);
+}
+
+/* Reaps what the hostile client has: each cookie completes at most once. */
+static int reap(struct mvc *c, uint8_t *seen, uint32_t n, int timeout_ms, uint32_t *failed)
+{
+	struct mvc_event ev[32];
+	int k = mvc_wait(c, ev, 32, timeout_ms);
+
+	ck_assert_msg(k >= 0, "hostile client: mvc_wait: %s", mvc_error(c));
+	for (int i = 0; i < k; i++) {
+		if (ev[i].type != MVC_EV_BATCH)
+			continue;
+		ck_assert_uint_lt(ev[i].cookie, n);
+		ck_assert_msg(!seen[ev[i].cookie], "hostile batch %llu completed twice",
+		              (unsigned long long)ev[i].cookie);
+		seen[ev[i].cookie] = 1;
+		*failed += ev[i].status != 0;
+		if (ev[i].status)
+			ck_assert_msg(ev[i].msg[0], "batch %llu failed without a cause",
+			              (unsigned long long)ev[i].cookie);
+	}
+	return k;
+}
+
+START_TEST(test_spoiled_writes_complete_once_and_spare_others)
+{
+	enum { NB = 3000, WINDOW = 32 };
+	struct pair p, h;
+	uint8_t *seen = calloc(NB, 1);
+	uint64_t x = 0x686f7374696c65ull;
+	uint32_t failed = 0, rounds = 0;
+
+	ck_assert_ptr_nonnull(seen);
+	pair_open(&p, REGION, REGION);
+	pair_open(&h, REGION, REGION);
+	for (uint32_t b = 0; b < NB; b++) {
+		for (double stop = now_s() + 20; mvc_inflight(h.a) >= WINDOW;) {
+			ck_assert_msg(now_s() < stop,
+			              "hostile batches stopped completing: %u in flight after batch %u",
+			              mvc_inflight(h.a), b);
+			reap(h.a, seen, NB, 100, &failed);
+		}
+		uint32_t nw = 1 + (uint32_t)(rnd(&x) % 3);
+		for (uint32_t w = 0; w < nw; w++) {
+			uint64_t off = rnd(&x) % (REGION / 4096) * 4096;
+			ck_assert_msg(mvc_write(h.a, h.src.region, off, h.imp, off, 4096) == 0, "%s",
+			              mvc_error(h.a));
+		}
+		if (rnd(&x) % 4 == 0)
+			ck_assert_int_eq(mvc_write_imm(h.a, h.imp, 0x5a000000u | b), 0);
+		spoil(h.a, &x);
+		ck_assert_msg(mvc_submit(h.a, b) == 0, "%s", mvc_error(h.a));
+		if (b % 250 == 0)
+			honest_round(&p, rounds++);
+	}
+	double end = now_s() + 30;
+	while (mvc_inflight(h.a) && now_s() < end)
+		reap(h.a, seen, NB, 100, &failed);
+	uint32_t missing = 0;
+	for (uint32_t b = 0; b < NB; b++)
+		missing += !seen[b];
+	ck_assert_msg(missing == 0, "%u of %u hostile batches never completed", missing, NB);
+	ck_assert_uint_gt(failed, NB / 2);
+	fprintf(stderr, "hostile: %u batches, %u failed with a cause, %u honest rounds verified\n",
+	        NB, failed, rounds);
+	honest_round(&p, rounds++);
+	pair_close(&p);
+
+	/* Only the hostile client is left, with its bad batches done: the
+	 * movers rest. */
+	double a0 = cpu_s(A.pid), b0 = cpu_s(B.pid), t0 = now_s();
+	usleep(5000000);
+	double t = now_s() - t0, ua = (cpu_s(A.pid) - a0) / t, ub = (cpu_s(B.pid) - b0) / t;
+	fprintf(stderr, "hostile: mover CPU over %.1f s with only the hostile client: A %.1f%%, "
+	                "B %.1f%% of a core\n",
+	        t, ua * 100, ub * 100);
+	ck_assert_msg(ua < 0.10 && ub < 0.10, "movers use %.0f%% and %.0f%% of a core", ua * 100,
+	              ub * 100);
+	pair_close(&h);
+	free(seen);
+}
+END_TEST
+
+static TCase *hostile(const char *name, void (*setup)(void))
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_spoiled_writes_complete_once_and_spare_others);
+	return tc;
+}
+
+int main(void)
+{
+	Suite *s = suite_create("hostile");
+
+	suite_add_tcase(s, hostile("hostile_shm", setup_shm));
+	suite_add_tcase(s, hostile("hostile_tcp", setup_tcp));
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
