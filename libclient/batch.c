@@ -113,6 +113,8 @@ static int batch_open(struct mvc *c)
 {
 	if (c->open)
 		return 0;
+	if (c->cut[0])
+		return mvc_fail(c, -EPROTO, "the mover cut this connection off: %s", c->cut);
 	if (c->dead)
 		return mvc_fail(c, -EPIPE, "the mover is gone");
 	if (!c->nfree)
@@ -467,6 +469,8 @@ int mvc_submit(struct mvc *c, uint64_t cookie)
 	uint32_t parts = 0, s, pos;
 	int ret;
 
+	if (c->cut[0])
+		return mvc_fail(c, -EPROTO, "the mover cut this connection off: %s", c->cut);
 	if (!c->open)
 		return mvc_fail(c, -EINVAL, "no open batch: add a write or an immediate first");
 	if (c->has_imm && (c->flags & MV_HELLO_IMM_ONE_SHARD) && (ret = gather_home(c)))

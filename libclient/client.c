@@ -70,6 +70,8 @@ static int call(struct mvc *c, uint16_t type, const void *payload, size_t len, c
 	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
 	ssize_t n;
 
+	if (c->cut[0])
+		return mvc_fail(c, -EPROTO, "the mover cut this connection off: %s", c->cut);
 	if (c->dead)
 		return mvc_fail(c, -EPIPE, "the mover connection is gone");
 	h.len = (uint32_t)len;

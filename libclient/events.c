@@ -102,6 +102,20 @@ static int translate(struct mvc *c, const struct mv_cqe *q, struct mvc_event *ev
 		*ev = (struct mvc_event){.type = MVC_EV_IMM, .imm = e.imm, .region = e.region};
 		return 1;
 	}
+	if (e.type == MV_CQE_CUTOFF) {
+		/* Its batches in flight fail in mvc_poll(); every shard that
+		 * served the client says it once, and the first one counts. */
+		if (!c->cut[0]) {
+			memcpy(c->cut, e.msg, sizeof(c->cut));
+			c->cut[sizeof(c->cut) - 1] = 0;
+			if (!c->cut[0])
+				snprintf(c->cut, sizeof(c->cut), "no reason given");
+		}
+		return 0;
+	}
+	/* A completion of no batch in flight (after a cut-off) has no cookie. */
+	if (e.type != MV_CQE_BATCH || e.batch >= c->info.max_batches || !c->busy[e.batch])
+		return 0;
 	*ev = (struct mvc_event){.type = MVC_EV_BATCH,
 	                         .status = e.status,
 	                         .bytes = e.bytes,
@@ -109,36 +123,53 @@ static int translate(struct mvc *c, const struct mv_cqe *q, struct mvc_event *ev
 	                         .cause = e.cause};
 	memcpy(ev->msg, e.msg, sizeof(ev->msg));
 	ev->msg[sizeof(ev->msg) - 1] = 0;
-	if (e.batch < c->info.max_batches && c->busy[e.batch]) {
-		ev->cookie = c->cookies[e.batch];
-		mvc_batch_done(c, e.batch);
-	}
+	ev->cookie = c->cookies[e.batch];
+	mvc_batch_done(c, e.batch);
 	return 1;
+}
+
+/* Fails up to max batches in flight, each with one event saying why. */
+static int fail_inflight(struct mvc *c, struct mvc_event *ev, int max, int status, int cause,
+                         const char *msg)
+{
+	int n = 0;
+
+	for (uint32_t b = 0; b < c->info.max_batches && n < max; b++) {
+		if (!c->busy[b])
+			continue;
+		ev[n++] = (struct mvc_event){
+		    .type = MVC_EV_BATCH, .status = status, .cookie = c->cookies[b], .cause = cause};
+		snprintf(ev[n - 1].msg, sizeof(ev[n - 1].msg), "%s", msg);
+		mvc_batch_done(c, b);
+	}
+	return n;
 }
 
 static int mover_gone(struct mvc *c, struct mvc_event *ev, int max)
 {
-	int n = 0;
-
 	c->dead = 1;
-	for (uint32_t b = 0; b < c->info.max_batches && n < max; b++) {
-		if (!c->busy[b])
-			continue;
-		ev[n++] = (struct mvc_event){.type = MVC_EV_BATCH,
-		                             .status = -EPIPE,
-		                             .cookie = c->cookies[b],
-		                             .cause = MVC_CAUSE_MOVER_GONE};
-		snprintf(ev[n - 1].msg, sizeof(ev[n - 1].msg),
-		         "the mover exited before the batch completed");
-		mvc_batch_done(c, b);
-	}
+	int n = fail_inflight(c, ev, max, -EPIPE, MVC_CAUSE_MOVER_GONE,
+	                      "the mover exited before the batch completed");
 	return n ? n : mvc_fail(c, -EPIPE, "the mover is gone");
+}
+
+/* Cut off: what is in flight fails with the mover's reason. */
+static int fail_cut(struct mvc *c, struct mvc_event *ev, int max)
+{
+	char msg[sizeof(ev->msg)];
+
+	snprintf(msg, sizeof(msg), "cut off: %s", c->cut);
+	return fail_inflight(c, ev, max, -EPROTO, MVC_CAUSE_PROTOCOL, msg);
 }
 
 int mvc_poll(struct mvc *c, struct mvc_event *ev, int max)
 {
 	int n = 0;
 
+	if (c->cut[0]) {
+		n = fail_cut(c, ev, max);
+		return n ? n : mvc_fail(c, -EPROTO, "the mover cut this connection off: %s", c->cut);
+	}
 	while (c->ndue && n < max) {
 		struct imm_ent *t = imm_find(c, c->imm_due[--c->ndue], 0);
 		if (t)
@@ -157,6 +188,8 @@ int mvc_poll(struct mvc *c, struct mvc_event *ev, int max)
 		if (used)
 			shmring_release(r, used);
 	}
+	if (c->cut[0] && n < max)
+		n += fail_cut(c, ev + n, max - n);
 	return n;
 }
 

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define MV_WIRE_MAGIC   0x3143564du /* "MVC1" */
-#define MV_WIRE_VERSION 3u
+#define MV_WIRE_VERSION 4u
 #define MV_MAX_MSG      65536u
 #define MV_MAX_SHARDS   64u
 #define MV_MAX_ADDRLEN  64u
@@ -398,6 +398,8 @@ static inline uint64_t mv_list_bytes(uint32_t kind, uint64_t count)
 enum mv_cqe_type {
 	MV_CQE_BATCH = 1, /* a batch finished: cookie, status, bytes */
 	MV_CQE_IMM = 2,   /* an immediate landed in one of our regions */
+	MV_CQE_CUTOFF = 3, /* the mover takes nothing more from this client: msg says why;
+	                      every batch in flight is failed by the client library */
 };
 
 /* Causes, so a program can branch without parsing text. */
@@ -410,6 +412,8 @@ enum mv_cause {
 	MV_CAUSE_PEER_GONE, /* peer removed or unreachable */
 	MV_CAUSE_PROVIDER,  /* the fabric reported an error */
 	MV_CAUSE_CANCELLED, /* client detached before the batch ran */
+	/* 8 is the client library's own MVC_CAUSE_MOVER_GONE */
+	MV_CAUSE_PROTOCOL = 9, /* the client broke the ring protocol and was cut off */
 };
 
 struct mv_cqe {

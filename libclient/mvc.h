@@ -77,6 +77,7 @@ enum mvc_cause {
 	MVC_CAUSE_PROVIDER,
 	MVC_CAUSE_CANCELLED,
 	MVC_CAUSE_MOVER_GONE,
+	MVC_CAUSE_PROTOCOL, /* the connection was cut off: its rings broke the protocol */
 };
 
 /* One (source offset, destination offset, length) triple of a writev. */
@@ -185,7 +186,11 @@ void mvc_abort(struct mvc *c);
 /* Completions: non-blocking poll, and a wait that sleeps (timeout ms, -1
  * forever). Both return the number of events written to ev, or -errno
  * (-EPIPE: the mover is gone; in-flight batches then complete with
- * MVC_CAUSE_MOVER_GONE). */
+ * MVC_CAUSE_MOVER_GONE. -EPROTO: the mover cut this connection off because
+ * what its rings held broke the protocol, a batch id out of range, a
+ * descriptor after its batch's END, impossible ring indices; in-flight
+ * batches then complete with MVC_CAUSE_PROTOCOL and mvc_error() says why,
+ * and every later call on the connection fails with -EPROTO). */
 int mvc_poll(struct mvc *c, struct mvc_event *ev, int max);
 int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms);
 

@@ -34,9 +34,11 @@ void mv_push_cqe(struct mv_attach *at, const struct mv_cqe *c)
 			return;
 		}
 		if (n < 0) {
-			mv_log("client %u: completion ring: %s; dropping the client's rings",
-			       at->cl->id, shmring_error(&at->comp));
+			char why[MV_ERRLEN];
+			snprintf(why, sizeof(why), "completion ring: %s",
+			         shmring_error(&at->comp));
 			at->dead = 1;
+			mv_cut_off(NULL, at, why);
 			return;
 		}
 	}
@@ -59,6 +61,47 @@ void mv_push_cqe(struct mv_attach *at, const struct mv_cqe *c)
 		at->ovf_cap = cap;
 	}
 	at->ovf[at->ovf_tail++ % at->ovf_cap] = *c;
+}
+
+/*
+ * Cuts the client of at off: its rings broke the protocol (a descriptor no
+ * batch can own, a ring whose indices are impossible), so nothing more is
+ * taken from any of its rings and its completion rings carry one CUTOFF
+ * saying why; the client library fails its batches in flight (-EPROTO).
+ * What the shards already took runs to its end. s is NULL when the shard is
+ * not known here. Any shard thread; the first caller's reason is kept.
+ */
+void mv_cut_off(struct mv_shard *s, struct mv_attach *at, const char *why)
+{
+	struct mv_client *cl = at->cl;
+	int none = 0;
+
+	if (!atomic_compare_exchange_strong_explicit(&cl->cut, &none, 1, memory_order_relaxed,
+	                                             memory_order_relaxed))
+		return;
+	snprintf(cl->cut_why, sizeof(cl->cut_why), "%s", why);
+	/* R1 pairs with A1 in mv_cut(): cut_why is whole before 2 is seen. */
+	atomic_store_explicit(&cl->cut, 2, memory_order_release);
+	mv_log("client %u (pid %d) cut off (shard %d): %s", cl->id, (int)cl->pid, s ? s->id : -1,
+	       why);
+	mv_cut(at);
+}
+
+/* 1 if the client of at is cut off; tells it on at's ring once. */
+int mv_cut(struct mv_attach *at)
+{
+	struct mv_client *cl = at->cl;
+	/* A1 pairs with R1 in mv_cut_off(). */
+	int cut = atomic_load_explicit(&cl->cut, memory_order_acquire);
+
+	if (cut == 2 && !at->cut_told) {
+		struct mv_cqe c = {.type = MV_CQE_CUTOFF, .status = -EPROTO,
+		                   .cause = MV_CAUSE_PROTOCOL};
+		snprintf(c.msg, sizeof(c.msg), "%s", cl->cut_why);
+		at->cut_told = 1;
+		mv_push_cqe(at, &c);
+	}
+	return cut != 0;
 }
 
 static int flush_ovf(struct mv_attach *at)

@@ -237,7 +237,8 @@ struct mv_attach {
 	uint32_t ovf_head, ovf_tail, ovf_cap;
 	uint32_t outstanding; /* ops pending or posted */
 	int detaching;
-	int dead; /* ring corrupt or client gone: consume nothing more */
+	int dead;     /* completion ring corrupt or client gone: consume nothing more */
+	int cut_told; /* this shard's completion ring carried the client's CUTOFF */
 	uint64_t descs, batches;
 	uint32_t sub_hwm, comp_hwm; /* highest occupancy seen, for the stats */
 };
@@ -262,6 +263,11 @@ struct mv_client {
 	 * shards copy what they read before checking it (list.c). */
 	const uint8_t *arena;
 	uint64_t arena_size;
+	/* Set by the shard that found the client's rings make no sense
+	 * (mv_cut_off()): 1 while it writes cut_why, then 2. Every shard takes
+	 * nothing more from the client once it is non-zero. */
+	_Atomic int cut;
+	char cut_why[MV_ERRLEN];
 };
 
 enum mv_cmd_type {

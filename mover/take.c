@@ -14,18 +14,6 @@
 
 #define RING_BUDGET 256u /* descriptors from one ring per turn */
 
-/* A descriptor that cannot be tied to a batch: report it on its own. */
-static void bad_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
-                     const char *why)
-{
-	struct mv_cqe c = {.type = MV_CQE_BATCH, .status = -EINVAL, .cause = MV_CAUSE_BAD_DESC};
-
-	c.batch = d->batch;
-	c.shard = (uint32_t)s->id;
-	snprintf(c.msg, sizeof(c.msg), "%s", why);
-	mv_push_cqe(at, &c);
-}
-
 /* Ops one checked WRITE needs at most: its chunks, and one to spare. */
 static uint32_t ops_needed(const struct mv_desc *d)
 {
@@ -182,16 +170,17 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 {
 	char why[MV_ERRLEN];
 
+	/* No batch can own these: the client's rings no longer make sense. */
 	if (d->batch >= MV_MAX_BATCHES) {
-		snprintf(why, sizeof(why), "descriptor names batch %u; ids run below %u", d->batch,
-		         MV_MAX_BATCHES);
-		bad_desc(s, at, d, why);
+		snprintf(why, sizeof(why), "a descriptor names batch %u; ids run below %u",
+		         d->batch, MV_MAX_BATCHES);
+		mv_cut_off(s, at, why);
 		return 1;
 	}
 	if (at->parts[d->batch].ended) {
-		snprintf(why, sizeof(why), "batch %u is already ended and still in flight",
+		snprintf(why, sizeof(why), "a descriptor for batch %u after its END (still in flight)",
 		         d->batch);
-		bad_desc(s, at, d, why);
+		mv_cut_off(s, at, why);
 		return 1;
 	}
 	switch (d->op) {
@@ -214,12 +203,13 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 int mv_consume(struct mv_shard *s)
 {
 	uint32_t total = 0, n = s->natt;
+	char why[MV_ERRLEN];
 
 	for (uint32_t k = 0; k < n; k++) {
 		struct mv_attach *at = s->att[(s->rr + k) % n];
 		uint32_t pos, used = 0;
 
-		if (at->dead || at->detaching)
+		if (at->dead || at->detaching || mv_cut(at))
 			continue;
 		if (s->npend > s->fab.tx_size * 2 || s->nfree <= MV_IOV_MAX)
 			break;
@@ -233,9 +223,8 @@ int mv_consume(struct mv_shard *s)
 		if (got > 0 && at->sub.cached - at->sub.local > at->sub_hwm)
 			at->sub_hwm = at->sub.cached - at->sub.local;
 		if (got < 0) {
-			mv_log("client %u shard %d: %s; no more descriptors taken from it",
-			       at->cl->id, s->id, shmring_error(&at->sub));
-			at->dead = 1;
+			snprintf(why, sizeof(why), "submission ring: %s", shmring_error(&at->sub));
+			mv_cut_off(s, at, why);
 			continue;
 		}
 		for (int i = 0; i < got; i++) {
@@ -245,6 +234,8 @@ int mv_consume(struct mv_shard *s)
 			if (!take_desc(s, at, &d))
 				break;
 			used++;
+			if (atomic_load_explicit(&at->cl->cut, memory_order_relaxed))
+				break;
 			if (at->cur.active)
 				break; /* a list the shard has no more room for now */
 		}

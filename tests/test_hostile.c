@@ -6,7 +6,11 @@
  * values (0, 1, 2^32, 2^63, UINT64_MAX, the region's size) in op, flags,
  * nparts, src, dst, offsets and lengths. Each such batch must reach exactly
  * one completion, the honest client's pages must land intact meanwhile, and
- * a mover whose only client is that hostile one must stay near idle.
+ * a mover whose only client is that hostile one must stay near idle. A
+ * client whose rings stop making sense (a batch id out of range, a
+ * descriptor after its batch's END, impossible ring indices) is cut off:
+ * its batches in flight fail once with MVC_CAUSE_PROTOCOL, its next call
+ * fails with -EPROTO naming the reason, and the mover logs it once.
  * libclient's sources are compiled in, so the test can reach the rings as
  * such a client would.
  */
@@ -219,6 +223,125 @@ START_TEST(test_spoiled_writes_complete_once_and_spare_others)
 }
 END_TEST
 
+
+/* The ways a client's rings can stop making sense, one per connection. */
+enum forgery { F_BATCH_ID, F_AFTER_END, F_SUB_PRODUCER, F_N };
+
+static const char *const forged_why[F_N] = {
+    [F_BATCH_ID] = "names batch",
+    [F_AFTER_END] = "after its END",
+    [F_SUB_PRODUCER] = "submission ring",
+};
+
+/*
+ * Forges the open batch of c: its first WRITE names an impossible batch id
+ * (F_BATCH_ID), or its second WRITE becomes an END that counts the first,
+ * so the batch's real END comes after an END while the first write is
+ * still in flight (F_AFTER_END).
+ */
+static void forge(struct mvc *c, enum forgery f)
+{
+	for (uint32_t s = 0; s < c->info.nshards; s++) {
+		struct shmring *r = &c->sh[s].sub;
+		uint32_t k = shmring_reserved(r), seen = 0;
+		for (uint32_t i = 0; i < k; i++) {
+			struct mv_desc *d = shmring_slot(r, r->local - k + i);
+			if (d->op != MV_OP_WRITE)
+				continue;
+			if (f == F_BATCH_ID) {
+				d->batch = 5000;
+				return;
+			}
+			if (++seen == 2) {
+				*d = (struct mv_desc){
+				    .op = MV_OP_END, .batch = d->batch, .nparts = 1, .ndesc = 1};
+				return;
+			}
+		}
+	}
+	ck_abort_msg("no WRITE to forge");
+}
+
+START_TEST(test_senseless_rings_cut_the_client_off)
+{
+	enum { GOOD = 20 };
+	struct pair p;
+	uint32_t rounds = 0;
+
+	pair_open(&p, REGION, REGION);
+	for (int f = 0; f < F_N; f++) {
+		struct pair h;
+		uint8_t done[GOOD + 1] = {0};
+		uint32_t n = 0;
+
+		pair_open(&h, REGION, REGION);
+		/* Good batches in flight, then the forged one. */
+		for (uint32_t b = 0; b < GOOD; b++) {
+			ck_assert_int_eq(mvc_write(h.a, h.src.region, b * 4096, h.imp, b * 4096, 4096),
+			                 0);
+			ck_assert_int_eq(mvc_submit(h.a, b), 0);
+		}
+		ck_assert_int_eq(mvc_write(h.a, h.src.region, 0, h.imp, 0, 4096), 0);
+		ck_assert_int_eq(mvc_write(h.a, h.src.region, 8192, h.imp, 8192, 4096), 0);
+		if (f == F_BATCH_ID || f == F_AFTER_END)
+			forge(h.a, (enum forgery)f);
+		ck_assert_int_eq(mvc_submit(h.a, GOOD), 0);
+		const uint32_t want = GOOD + 1;
+		if (f == F_SUB_PRODUCER) {
+			/* A producer index no consumer can reach, then a wake-up. */
+			struct shmring *r = &h.a->sh[0].sub;
+			uint64_t one = 1;
+			atomic_store(&r->lay->prod.idx, r->local + 1000000);
+			if (r->doorbell >= 0)
+				ck_assert_int_eq(write(r->doorbell, &one, sizeof(one)), sizeof(one));
+		}
+		/* Every batch completes once, and the connection ends cut off. */
+		int ret = 0, cut = 0;
+		double end = now_s() + 15;
+		while (!ret && now_s() < end) {
+			struct mvc_event ev[8];
+			ret = mvc_wait(h.a, ev, 8, 100);
+			for (int i = 0; ret > 0 && i < ret; i++) {
+				uint64_t k = ev[i].cookie;
+				ck_assert_uint_lt(k, want);
+				ck_assert_msg(!done[k], "forgery %d: batch %llu completed twice", f,
+				              (unsigned long long)k);
+				done[k] = 1;
+				n++;
+				if (ev[i].cause == MVC_CAUSE_PROTOCOL) {
+					ck_assert_int_eq(ev[i].status, -EPROTO);
+					ck_assert_msg(strstr(ev[i].msg, forged_why[f]), "%s", ev[i].msg);
+					cut = 1;
+				}
+			}
+			if (ret > 0)
+				ret = 0;
+		}
+		ck_assert_msg(ret == -EPROTO, "forgery %d: mvc_wait gave %d (%s) after %u events",
+		              f, ret, mvc_error(h.a), n);
+		ck_assert_msg(strstr(mvc_error(h.a), forged_why[f]), "%s", mvc_error(h.a));
+		ck_assert_uint_eq(n, want);
+		ck_assert_uint_eq(mvc_inflight(h.a), 0);
+		ck_assert_msg(cut, "forgery %d: no batch failed as cut off", f);
+		/* Every later call says so. */
+		ck_assert_int_eq(mvc_write(h.a, h.src.region, 0, h.imp, 0, 4096), -EPROTO);
+		uint32_t r;
+		ck_assert_int_eq(mvc_import(h.a, h.peer, "x", 1, &r), -EPROTO);
+		pair_close(&h);
+		honest_round(&p, rounds++);
+	}
+	pair_close(&p);
+	/* One log line per cut-off, naming the client's pid. */
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "grep -c 'pid %d) cut off' %s", getpid(), A.log);
+	FILE *g = popen(cmd, "r");
+	int lines = 0;
+	ck_assert_int_eq(fscanf(g, "%d", &lines), 1);
+	pclose(g);
+	ck_assert_int_eq(lines, F_N);
+}
+END_TEST
+
 static TCase *hostile(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -226,6 +349,7 @@ static TCase *hostile(const char *name, void (*setup)(void))
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_spoiled_writes_complete_once_and_spare_others);
+	tcase_add_test(tc, test_senseless_rings_cut_the_client_off);
 	return tc;
 }
 
