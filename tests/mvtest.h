@@ -267,4 +267,27 @@ static inline void submit_ok(struct mvc *c, uint64_t cookie)
 	ck_assert_msg(e.status == 0, "batch %llu failed: %s", (unsigned long long)cookie, e.msg);
 }
 
+/*
+ * Submits the open batch of a with an immediate to b, and returns once the
+ * batch succeeded and b heard the immediate: only then has every write
+ * landed (shm completes writes on transmit).
+ */
+static inline void landed(struct mvc *a, uint32_t imp, struct mvc *b, uint64_t cookie)
+{
+	uint32_t imm = 0x4c000000u | (uint32_t)cookie;
+	struct mvc_event ev;
+
+	ck_assert_int_eq(mvc_write_imm(a, imp, imm), 0);
+	ck_assert_int_eq(mvc_imm_expect(b, imm, 1, cookie), 0);
+	submit_ok(a, cookie);
+	double end = now_s() + 20;
+	while (now_s() < end) {
+		int n = mvc_wait(b, &ev, 1, 100);
+		ck_assert_int_ge(n, 0);
+		if (n && ev.type == MVC_EV_IMM_COUNT && ev.imm == imm)
+			return;
+	}
+	ck_abort_msg("the immediate of batch %llu did not arrive", (unsigned long long)cookie);
+}
+
 #endif

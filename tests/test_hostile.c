@@ -110,8 +110,6 @@ static void honest_round(struct pair *p, uint32_t round)
 {
 	enum { NP = 64, PS = 4096 };
 	uint32_t sp[NP], dp[NP];
-	uint32_t imm = 0x48000000u | round;
-	struct mvc_event ev;
 
 	fill(p->src.addr, REGION, round + 1);
 	for (uint32_t i = 0; i < NP; i++) {
@@ -127,15 +125,7 @@ static void honest_round(struct pair *p, uint32_t round)
 	                       .dst_pages = dp,
 	                       .npages = NP};
 	ck_assert_msg(mvc_write_paged(p->a, &pg) == 0, "%s", mvc_error(p->a));
-	ck_assert_int_eq(mvc_write_imm(p->a, p->imp, imm), 0);
-	ck_assert_int_eq(mvc_imm_expect(p->b, imm, 1, round), 0);
-	submit_ok(p->a, 1000000 + round);
-	double end = now_s() + 20;
-	int heard = 0;
-	while (!heard && now_s() < end)
-		heard = mvc_wait(p->b, &ev, 1, 100) == 1 && ev.type == MVC_EV_IMM_COUNT &&
-		        ev.imm == imm;
-	ck_assert_msg(heard, "honest round %u: the immediate did not arrive", round);
+	landed(p->a, p->imp, p->b, 1000000 + round);
 	for (uint32_t i = 0; i < NP; i++)
 		ck_assert_msg(!memcmp((uint8_t *)p->dst.addr + (uint64_t)dp[i] * PS,
 		                      (uint8_t *)p->src.addr + (uint64_t)sp[i] * PS, PS),

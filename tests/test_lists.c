@@ -57,29 +57,6 @@ static void same(const void *a, const void *b, uint64_t n, const char *what)
 	             (unsigned long long)n, x[i], y[i]);
 }
 
-/*
- * Submits the open batch of a with an immediate to b, and returns once the
- * batch succeeded and b heard the immediate: only then has every write
- * landed (shm completes writes on transmit).
- */
-static void landed(struct mvc *a, uint32_t imp, struct mvc *b, uint64_t cookie)
-{
-	uint32_t imm = 0x4c000000u | (uint32_t)cookie;
-	struct mvc_event ev;
-
-	ck_assert_int_eq(mvc_write_imm(a, imp, imm), 0);
-	ck_assert_int_eq(mvc_imm_expect(b, imm, 1, cookie), 0);
-	submit_ok(a, cookie);
-	double end = now_s() + 20;
-	while (now_s() < end) {
-		int n = mvc_wait(b, &ev, 1, 100);
-		ck_assert_int_ge(n, 0);
-		if (n && ev.type == MVC_EV_IMM_COUNT && ev.imm == imm)
-			return;
-	}
-	ck_abort_msg("the immediate of batch %llu did not arrive", (unsigned long long)cookie);
-}
-
 /* The LIST descriptors of the open batch, wherever they were reserved. */
 static int open_lists(struct mvc *c, struct mv_desc **out, int max)
 {
