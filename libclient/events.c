@@ -113,8 +113,11 @@ static int translate(struct mvc *c, const struct mv_cqe *q, struct mvc_event *ev
 		}
 		return 0;
 	}
-	/* A completion of no batch in flight (after a cut-off) has no cookie. */
-	if (e.type != MV_CQE_BATCH || e.batch >= c->info.max_batches || !c->busy[e.batch])
+	/* A completion of no batch in flight (after a cut-off, or of a part
+	 * that a forged END finished twice) is not one of ours: the cookie,
+	 * copied from the batch's END, must be the one it was submitted with. */
+	if (e.type != MV_CQE_BATCH || e.batch >= c->info.max_batches || !c->busy[e.batch] ||
+	    e.cookie != c->cookies[e.batch])
 		return 0;
 	*ev = (struct mvc_event){.type = MVC_EV_BATCH,
 	                         .status = e.status,

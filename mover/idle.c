@@ -21,8 +21,7 @@ int mv_rings_empty(struct mv_shard *s)
 	for (uint32_t i = 0; i < s->natt; i++) {
 		struct mv_attach *at = s->att[i];
 		uint32_t pos;
-		if (!at->dead && !at->detaching &&
-		    (at->cur.active || shmring_peek(&at->sub, 1, &pos) > 0))
+		if (mv_serving(at) && (at->cur.active || shmring_peek(&at->sub, 1, &pos) > 0))
 			return 0;
 	}
 	return 1;
@@ -40,8 +39,7 @@ int mv_sleep_once(struct mv_shard *s, int64_t idle_ns)
 	for (; armed < s->natt; armed++) {
 		struct mv_attach *at = s->att[armed];
 		/* A list still being expanded is work no doorbell announces. */
-		if (!at->dead && !at->detaching &&
-		    (at->cur.active || shmring_arm_doorbell(&at->sub)))
+		if (mv_serving(at) && (at->cur.active || shmring_arm_doorbell(&at->sub)))
 			goto disarm;
 	}
 	if (s->posted > s->abandoned || s->npend || s->ngpu || s->nretry || s->nland_busy) {

@@ -169,6 +169,15 @@ static inline struct mv_land_buf *mv_land_of(struct mv_shard *s, void *ctx)
 void mv_push_cqe(struct mv_attach *at, const struct mv_cqe *c);
 void mv_cut_off(struct mv_shard *s, struct mv_attach *at, const char *why);
 int mv_cut(struct mv_attach *at);
+
+/* Whether the shard still takes descriptors from at: not dead, not leaving,
+ * not cut off (a cut-off client's rings may hold descriptors for ever, and
+ * they must neither count as work nor keep the shard from sleeping). */
+static inline int mv_serving(const struct mv_attach *at)
+{
+	return !at->dead && !at->detaching &&
+	       !atomic_load_explicit(&at->cl->cut, memory_order_relaxed);
+}
 void mv_fail_part(struct mv_part *p, int status, uint8_t cause, uint32_t region, const char *msg);
 void mv_check_part(struct mv_shard *s, struct mv_attach *at, uint32_t b);
 void mv_op_report(struct mv_shard *s, struct mv_wr *op, int err, const char *text);

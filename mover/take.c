@@ -193,9 +193,11 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 		take_end(s, at, d);
 		return 1;
 	default:
+		/* It may have been its batch's END: no part could end, so
+		 * nothing short of a cut-off completes the batch. */
 		snprintf(why, sizeof(why), "descriptor op %u is not WRITE (1), END (2) or LIST (3)",
 		         d->op);
-		mv_fail_part(&at->parts[d->batch], -EINVAL, MV_CAUSE_BAD_DESC, 0, why);
+		mv_cut_off(s, at, why);
 		return 1;
 	}
 }
@@ -209,8 +211,10 @@ int mv_consume(struct mv_shard *s)
 		struct mv_attach *at = s->att[(s->rr + k) % n];
 		uint32_t pos, used = 0;
 
-		if (at->dead || at->detaching || mv_cut(at))
+		if (!mv_serving(at)) {
+			mv_cut(at); /* says so on this shard's ring, once */
 			continue;
+		}
 		if (s->npend > s->fab.tx_size * 2 || s->nfree <= MV_IOV_MAX)
 			break;
 		/* A list being expanded goes first; what follows it waits. */

@@ -45,9 +45,10 @@ static uint64_t edge(uint64_t *x, int bits)
 	return bits == 64 ? v : v & ((1ull << bits) - 1);
 }
 
-/* Rewrites fields of every WRITE the open batch of c reserved. The op of a
- * spoiled descriptor never becomes END or LIST here: forged ENDs and lists
- * are other tests' subject. */
+/* Rewrites fields of the descriptors the open batch of c reserved: any
+ * field of a WRITE, and the counts of an END (the parts and writes it
+ * claims). Now and then the op or the batch id too, which cuts the client
+ * off. */
 static void spoil(struct mvc *c, uint64_t *x)
 {
 	for (uint32_t s = 0; s < c->info.nshards; s++) {
@@ -55,28 +56,36 @@ static void spoil(struct mvc *c, uint64_t *x)
 		uint32_t k = shmring_reserved(r);
 		for (uint32_t i = 0; i < k; i++) {
 			struct mv_desc *d = shmring_slot(r, r->local - k + i);
-			if (d->op != MV_OP_WRITE)
+			if (d->op == MV_OP_END) {
+				if (rnd(x) % 8 == 0)
+					d->ndesc = (uint32_t)edge(x, 32);
+				if (rnd(x) % 8 == 0)
+					d->nparts = (uint16_t)edge(x, 16);
 				continue;
-			switch (rnd(x) % 8) {
-			case 0:
+			}
+			if (rnd(x) % 64 == 0) {
 				d->op = (uint8_t)edge(x, 8);
-				if (d->op == MV_OP_END || d->op == MV_OP_LIST)
-					d->op = 0xee;
-				break;
-			case 1:
+				continue;
+			}
+			if (rnd(x) % 256 == 0) {
+				d->batch = (uint32_t)edge(x, 32);
+				continue;
+			}
+			switch (rnd(x) % 7) {
+			case 0:
 				d->flags = (uint8_t)edge(x, 8);
 				d->nparts = (uint16_t)edge(x, 16);
 				break;
-			case 2:
+			case 1:
 				d->src = (uint32_t)edge(x, 32);
 				break;
-			case 3:
+			case 2:
 				d->dst = (uint32_t)edge(x, 32);
 				break;
-			case 4:
+			case 3:
 				d->src_off = edge(x, 64);
 				break;
-			case 5:
+			case 4:
 				d->dst_off = edge(x, 64);
 				break;
 			default:
@@ -132,12 +141,15 @@ static void honest_round(struct pair *p, uint32_t round)
 		              "honest round %u: page %u differs", round, i);
 }
 
-/* Reaps what the hostile client has: each cookie completes at most once. */
+/* Reaps what the hostile client has: each cookie completes at most once.
+ * -EPROTO once the client was cut off and nothing is left in flight. */
 static int reap(struct mvc *c, uint8_t *seen, uint32_t n, int timeout_ms, uint32_t *failed)
 {
 	struct mvc_event ev[32];
 	int k = mvc_wait(c, ev, 32, timeout_ms);
 
+	if (k == -EPROTO)
+		return k; /* cut off, and every batch in flight reported */
 	ck_assert_msg(k >= 0, "hostile client: mvc_wait: %s", mvc_error(c));
 	for (int i = 0; i < k; i++) {
 		if (ev[i].type != MVC_EV_BATCH)
@@ -160,7 +172,7 @@ START_TEST(test_spoiled_writes_complete_once_and_spare_others)
 	struct pair p, h;
 	uint8_t *seen = calloc(NB, 1);
 	uint64_t x = 0x686f7374696c65ull;
-	uint32_t failed = 0, rounds = 0;
+	uint32_t failed = 0, rounds = 0, cuts = 0;
 
 	ck_assert_ptr_nonnull(seen);
 	pair_open(&p, REGION, REGION);
@@ -170,7 +182,17 @@ START_TEST(test_spoiled_writes_complete_once_and_spare_others)
 			ck_assert_msg(now_s() < stop,
 			              "hostile batches stopped completing: %u in flight after batch %u",
 			              mvc_inflight(h.a), b);
-			reap(h.a, seen, NB, 100, &failed);
+			if (reap(h.a, seen, NB, 100, &failed) == -EPROTO)
+				break;
+		}
+		if (h.a->cut[0]) {
+			/* Cut off: its batches were all reported; start over. */
+			while (reap(h.a, seen, NB, 100, &failed) != -EPROTO)
+				;
+			ck_assert_int_eq(mvc_inflight(h.a), 0);
+			pair_close(&h);
+			pair_open(&h, REGION, REGION);
+			cuts++;
 		}
 		uint32_t nw = 1 + (uint32_t)(rnd(&x) % 3);
 		for (uint32_t w = 0; w < nw; w++) {
@@ -187,18 +209,33 @@ START_TEST(test_spoiled_writes_complete_once_and_spare_others)
 	}
 	double end = now_s() + 30;
 	while (mvc_inflight(h.a) && now_s() < end)
-		reap(h.a, seen, NB, 100, &failed);
+		if (reap(h.a, seen, NB, 100, &failed) == -EPROTO)
+			break;
 	uint32_t missing = 0;
 	for (uint32_t b = 0; b < NB; b++)
 		missing += !seen[b];
 	ck_assert_msg(missing == 0, "%u of %u hostile batches never completed", missing, NB);
 	ck_assert_uint_gt(failed, NB / 2);
-	fprintf(stderr, "hostile: %u batches, %u failed with a cause, %u honest rounds verified\n",
-	        NB, failed, rounds);
+	ck_assert_uint_gt(cuts, 0);
+	fprintf(stderr,
+	        "hostile: %u batches, %u failed with a cause, %u cut-offs, %u honest rounds "
+	        "verified\n",
+	        NB, failed, cuts, rounds);
 	honest_round(&p, rounds++);
 	pair_close(&p);
 
-	/* Only the hostile client is left, with its bad batches done: the
+	/* Leave it cut off, with descriptors in its ring that nobody takes. */
+	if (!h.a->cut[0]) {
+		for (uint32_t w = 0; w < 4; w++)
+			ck_assert_int_eq(mvc_write(h.a, h.src.region, 0, h.imp, 0, 4096), 0);
+		struct shmring *r = &h.a->sh[h.a->home].sub;
+		((struct mv_desc *)shmring_slot(r, r->local - shmring_reserved(r)))->op = 0xee;
+		ck_assert_int_eq(mvc_submit(h.a, NB), 0);
+		for (double stop = now_s() + 10; !h.a->cut[0] && now_s() < stop;)
+			mvc_wait(h.a, (struct mvc_event[4]){0}, 4, 100);
+		ck_assert_msg(h.a->cut[0], "an unknown op did not cut the client off");
+	}
+	/* Only the hostile client is left, cut off and still connected: the
 	 * movers rest. */
 	double a0 = cpu_s(A.pid), b0 = cpu_s(B.pid), t0 = now_s();
 	usleep(5000000);
