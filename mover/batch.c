@@ -170,10 +170,79 @@ static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, 
 	atomic_store_explicit(&B->ndesc, 0, memory_order_relaxed);
 	atomic_store_explicit(&B->shard_mask, 0, memory_order_relaxed);
 	atomic_store_explicit(&B->status, 0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&B->gen, 1, memory_order_relaxed);
 	atomic_store_explicit(&B->parts_done, 0, memory_order_release);
 	at->batches++;
 	s->st.batches++;
 	mv_push_cqe(at, &c);
+}
+
+/* Notes that batch b waits for parts of other shards, in case its END
+ * promised parts that never come (mv_expire_waits()). */
+static void part_wait(struct mv_shard *s, struct mv_attach *at, uint32_t b,
+                      const struct mv_desc *end)
+{
+	if (at->nwaits == at->waits_cap) {
+		uint32_t cap = at->waits_cap ? at->waits_cap * 2 : 16;
+		struct mv_part_wait *w = realloc(at->waits, cap * sizeof(*w));
+		if (!w)
+			return; /* not watched: only a lying END would wait for ever */
+		at->waits = w;
+		at->waits_cap = cap;
+	}
+	at->waits[at->nwaits++] = (struct mv_part_wait){
+	    .end = *end,
+	    .batch = b,
+	    .gen = atomic_load_explicit(&at->cl->batches[b].gen, memory_order_relaxed),
+	    .since = s->now};
+}
+
+/*
+ * Fails the batches whose END promised parts that have not come although
+ * the client has been quiet for 3 op timeouts: an honest client's parts are
+ * all committed at once, and a shard ends every op it took within one op
+ * timeout, so they would have come or kept the client active. The shard
+ * that claims the batch (parts_done to MV_PARTS_CLAIMED) publishes it; a
+ * part finishing at the same moment either wins, or finds the claim and
+ * publishes nothing. Once per expiry tick; returns batches failed.
+ */
+int mv_expire_waits(struct mv_shard *s)
+{
+	int64_t quiet = 3ll * s->mv->cfg.op_timeout_ms * 1000000ll;
+	int n = 0;
+
+	for (uint32_t i = 0; i < s->natt; i++) {
+		struct mv_attach *at = s->att[i];
+		struct mv_client *cl = at->cl;
+		for (uint32_t k = 0; k < at->nwaits; k++) {
+			struct mv_part_wait *w = &at->waits[k];
+			struct mv_batch *B = &cl->batches[w->batch];
+			uint32_t done = atomic_load_explicit(&B->parts_done, memory_order_acquire);
+			int over = atomic_load_explicit(&B->gen, memory_order_relaxed) != w->gen ||
+			           done == 0 || done >= w->end.nparts;
+			if (!over) {
+				int64_t active = atomic_load_explicit(&cl->active_ns, memory_order_relaxed);
+				if (s->now - w->since < quiet || s->now - active < quiet ||
+				    !mv_serving(at))
+					continue;
+				if (atomic_compare_exchange_strong_explicit(
+				        &B->parts_done, &done, MV_PARTS_CLAIMED, memory_order_acq_rel,
+				        memory_order_relaxed)) {
+					char why[MV_ERRLEN];
+					snprintf(why, sizeof(why),
+					         "batch %u END says %u parts; %u came in %.0f s",
+					         w->batch, w->end.nparts, done,
+					         (double)(s->now - w->since) / 1e9);
+					B->end = w->end; /* for the trace */
+					publish_batch(s, at, w->batch, w->end.cookie, -EINVAL,
+					              MV_CAUSE_BAD_DESC, why);
+					n++;
+				}
+			}
+			at->waits[k--] = at->waits[--at->nwaits];
+		}
+	}
+	return n;
 }
 
 static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
@@ -199,8 +268,14 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 	/* AR5: each part's results are released here and the last part's
 	 * increment acquires all of them (the CAS winner wrote msg before). */
 	uint32_t done = atomic_fetch_add_explicit(&B->parts_done, 1, memory_order_acq_rel) + 1;
-	if (done < end.nparts)
+	/* Only the part that makes the count exact publishes: not a part
+	 * after the batch was failed for missing parts, nor one more than the
+	 * END promised. */
+	if (done != end.nparts) {
+		if (done < end.nparts)
+			part_wait(s, at, b, &end);
 		return;
+	}
 	B->end = end; /* the finisher's own copy, for the trace */
 
 	int32_t status = atomic_load_explicit(&B->status, memory_order_relaxed);
@@ -262,6 +337,7 @@ void mv_op_report(struct mv_shard *s, struct mv_wr *op, int err, const char *tex
 		s->st.timeouts++;
 
 	at->outstanding--;
+	mv_touch(s, at);
 	if (op->kind == MV_OPK_IMM) {
 		char msg[MV_ERRLEN];
 		if (err)

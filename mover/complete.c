@@ -169,6 +169,7 @@ int mv_expire(struct mv_shard *s)
 	if (now < s->next_expire)
 		return n;
 	s->next_expire = now + 50000000ll;
+	n += mv_expire_waits(s);
 	/* Never posted: the provider kept answering EAGAIN (rxm does while it
 	 * cannot connect). These are ours alone and end here. */
 	while (s->pend_head && now - s->pend_head->posted_at > limit) {

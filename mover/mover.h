@@ -185,7 +185,8 @@ struct mv_import {
 
 /* Cross-shard batch state; the only data-path memory shards share. */
 struct mv_batch {
-	_Atomic uint32_t parts_done;
+	_Atomic uint32_t parts_done; /* MV_PARTS_CLAIMED: failed for parts that never came */
+	_Atomic uint32_t gen;        /* completions published under this id */
 	_Atomic int32_t status;
 	_Atomic uint64_t bytes;
 	_Atomic uint32_t ndesc;      /* for the trace: WRITEs over all parts */
@@ -195,6 +196,16 @@ struct mv_batch {
 	uint32_t region;
 	char msg[MV_ERRLEN];
 	struct mv_desc end; /* the last part's END, written by the finisher */
+};
+
+#define MV_PARTS_CLAIMED (1u << 31)
+
+/* A batch whose END promised more parts than have finished, as the shard
+ * that finished one of them waits for the rest (batch.c). */
+struct mv_part_wait {
+	struct mv_desc end;  /* the part's END: its parts and cookie */
+	uint32_t batch, gen; /* the batch id, and its generation then */
+	int64_t since;       /* when the part finished */
 };
 
 /* One shard's part of one batch: shard-local. */
@@ -239,6 +250,9 @@ struct mv_attach {
 	int detaching;
 	int dead;     /* completion ring corrupt or client gone: consume nothing more */
 	int cut_told; /* this shard's completion ring carried the client's CUTOFF */
+	struct mv_part_wait *waits; /* batches waiting for parts of other shards */
+	uint32_t nwaits, waits_cap;
+	int64_t touched; /* when this shard last told cl->active_ns */
 	uint64_t descs, batches;
 	uint32_t sub_hwm, comp_hwm; /* highest occupancy seen, for the stats */
 };
@@ -268,6 +282,10 @@ struct mv_client {
 	 * nothing more from the client once it is non-zero. */
 	_Atomic int cut;
 	char cut_why[MV_ERRLEN];
+	/* When a shard last took a descriptor of this client or ended one of
+	 * its ops (to 10 ms): a batch waiting for parts while the client has
+	 * been quiet that long waits for parts that will never come. */
+	_Atomic int64_t active_ns;
 };
 
 enum mv_cmd_type {

@@ -56,6 +56,7 @@ static void attach_free(struct mv_attach *at)
 	shmring_close(&at->comp);
 	free(at->parts);
 	free(at->ovf);
+	free(at->waits);
 	free(at);
 }
 

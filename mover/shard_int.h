@@ -170,6 +170,17 @@ void mv_push_cqe(struct mv_attach *at, const struct mv_cqe *c);
 void mv_cut_off(struct mv_shard *s, struct mv_attach *at, const char *why);
 int mv_cut(struct mv_attach *at);
 
+int mv_expire_waits(struct mv_shard *s);
+
+/* Notes that the shard did something for at's client (see active_ns). */
+static inline void mv_touch(struct mv_shard *s, struct mv_attach *at)
+{
+	if (s->now - at->touched < 10000000)
+		return;
+	at->touched = s->now;
+	atomic_store_explicit(&at->cl->active_ns, s->now, memory_order_relaxed);
+}
+
 /* Whether the shard still takes descriptors from at: not dead, not leaving,
  * not cut off (a cut-off client's rings may hold descriptors for ever, and
  * they must neither count as work nor keep the shard from sleeping). */

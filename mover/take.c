@@ -219,7 +219,10 @@ int mv_consume(struct mv_shard *s)
 			break;
 		/* A list being expanded goes first; what follows it waits. */
 		if (at->cur.active) {
-			total += (uint32_t)mv_list_expand(s, at);
+			int n_exp = mv_list_expand(s, at);
+			total += (uint32_t)n_exp;
+			if (n_exp)
+				mv_touch(s, at);
 			if (at->cur.active)
 				continue;
 		}
@@ -243,8 +246,10 @@ int mv_consume(struct mv_shard *s)
 			if (at->cur.active)
 				break; /* a list the shard has no more room for now */
 		}
-		if (used)
+		if (used) {
 			shmring_release(&at->sub, used);
+			mv_touch(s, at);
+		}
 		at->descs += used;
 		s->st.descs += used;
 		total += used;

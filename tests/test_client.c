@@ -71,10 +71,11 @@ static void drain(struct rig *g, int s, int *writes, int *ends)
 	shmring_release(&g->cons[s], (uint32_t)n);
 }
 
-/* The mover's completion of batch b, as translate() reads it. */
+/* The mover's completion of batch b, as translate() reads it: with the
+ * cookie of its END, as the mover sends it. */
 static void complete(struct mvc *c, uint32_t b)
 {
-	struct mv_cqe q = {.type = MV_CQE_BATCH, .batch = b};
+	struct mv_cqe q = {.type = MV_CQE_BATCH, .batch = b, .cookie = c->cookies[b]};
 	struct mvc_event ev;
 
 	ck_assert_int_eq(translate(c, &q, &ev), 1);

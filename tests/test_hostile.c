@@ -369,6 +369,49 @@ START_TEST(test_senseless_rings_cut_the_client_off)
 }
 END_TEST
 
+START_TEST(test_end_promising_parts_that_never_come_fails_once_quiet)
+{
+	struct pair p, h;
+
+	pair_open(&p, REGION, REGION);
+	pair_open(&h, REGION, REGION);
+	/* One WRITE, then an END of our own that promises two parts, with
+	 * the bookkeeping mvc_submit() would have done. */
+	ck_assert_int_eq(mvc_write(h.a, h.src.region, 0, h.imp, 0, 4096), 0);
+	uint32_t home = h.a->home, b = h.a->batch, pos;
+	struct shmring *r = &h.a->sh[home].sub;
+	ck_assert_int_eq(shmring_reserve(r, 1, &pos), 1);
+	*(struct mv_desc *)shmring_slot(r, pos) = (struct mv_desc){
+	    .op = MV_OP_END, .batch = b, .nparts = 2, .ndesc = 1, .cookie = 7};
+	shmring_commit(r);
+	h.a->cookies[b] = 7;
+	h.a->busy[b] = 1;
+	h.a->parts_of[b] = 1ull << home;
+	h.a->inflight++;
+	h.a->open = 0;
+	h.a->sh[home].ndesc = 0;
+	h.a->sh[home].nbytes = 0;
+	/* Others are served meanwhile; this client stays quiet. */
+	double t0 = now_s();
+	honest_round(&p, 0);
+	struct mvc_event e = wait_batch(h.a, 7, 30);
+	double t = now_s() - t0;
+	ck_assert_int_eq(e.status, -EINVAL);
+	ck_assert_int_eq(e.cause, MVC_CAUSE_BAD_DESC);
+	ck_assert_msg(strstr(e.msg, "END says 2 parts; 1 came"), "%s", e.msg);
+	/* The movers run with --op-timeout 3: three of them of quiet. */
+	ck_assert_msg(t > 8.5 && t < 15, "failed after %.1f s", t);
+	fprintf(stderr, "hostile: a batch promising 2 parts with 1 sent failed after %.1f s\n", t);
+	ck_assert_uint_eq(mvc_inflight(h.a), 0);
+	/* The connection goes on. */
+	ck_assert_int_eq(mvc_write(h.a, h.src.region, 0, h.imp, 0, 4096), 0);
+	submit_ok(h.a, 8);
+	honest_round(&p, 1);
+	pair_close(&h);
+	pair_close(&p);
+}
+END_TEST
+
 static TCase *hostile(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -377,6 +420,7 @@ static TCase *hostile(const char *name, void (*setup)(void))
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_spoiled_writes_complete_once_and_spare_others);
 	tcase_add_test(tc, test_senseless_rings_cut_the_client_off);
+	tcase_add_test(tc, test_end_promising_parts_that_never_come_fails_once_quiet);
 	return tc;
 }
 
