@@ -303,6 +303,11 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		snprintf(why, whylen, "message type %u before HELLO and ATTACH", m->h.type);
 		return -EBADMSG;
 	}
+	/* A1 pairs with R1 in mv_cut_off(): cut_why is whole once cut is 2. */
+	if (atomic_load_explicit(&cl->cut, memory_order_acquire) == 2) {
+		snprintf(why, whylen, "this connection was cut off: %s", cl->cut_why);
+		return -EPROTO;
+	}
 	switch (m->h.type) {
 	case MV_MSG_HELLO:
 		return do_hello(mv, cl, m, why, whylen);

@@ -10,7 +10,10 @@
  * client whose rings stop making sense (a batch id out of range, a
  * descriptor after its batch's END, impossible ring indices) is cut off:
  * its batches in flight fail once with MVC_CAUSE_PROTOCOL, its next call
- * fails with -EPROTO naming the reason, and the mover logs it once.
+ * fails with -EPROTO naming the reason (the mover refuses its requests too),
+ * and the mover logs it once. A corrupt completion ring cuts off the same
+ * way; an END that promises parts that never come fails its batch once the
+ * client is quiet.
  * libclient's sources are compiled in, so the test can reach the rings as
  * such a client would.
  */
@@ -354,6 +357,13 @@ START_TEST(test_senseless_rings_cut_the_client_off)
 		ck_assert_int_eq(mvc_write(h.a, h.src.region, 0, h.imp, 0, 4096), -EPROTO);
 		uint32_t r;
 		ck_assert_int_eq(mvc_import(h.a, h.peer, "x", 1, &r), -EPROTO);
+		/* A client that ignores the cut-off hears it from the mover. */
+		uint8_t blob[MVC_BLOB_MAX];
+		size_t len = sizeof(blob);
+		h.a->cut[0] = 0;
+		ck_assert_int_eq(mvc_region_blob(h.a, h.src.region, blob, &len), -EPROTO);
+		ck_assert_msg(strstr(mvc_error(h.a), "this connection was cut off"), "%s",
+		              mvc_error(h.a));
 		pair_close(&h);
 		honest_round(&p, rounds++);
 	}
@@ -412,6 +422,50 @@ START_TEST(test_end_promising_parts_that_never_come_fails_once_quiet)
 }
 END_TEST
 
+START_TEST(test_corrupt_completion_ring_cuts_the_client_off)
+{
+	enum { NIMM = 20000 };
+	struct pair p;
+	struct mvc_event ev[64];
+
+	pair_open(&p, REGION, REGION);
+	/* B's first completion ring claims its consumer is ahead of the
+	 * mover: the mover reads that word when the ring's room runs out. */
+	struct shmring *r = &p.b->sh[0].comp;
+	atomic_store(&r->lay->cons.idx, r->local + 100000);
+	/* Immediates to B that B does not read: they fill its rings. */
+	for (uint32_t i = 0; i < NIMM; i++) {
+		while (mvc_inflight(p.a) >= 512) {
+			int n = mvc_wait(p.a, ev, 64, 1000);
+			ck_assert_int_ge(n, 0);
+			for (int k = 0; k < n; k++)
+				ck_assert_msg(ev[k].status == 0, "%s", ev[k].msg);
+		}
+		ck_assert_int_eq(mvc_write_imm(p.a, p.imp, 0x77), 0);
+		ck_assert_int_eq(mvc_submit(p.a, i), 0);
+	}
+	while (mvc_inflight(p.a)) {
+		int n = mvc_wait(p.a, ev, 64, 1000);
+		ck_assert_int_ge(n, 0);
+	}
+	/* B hears on its other ring that it was cut off, and why. */
+	int ret = 0;
+	for (double end = now_s() + 10; ret >= 0 && now_s() < end;)
+		ret = mvc_wait(p.b, ev, 64, 100);
+	ck_assert_msg(ret == -EPROTO, "mvc_wait gave %d: %s", ret, mvc_error(p.b));
+	ck_assert_msg(strstr(mvc_error(p.b), "completion ring"), "%s", mvc_error(p.b));
+	fprintf(stderr, "hostile: B was told: %s\n", mvc_error(p.b));
+	ck_assert_int_eq(mvc_imm_expect(p.b, 0x78, 1, 1), 0); /* local: no mover call */
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+	ck_assert_int_eq(mvc_region_blob(p.b, p.dst.region, blob, &len), -EPROTO);
+	/* A and its mover carry on. */
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 4096), 0);
+	submit_ok(p.a, NIMM);
+	pair_close(&p);
+}
+END_TEST
+
 static TCase *hostile(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -421,6 +475,7 @@ static TCase *hostile(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_spoiled_writes_complete_once_and_spare_others);
 	tcase_add_test(tc, test_senseless_rings_cut_the_client_off);
 	tcase_add_test(tc, test_end_promising_parts_that_never_come_fails_once_quiet);
+	tcase_add_test(tc, test_corrupt_completion_ring_cuts_the_client_off);
 	return tc;
 }
 
