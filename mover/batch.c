@@ -199,13 +199,16 @@ static void part_wait(struct mv_shard *s, struct mv_attach *at, uint32_t b,
 }
 
 /*
- * Fails the batches whose END promised parts that have not come although
- * the client has been quiet for 3 op timeouts: an honest client's parts are
- * all committed at once, and a shard ends every op it took within one op
- * timeout, so they would have come or kept the client active. The shard
- * that claims the batch (parts_done to MV_PARTS_CLAIMED) publishes it; a
- * part finishing at the same moment either wins, or finds the claim and
- * publishes nothing. Once per expiry tick; returns batches failed.
+ * What a client that has been quiet for 3 op timeouts (no descriptor taken,
+ * no op of its ended) still waits for never comes: an honest client commits
+ * each part with its END and all parts at once, and a shard ends every op
+ * it took within one op timeout. So then a batch whose END promised parts
+ * that have not come fails, and a part whose END never came (its op
+ * rewritten) cuts the client off, since without an END there is no cookie
+ * to complete the batch with. A claimed batch (parts_done set to
+ * MV_PARTS_CLAIMED) is published by the claimer; a part finishing at the
+ * same moment either wins, or finds the claim and publishes nothing. Once
+ * per expiry tick; returns batches failed.
  */
 int mv_expire_waits(struct mv_shard *s)
 {
@@ -215,6 +218,16 @@ int mv_expire_waits(struct mv_shard *s)
 	for (uint32_t i = 0; i < s->natt; i++) {
 		struct mv_attach *at = s->att[i];
 		struct mv_client *cl = at->cl;
+		int64_t active = atomic_load_explicit(&cl->active_ns, memory_order_relaxed);
+		int still = s->now - active < quiet || !mv_serving(at);
+
+		if (at->open_parts && !still && !at->cur.active) {
+			char why[MV_ERRLEN];
+			snprintf(why, sizeof(why), "%u batch part(s) with no END after %.0f s of quiet",
+			         at->open_parts, (double)(s->now - active) / 1e9);
+			mv_cut_off(s, at, why);
+			continue;
+		}
 		for (uint32_t k = 0; k < at->nwaits; k++) {
 			struct mv_part_wait *w = &at->waits[k];
 			struct mv_batch *B = &cl->batches[w->batch];
@@ -222,9 +235,7 @@ int mv_expire_waits(struct mv_shard *s)
 			int over = atomic_load_explicit(&B->gen, memory_order_relaxed) != w->gen ||
 			           done == 0 || done >= w->end.nparts;
 			if (!over) {
-				int64_t active = atomic_load_explicit(&cl->active_ns, memory_order_relaxed);
-				if (s->now - w->since < quiet || s->now - active < quiet ||
-				    !mv_serving(at))
+				if (still || s->now - w->since < quiet)
 					continue;
 				if (atomic_compare_exchange_strong_explicit(
 				        &B->parts_done, &done, MV_PARTS_CLAIMED, memory_order_acq_rel,

@@ -252,7 +252,8 @@ struct mv_attach {
 	int cut_told; /* this shard's completion ring carried the client's CUTOFF */
 	struct mv_part_wait *waits; /* batches waiting for parts of other shards */
 	uint32_t nwaits, waits_cap;
-	int64_t touched; /* when this shard last told cl->active_ns */
+	int64_t touched;     /* when this shard last told cl->active_ns */
+	uint32_t open_parts; /* parts with descriptors taken and no END yet */
 	uint64_t descs, batches;
 	uint32_t sub_hwm, comp_hwm; /* highest occupancy seen, for the stats */
 };

@@ -158,6 +158,8 @@ static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 		         d->dst);
 		mv_fail_part(p, -ENOENT, MV_CAUSE_NO_IMPORT, d->dst, why);
 	}
+	if (p->ndesc)
+		at->open_parts--;
 	p->end = *d;
 	if (p->end.nparts == 0 || p->end.nparts > s->mv->nshards)
 		p->end.nparts = 1; /* complete it alone, with its error */
@@ -183,12 +185,18 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 		mv_cut_off(s, at, why);
 		return 1;
 	}
+	struct mv_part *p = &at->parts[d->batch];
+	uint32_t before = p->ndesc;
+	int ret;
+
 	switch (d->op) {
 	case MV_OP_WRITE:
-		return take_write(s, at, d);
+		ret = take_write(s, at, d);
+		break;
 	case MV_OP_LIST:
 		mv_list_take(s, at, d);
-		return 1;
+		ret = 1;
+		break;
 	case MV_OP_END:
 		take_end(s, at, d);
 		return 1;
@@ -200,6 +208,10 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 		mv_cut_off(s, at, why);
 		return 1;
 	}
+	/* A part opened: its END must follow (mv_expire_waits() checks). */
+	if (!before && p->ndesc)
+		at->open_parts++;
+	return ret;
 }
 
 int mv_consume(struct mv_shard *s)

@@ -12,8 +12,8 @@
  * its batches in flight fail once with MVC_CAUSE_PROTOCOL, its next call
  * fails with -EPROTO naming the reason (the mover refuses its requests too),
  * and the mover logs it once. A corrupt completion ring cuts off the same
- * way; an END that promises parts that never come fails its batch once the
- * client is quiet.
+ * way; an END that promises parts that never come fails its batch, and a
+ * part whose END never comes cuts the client off, once the client is quiet.
  * libclient's sources are compiled in, so the test can reach the rings as
  * such a client would.
  */
@@ -466,6 +466,41 @@ START_TEST(test_corrupt_completion_ring_cuts_the_client_off)
 }
 END_TEST
 
+START_TEST(test_part_without_end_cuts_the_client_off_once_quiet)
+{
+	struct pair p, h;
+
+	pair_open(&p, REGION, REGION);
+	pair_open(&h, REGION, REGION);
+	/* Two WRITEs committed with no END, with the bookkeeping
+	 * mvc_submit() would have done. */
+	ck_assert_int_eq(mvc_write(h.a, h.src.region, 0, h.imp, 0, 4096), 0);
+	ck_assert_int_eq(mvc_write(h.a, h.src.region, 8192, h.imp, 8192, 4096), 0);
+	uint32_t home = h.a->home, b = h.a->batch;
+	shmring_commit(&h.a->sh[home].sub);
+	h.a->cookies[b] = 7;
+	h.a->busy[b] = 1;
+	h.a->parts_of[b] = 1ull << home;
+	h.a->inflight++;
+	h.a->open = 0;
+	h.a->sh[home].ndesc = 0;
+	h.a->sh[home].nbytes = 0;
+	double t0 = now_s();
+	honest_round(&p, 0);
+	struct mvc_event e = wait_batch(h.a, 7, 30);
+	double t = now_s() - t0;
+	ck_assert_int_eq(e.status, -EPROTO);
+	ck_assert_int_eq(e.cause, MVC_CAUSE_PROTOCOL);
+	ck_assert_msg(strstr(e.msg, "no END"), "%s", e.msg);
+	ck_assert_msg(t > 8.5 && t < 15, "cut off after %.1f s", t);
+	fprintf(stderr, "hostile: a part with no END was cut off after %.1f s\n", t);
+	ck_assert_int_eq(mvc_write(h.a, h.src.region, 0, h.imp, 0, 4096), -EPROTO);
+	honest_round(&p, 1);
+	pair_close(&h);
+	pair_close(&p);
+}
+END_TEST
+
 static TCase *hostile(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -475,6 +510,7 @@ static TCase *hostile(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_spoiled_writes_complete_once_and_spare_others);
 	tcase_add_test(tc, test_senseless_rings_cut_the_client_off);
 	tcase_add_test(tc, test_end_promising_parts_that_never_come_fails_once_quiet);
+	tcase_add_test(tc, test_part_without_end_cuts_the_client_off_once_quiet);
 	tcase_add_test(tc, test_corrupt_completion_ring_cuts_the_client_off);
 	return tc;
 }
