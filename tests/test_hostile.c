@@ -379,28 +379,42 @@ START_TEST(test_senseless_rings_cut_the_client_off)
 }
 END_TEST
 
+/*
+ * Commits the open batch of c on its home shard as it stands, with end (its
+ * batch and cookie filled in) after it if given, and does the bookkeeping
+ * mvc_submit() would have done: a submission libmvc never makes.
+ */
+static void commit_raw(struct mvc *c, uint64_t cookie, const struct mv_desc *end)
+{
+	uint32_t home = c->home, b = c->batch, pos;
+	struct shmring *r = &c->sh[home].sub;
+
+	if (end) {
+		ck_assert_int_eq(shmring_reserve(r, 1, &pos), 1);
+		struct mv_desc *d = shmring_slot(r, pos);
+		*d = *end;
+		d->batch = b;
+		d->cookie = cookie;
+	}
+	shmring_commit(r);
+	c->cookies[b] = cookie;
+	c->busy[b] = 1;
+	c->parts_of[b] = 1ull << home;
+	c->inflight++;
+	c->open = 0;
+	c->sh[home].ndesc = 0;
+	c->sh[home].nbytes = 0;
+}
+
 START_TEST(test_end_promising_parts_that_never_come_fails_once_quiet)
 {
 	struct pair p, h;
 
 	pair_open(&p, REGION, REGION);
 	pair_open(&h, REGION, REGION);
-	/* One WRITE, then an END of our own that promises two parts, with
-	 * the bookkeeping mvc_submit() would have done. */
+	/* One WRITE, then an END of our own that promises two parts. */
 	ck_assert_int_eq(mvc_write(h.a, h.src.region, 0, h.imp, 0, 4096), 0);
-	uint32_t home = h.a->home, b = h.a->batch, pos;
-	struct shmring *r = &h.a->sh[home].sub;
-	ck_assert_int_eq(shmring_reserve(r, 1, &pos), 1);
-	*(struct mv_desc *)shmring_slot(r, pos) = (struct mv_desc){
-	    .op = MV_OP_END, .batch = b, .nparts = 2, .ndesc = 1, .cookie = 7};
-	shmring_commit(r);
-	h.a->cookies[b] = 7;
-	h.a->busy[b] = 1;
-	h.a->parts_of[b] = 1ull << home;
-	h.a->inflight++;
-	h.a->open = 0;
-	h.a->sh[home].ndesc = 0;
-	h.a->sh[home].nbytes = 0;
+	commit_raw(h.a, 7, &(struct mv_desc){.op = MV_OP_END, .nparts = 2, .ndesc = 1});
 	/* Others are served meanwhile; this client stays quiet. */
 	double t0 = now_s();
 	honest_round(&p, 0);
@@ -472,19 +486,10 @@ START_TEST(test_part_without_end_cuts_the_client_off_once_quiet)
 
 	pair_open(&p, REGION, REGION);
 	pair_open(&h, REGION, REGION);
-	/* Two WRITEs committed with no END, with the bookkeeping
-	 * mvc_submit() would have done. */
+	/* Two WRITEs committed with no END. */
 	ck_assert_int_eq(mvc_write(h.a, h.src.region, 0, h.imp, 0, 4096), 0);
 	ck_assert_int_eq(mvc_write(h.a, h.src.region, 8192, h.imp, 8192, 4096), 0);
-	uint32_t home = h.a->home, b = h.a->batch;
-	shmring_commit(&h.a->sh[home].sub);
-	h.a->cookies[b] = 7;
-	h.a->busy[b] = 1;
-	h.a->parts_of[b] = 1ull << home;
-	h.a->inflight++;
-	h.a->open = 0;
-	h.a->sh[home].ndesc = 0;
-	h.a->sh[home].nbytes = 0;
+	commit_raw(h.a, 7, NULL);
 	double t0 = now_s();
 	honest_round(&p, 0);
 	struct mvc_event e = wait_batch(h.a, 7, 30);
