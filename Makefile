@@ -97,7 +97,7 @@ $(B)/bin/mvtrace: $(B)/tools/mvtrace.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm $(LDLIBS)
 
-$(B)/bin/mvreplay: $(B)/tools/mvreplay.o $(CLIENT_LIB)
+$(B)/bin/mvreplay: $(B)/tools/mvreplay.o $(B)/tools/replay_recv.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm $(LDLIBS)
 
