@@ -83,8 +83,11 @@ void mv_cut_off(struct mv_shard *s, struct mv_attach *at, const char *why)
 	/* R1 pairs with A1 in mv_cut() and in control.c: cut_why is whole before 2
 	 * is seen. */
 	atomic_store_explicit(&cl->cut, 2, memory_order_release);
-	mv_log("client %u (pid %d) cut off (shard %d): %s", cl->id, (int)cl->pid, s ? s->id : -1,
-	       why);
+	if (s)
+		mv_log("client %u (pid %d) cut off by shard %d: %s", cl->id, (int)cl->pid, s->id,
+		       why);
+	else
+		mv_log("client %u (pid %d) cut off: %s", cl->id, (int)cl->pid, why);
 	mv_cut(at);
 }
 
