@@ -40,7 +40,8 @@ MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/fabric.c mover/
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/land.c mover/post.c \
 	mover/complete.c mover/batch.c mover/idle.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
-	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c
+	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c \
+	tools/bench/rows_lat.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_client test_mover test_lists test_hostile test_trace test_gpu
 SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh

@@ -117,10 +117,13 @@ static void usage(FILE *f)
 	        "  --wait            the client sleeps in mvc_wait, never polls\n"
 	        "  --threads         per row, each busy thread's CPU use, waits and switches\n"
 	        "  --pattern LIST    contig (writes of --sizes), scattered (batches of random\n"
-	        "                    4 KiB pages, one mvc_write_paged each), or both (default);\n"
-	        "                    scattered rows bring the 4 KiB contiguous row they are\n"
-	        "                    compared with (vs_contig)\n"
+	        "                    4 KiB pages, one mvc_write_paged each), latency (round\n"
+	        "                    trips of one write and its immediate, clients polling\n"
+	        "                    and sleeping, then the movers' idle CPU), or all three\n"
+	        "                    (default); scattered rows bring the 4 KiB contiguous row\n"
+	        "                    they are compared with (vs_contig)\n"
 	        "  --pages LIST      pages per scattered batch (default 512,65536)\n"
+"  --lat-sizes LIST  write sizes of the latency rows (default 8,64,4K,64K)\n"
 	        "  --pool SIZE       pages are drawn from this much memory per side (default 4G,\n"
 	        "                    256M with --quick; at least two batches)\n"
 
@@ -147,6 +150,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	    {"pattern", required_argument, 0, 'P'},
 	    {"pages", required_argument, 0, 'g'},
 	    {"pool", required_argument, 0, 'o'},
+	    {"lat-sizes", required_argument, 0, 'L'},
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
@@ -243,26 +247,28 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'P': {
 			char *dup = strdup(optarg), *save = NULL;
-			o->contig = o->scattered = 0;
+			o->contig = o->scattered = o->latency = 0;
 			for (char *tok = dup ? strtok_r(dup, ",", &save) : NULL; tok;
 			     tok = strtok_r(NULL, ",", &save)) {
 				if (!strcmp(tok, "contig")) {
 					o->contig = 1;
 				} else if (!strcmp(tok, "scattered")) {
 					o->scattered = 1;
+				} else if (!strcmp(tok, "latency")) {
+					o->latency = 1;
 				} else {
 					fprintf(stderr,
-					        "mvbench: --pattern: %s is neither contig nor "
-					        "scattered\n",
+					        "mvbench: --pattern: %s is not contig, scattered or "
+					        "latency\n",
 					        tok);
 					exit(2);
 				}
 			}
 			free(dup);
-			if (!o->contig && !o->scattered) {
+			if (!o->contig && !o->scattered && !o->latency) {
 				fprintf(stderr,
-				        "mvbench: --pattern %s: give contig, scattered or "
-				        "both\n",
+				        "mvbench: --pattern %s: give contig, scattered, latency or "
+				        "a list of them\n",
 				        optarg);
 				exit(2);
 			}
@@ -295,6 +301,23 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 				exit(2);
 			}
 			break;
+		case 'L':
+			n = parse_list(optarg, o->lat, MAX_LIST);
+			if (n <= 0) {
+				fprintf(stderr, "mvbench: --lat-sizes %s: give a list like 8,64,4K\n",
+				        optarg);
+				exit(2);
+			}
+			for (int i = 0; i < n; i++)
+				if (o->lat[i] < 8 || o->lat[i] > (64u << 10)) {
+					fprintf(stderr,
+					        "mvbench: --lat-sizes: %" PRIu64
+					        " is outside 8 bytes to 64 KiB\n",
+					        o->lat[i]);
+					exit(2);
+				}
+			o->nlat = n;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -322,7 +345,12 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	if (!o->reps)
 		o->reps = o->quick ? 3 : 15;
 	if (!patterns)
-		o->contig = o->scattered = 1;
+		o->contig = o->scattered = o->latency = 1;
+	if (o->latency && !o->nlat) {
+		const uint64_t def[] = {8, 64, 4096, 65536};
+		memcpy(o->lat, def, sizeof(def));
+		o->nlat = 4;
+	}
 	if (!o->contig)
 		o->nsizes = 0;
 	else if (!o->nsizes) {
@@ -362,7 +390,7 @@ int main(int argc, char **argv)
 	static struct row rows[8 * MAX_LIST * (2 * MAX_LIST + 1)];
 	struct opts o;
 	char bin[4096];
-	int nrows = 0, missed = 0;
+	int nrows = 0, missed = 0, failed = 0;
 	FILE *csv = NULL;
 	cpu_set_t set;
 
@@ -421,8 +449,19 @@ int main(int argc, char **argv)
 			       "counts what completed by then\n");
 		for (int i = first_row; i < nrows; i++)
 			print_bench(&rows[i], o.seconds);
+		for (int i = 0; i < nlat_done; i++)
+			if (!strcmp(lat_done[i].prov, o.provs[pi]))
+				lat_print_bench(&lat_done[i]);
+		for (int i = 0; i < nidle_done; i++)
+			if (!strcmp(idle_done[i].prov, o.provs[pi]))
+				idle_print_bench(&idle_done[i]);
 	}
-	int failed = 0;
+	for (int i = 0; i < nlat_done; i++) {
+		missed += !lat_done[i].pass && !lat_done[i].failed;
+		failed += lat_done[i].failed;
+	}
+	for (int i = 0; i < nidle_done; i++)
+		missed += !idle_done[i].pass;
 	for (int i = 0; i < nrows; i++) {
 		missed += !rows[i].pass && !rows[i].failed;
 		failed += rows[i].failed;

@@ -330,6 +330,8 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 		if (geom_bytes(&g) > x.region_len)
 			x.region_len = geom_bytes(&g);
 	}
+	if (x.region_len < (1u << 20))
+		x.region_len = 1u << 20; /* latency rows alone: the client's region is unused */
 	if (o->scattered) {
 		/* The pool is the start of the region: both families' runs
 		 * clear what they check before they run. */
@@ -429,6 +431,8 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 		book_print(&book_direct, "direct");
 		csv_row(csv, r, o->seconds);
 	}
+	if (o->latency)
+		lat_rows(&x);
 
 	direct_pool_stop(&x);
 	mvc_free(x.c, &x.src);

@@ -306,6 +306,9 @@ struct opts {
 	uint32_t pages[MAX_LIST];
 	int npages;
 	uint64_t pool; /* bytes per side the scattered pages are drawn from */
+	int latency;   /* round-trip rows at each of lat[] */
+	uint64_t lat[MAX_LIST];
+	int nlat;
 };
 
 struct plan {
@@ -408,5 +411,45 @@ struct geom geom_of(uint64_t size, uint32_t n);
 uint64_t geom_bytes(const struct geom *g);
 void bw_row(struct cfg *x, uint64_t size, struct row *r, int first);
 int bw_land_check(const struct target *tg, const struct tcmd *c, char *why, size_t len);
+
+/* rows_lat.c: round trips of one small write, mover and direct */
+struct lrow {
+	const char *prov;
+	uint32_t shards;
+	uint64_t size;
+	int sleep;   /* the clients sleep in mvc_wait */
+	int stalled; /* beside a client of A that reads no completions */
+	int rounds;  /* per side */
+	double m_p50, m_p99, m_min; /* microseconds */
+	double d_p50, d_p99, d_min;
+	double ratio; /* mover p50 / direct p50 */
+	double bar_p50;
+	int pass;
+	int failed;
+	char err[200];
+};
+
+struct idle_cpu {
+	const char *prov;
+	uint32_t shards;
+	double secs;
+	double a_pct, b_pct; /* of one core */
+	int pass;
+};
+
+#define LAT_ROWS_MAX 512
+#define IDLE_MAX     64
+extern struct lrow lat_done[LAT_ROWS_MAX];
+extern int nlat_done;
+extern struct idle_cpu idle_done[IDLE_MAX];
+extern int nidle_done;
+/* Every latency row of configuration x (x->o->lat at both waits, then the
+ * stalled rows), then the movers' idle CPU; appends to lat_done and
+ * idle_done. < 0 when a row failed. */
+int lat_rows(struct cfg *x);
+void lat_print_head(void);
+void lat_print_row(const struct lrow *r);
+void lat_print_bench(const struct lrow *r);
+void idle_print_bench(const struct idle_cpu *c);
 
 #endif

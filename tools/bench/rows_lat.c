@@ -1,0 +1,770 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Latency rows: a round trip of one small write through two movers, beside
+ * a direct libfabric ping-pong of the same writes in the same run. Through
+ * the mover, the bench's client of A writes size bytes and an immediate to
+ * a region of a second client, of B, whose thread (the pong) answers each
+ * immediate by writing the same bytes back with the same immediate; the
+ * ping times from its submit to the answer's immediate. Both clients poll
+ * (mvc_poll) or sleep (mvc_wait). Directly, two endpoints of the provider,
+ * each polled by its own thread, do the same with fi_writemsg and
+ * FI_REMOTE_CQ_DATA. Every answer is checked: the first word that landed
+ * must be the one sent with the immediate (the immediate never overtakes
+ * its data), and each row ends by comparing the echoed bytes. Rounds come
+ * in pairs of chunks, mover and direct in turns of order; the row's
+ * percentiles pool every round of its side. After a configuration's rows,
+ * both movers are left idle and their CPU time is read from /proc.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+
+#include "harness.h"
+
+#define LAT_REGION (128u << 10) /* per side: the source at 0, the echo lands at LAT_ECHO */
+#define LAT_ECHO   (64u << 10)
+#define LAT_WAIT_S 5.0 /* an answer later than this: the row fails */
+#define LAT_PER    200 /* rounds of one side in a row's chunk; a row has --reps pairs */
+
+/* One side of the pong, a thread polling its own connection or endpoint. */
+struct pong {
+	pthread_t thread;
+	int cpu;
+	int made;
+	_Atomic int stop;
+	_Atomic int sleep; /* mover: mvc_wait rather than mvc_poll */
+	_Atomic uint64_t size;
+	_Atomic int failed;
+	char err[200];
+	/* through the mover */
+	struct mvc *c;
+	struct mvc_mem mem;
+	uint32_t back; /* import of the ping's region */
+	/* direct */
+	struct mv_fabric fab;
+	struct fid_mr *mr;
+	void *desc;
+	uint8_t *buf;
+	fi_addr_t peer;
+	uint64_t rbase, rkey;
+};
+
+struct lat {
+	struct pong pong, dpong;
+	struct mvc_mem mem; /* the ping's region on mover A */
+	uint32_t to_pong;   /* import of the pong's region */
+	struct pong dping;  /* the direct ping's endpoint (its thread is ours) */
+	uint64_t seq;
+	struct mvc *stalled; /* a client of A that never polls (the stalled row) */
+	struct mvc_mem smem;
+	uint32_t sto;
+};
+
+static void pong_fail(struct pong *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void pong_fail(struct pong *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (atomic_load(&p->failed))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(p->err, sizeof(p->err), fmt, ap);
+	va_end(ap);
+	atomic_store(&p->failed, 1);
+}
+
+static void pin_self(int cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+/* ---- through the mover ---- */
+
+static void *pong_main(void *arg)
+{
+	struct pong *p = arg;
+	struct mvc_event ev[16];
+
+	pin_self(p->cpu);
+	while (!atomic_load_explicit(&p->stop, memory_order_relaxed)) {
+		int n = atomic_load_explicit(&p->sleep, memory_order_relaxed)
+		            ? mvc_wait(p->c, ev, 16, 20)
+		            : mvc_poll(p->c, ev, 16);
+		if (n < 0) {
+			pong_fail(p, "pong: %s", mvc_error(p->c));
+			return NULL;
+		}
+		for (int i = 0; i < n; i++) {
+			if (ev[i].type == MVC_EV_BATCH && ev[i].status) {
+				pong_fail(p, "pong's write failed: %s", ev[i].msg);
+				return NULL;
+			}
+			if (ev[i].type != MVC_EV_IMM)
+				continue;
+			uint64_t first;
+			memcpy(&first, p->mem.addr, 8);
+			if ((uint32_t)first != ev[i].imm) {
+				pong_fail(p,
+				          "immediate %u arrived before its data (the first word "
+				          "holds %" PRIu64 ")",
+				          ev[i].imm, first);
+				return NULL;
+			}
+			uint64_t size = atomic_load_explicit(&p->size, memory_order_relaxed);
+			int ret = mvc_write(p->c, p->mem.region, 0, p->back, LAT_ECHO, size);
+			if (!ret)
+				ret = mvc_write_imm(p->c, p->back, ev[i].imm);
+			while (!ret && (ret = mvc_submit(p->c, ev[i].imm)) == -EAGAIN) {
+				struct mvc_event e2[16];
+				int k = mvc_poll(p->c, e2, 16);
+				for (int j = 0; j < k; j++)
+					if (e2[j].type == MVC_EV_BATCH && e2[j].status) {
+						pong_fail(p, "pong's write failed: %s", e2[j].msg);
+						return NULL;
+					}
+				ret = k < 0 ? k : -EAGAIN;
+				if (ret != -EAGAIN)
+					break;
+			}
+			if (ret) {
+				pong_fail(p, "pong's answer: %s", mvc_error(p->c));
+				return NULL;
+			}
+		}
+	}
+	return NULL;
+}
+
+/* One round trip through the mover: microseconds, or < 0 on failure. */
+static double mover_round(struct cfg *x, struct lat *L, uint64_t size, int sleep, char *why,
+                          size_t whylen)
+{
+	struct mvc_event ev[16];
+	uint64_t seq = ++L->seq;
+	uint32_t imm = (uint32_t)seq;
+
+	memcpy(L->mem.addr, &seq, 8);
+	double t0 = now_s();
+	int ret = mvc_write(x->c, L->mem.region, 0, L->to_pong, 0, size);
+	if (!ret)
+		ret = mvc_write_imm(x->c, L->to_pong, imm);
+	if (!ret)
+		ret = mvc_submit(x->c, seq);
+	if (ret) {
+		snprintf(why, whylen, "ping: %s", mvc_error(x->c));
+		return -1;
+	}
+	for (;;) {
+		int n = sleep ? mvc_wait(x->c, ev, 16, 100) : mvc_poll(x->c, ev, 16);
+		if (n < 0) {
+			snprintf(why, whylen, "ping: %s", mvc_error(x->c));
+			return -1;
+		}
+		for (int i = 0; i < n; i++) {
+			if (ev[i].type == MVC_EV_BATCH && ev[i].status) {
+				snprintf(why, whylen, "ping's write failed: %s", ev[i].msg);
+				return -1;
+			}
+			if (ev[i].type != MVC_EV_IMM)
+				continue;
+			double us = (now_s() - t0) * 1e6;
+			uint64_t first;
+			memcpy(&first, (uint8_t *)L->mem.addr + LAT_ECHO, 8);
+			if (ev[i].imm != imm || first != seq) {
+				snprintf(why, whylen,
+				         "answer %u to ping %u, first word %" PRIu64
+				         ": out of order, or the immediate overtook its data",
+				         ev[i].imm, imm, first);
+				return -1;
+			}
+			return us;
+		}
+		if (atomic_load(&L->pong.failed)) {
+			snprintf(why, whylen, "%s", L->pong.err);
+			return -1;
+		}
+		if (now_s() - t0 > LAT_WAIT_S) {
+			snprintf(why, whylen, "no answer to ping %u in %.0f s", imm, LAT_WAIT_S);
+			return -1;
+		}
+	}
+}
+
+/* ---- direct ---- */
+
+static int dpost(struct pong *p, uint64_t off, uint64_t roff, uint64_t size, uint64_t data)
+{
+	struct iovec iov = {p->buf + off, size};
+	struct fi_rma_iov ri = {.addr = p->rbase + roff, .len = size, .key = p->rkey};
+	struct fi_msg_rma m = {.msg_iov = &iov,
+	                       .desc = &p->desc,
+	                       .iov_count = 1,
+	                       .addr = p->peer,
+	                       .rma_iov = &ri,
+	                       .rma_iov_count = 1,
+	                       .context = p,
+	                       .data = data};
+	struct fi_cq_data_entry ent[CQ_BATCH];
+
+	for (;;) {
+		ssize_t ret = fi_writemsg(p->fab.ep, &m, FI_COMPLETION | FI_REMOTE_CQ_DATA);
+		if (ret != -FI_EAGAIN)
+			return (int)ret;
+		/* Progress, keeping what it brings: only our own sends can come
+		 * before the peer has our write. */
+		ssize_t n = fi_cq_read(p->fab.cq, ent, CQ_BATCH);
+		if (n < 0 && n != -FI_EAGAIN)
+			return (int)n;
+	}
+}
+
+/* Reads the CQ until a remote write's data arrives: 1 with *data, 0 when
+ * nothing came yet, < 0 on error. */
+static int dreap(struct pong *p, uint64_t *data, char *why, size_t whylen)
+{
+	struct fi_cq_data_entry ent[CQ_BATCH];
+	ssize_t n = fi_cq_read(p->fab.cq, ent, CQ_BATCH);
+	int got = 0;
+
+	if (n == -FI_EAGAIN)
+		return 0;
+	if (n == -FI_EAVAIL) {
+		struct fi_cq_err_entry e = {0};
+		char buf[128];
+		fi_cq_readerr(p->fab.cq, &e, 0);
+		const char *pe = fi_cq_strerror(p->fab.cq, e.prov_errno, e.err_data, buf, sizeof(buf));
+		snprintf(why, whylen, "direct: %s: %s", fi_strerror(e.err), pe ? pe : "");
+		return -EIO;
+	}
+	if (n < 0) {
+		snprintf(why, whylen, "direct: fi_cq_read: %s", fi_strerror((int)-n));
+		return (int)n;
+	}
+	for (ssize_t i = 0; i < n; i++)
+		if (ent[i].flags & FI_REMOTE_CQ_DATA) {
+			*data = ent[i].data;
+			got = 1; /* one ping at a time: at most one such entry */
+		}
+	return got;
+}
+
+static void *dpong_main(void *arg)
+{
+	struct pong *p = arg;
+	char why[200];
+
+	pin_self(p->cpu);
+	while (!atomic_load_explicit(&p->stop, memory_order_relaxed)) {
+		uint64_t data;
+		int got = dreap(p, &data, why, sizeof(why));
+		if (got < 0) {
+			pong_fail(p, "direct pong: %s", why);
+			return NULL;
+		}
+		if (!got)
+			continue;
+		uint64_t first;
+		memcpy(&first, p->buf, 8);
+		if (first != data) {
+			pong_fail(p, "direct: data %" PRIu64 " arrived before its data", data);
+			return NULL;
+		}
+		int ret = dpost(p, 0, LAT_ECHO, atomic_load(&p->size), data);
+		if (ret) {
+			pong_fail(p, "direct pong: fi_writemsg: %s", fi_strerror(-ret));
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+static double direct_round(struct lat *L, uint64_t size, char *why, size_t whylen)
+{
+	struct pong *p = &L->dping;
+	uint64_t seq = ++L->seq, data;
+
+	memcpy(p->buf, &seq, 8);
+	double t0 = now_s();
+	int ret = dpost(p, 0, 0, size, seq);
+	if (ret) {
+		snprintf(why, whylen, "direct ping: fi_writemsg: %s", fi_strerror(-ret));
+		return -1;
+	}
+	for (;;) {
+		int got = dreap(p, &data, why, whylen);
+		if (got < 0)
+			return -1;
+		if (got) {
+			double us = (now_s() - t0) * 1e6;
+			uint64_t first;
+			memcpy(&first, p->buf + LAT_ECHO, 8);
+			if (data != seq || first != seq) {
+				snprintf(why, whylen, "direct: answer %" PRIu64 " to ping %" PRIu64,
+				         data, seq);
+				return -1;
+			}
+			return us;
+		}
+		if (atomic_load(&L->dpong.failed)) {
+			snprintf(why, whylen, "%s", L->dpong.err);
+			return -1;
+		}
+		if (now_s() - t0 > LAT_WAIT_S) {
+			snprintf(why, whylen, "direct: no answer in %.0f s", LAT_WAIT_S);
+			return -1;
+		}
+	}
+}
+
+static int dside_open(struct cfg *x, struct pong *p, uint64_t key, char *why, size_t whylen)
+{
+	int ret = mv_fabric_open(&p->fab, x->prov, x->iface, 0);
+
+	if (ret) {
+		snprintf(why, whylen, "direct: opening %s: %s", x->prov, fi_strerror(-ret));
+		return ret;
+	}
+	p->buf = aligned_alloc(4096, LAT_REGION);
+	if (!p->buf) {
+		mv_fabric_close(&p->fab);
+		snprintf(why, whylen, "direct: no memory");
+		return -ENOMEM;
+	}
+	memset(p->buf, 0, LAT_REGION);
+	ret = mv_fabric_reg(&p->fab, p->buf, LAT_REGION, key, &p->mr, &p->desc, &p->rkey, why,
+	                    whylen);
+	if (ret) {
+		free(p->buf);
+		mv_fabric_close(&p->fab);
+	}
+	return ret;
+}
+
+static void dside_close(struct pong *p)
+{
+	if (p->mr)
+		fi_close(&p->mr->fid);
+	mv_fabric_close(&p->fab);
+	free(p->buf);
+	p->mr = NULL;
+	p->buf = NULL;
+}
+
+/* Each side learns the other's address, key and base. */
+static int dside_pair(struct pong *a, struct pong *b, char *why, size_t whylen)
+{
+	uint64_t ka = a->rkey, kb = b->rkey;
+	int ret = mv_fabric_av_insert(&a->fab, b->fab.addr, &a->peer);
+
+	if (!ret)
+		ret = mv_fabric_av_insert(&b->fab, a->fab.addr, &b->peer);
+	if (ret) {
+		snprintf(why, whylen, "direct: fi_av_insert: %s", fi_strerror(-ret));
+		return ret;
+	}
+	a->rkey = kb;
+	b->rkey = ka;
+	a->rbase = b->fab.virt_addr ? (uint64_t)(uintptr_t)b->buf : 0;
+	b->rbase = a->fab.virt_addr ? (uint64_t)(uintptr_t)a->buf : 0;
+	return 0;
+}
+
+/* ---- set-up ---- */
+
+/* The pong's CPU: the first one after everything plan_cpus() gave out. */
+static int pong_cpu(const struct cfg *x)
+{
+	int base = navail >= (int)(2 * x->n + 2) ? 1 : 0;
+	int i = base + 2 * (int)x->n + 1;
+
+	return x->cpu.pinned && i < navail ? avail_cpus[i] : -1;
+}
+
+static int lat_up(struct cfg *x, struct lat *L, char *why, size_t whylen)
+{
+	uint8_t addr[MVC_BLOB_MAX], blob[MVC_BLOB_MAX];
+	size_t alen = sizeof(addr), blen = sizeof(blob);
+	uint32_t peer;
+	struct pong *p = &L->pong;
+	int ret;
+
+	memset(L, 0, sizeof(*L));
+	ret = mvc_connect(&p->c, mover_b.sock);
+	if (ret) {
+		snprintf(why, whylen, "pong: connecting to mover B: %s", strerror(-ret));
+		return ret;
+	}
+	/* Each client reaches the other's region. */
+	ret = mvc_alloc(x->c, LAT_REGION, &L->mem);
+	if (!ret)
+		ret = mvc_alloc(p->c, LAT_REGION, &p->mem);
+	if (ret) {
+		snprintf(why, whylen, "latency regions: %s", mvc_error(ret ? x->c : p->c));
+		return ret;
+	}
+	ret = mvc_address(p->c, addr, &alen);
+	if (!ret)
+		ret = mvc_region_blob(p->c, p->mem.region, blob, &blen);
+	if (!ret)
+		ret = mvc_peer_add(x->c, addr, alen, &peer);
+	if (!ret)
+		ret = mvc_import(x->c, peer, blob, blen, &L->to_pong);
+	if (ret) {
+		snprintf(why, whylen, "ping: reaching the pong: %s", mvc_error(x->c));
+		return ret;
+	}
+	alen = sizeof(addr);
+	blen = sizeof(blob);
+	ret = mvc_address(x->c, addr, &alen);
+	if (!ret)
+		ret = mvc_region_blob(x->c, L->mem.region, blob, &blen);
+	if (!ret)
+		ret = mvc_peer_add(p->c, addr, alen, &peer);
+	if (!ret)
+		ret = mvc_import(p->c, peer, blob, blen, &p->back);
+	if (ret) {
+		snprintf(why, whylen, "pong: reaching the ping: %s", mvc_error(p->c));
+		return ret;
+	}
+	/* A client of A that stops reading its completions (the stalled row). */
+	ret = mvc_connect(&L->stalled, mover_a.sock);
+	if (!ret)
+		ret = mvc_alloc(L->stalled, LAT_REGION, &L->smem);
+	alen = sizeof(addr);
+	blen = sizeof(blob);
+	if (!ret)
+		ret = mvc_address(p->c, addr, &alen);
+	if (!ret)
+		ret = mvc_region_blob(p->c, p->mem.region, blob, &blen);
+	if (!ret)
+		ret = mvc_peer_add(L->stalled, addr, alen, &peer);
+	if (!ret)
+		ret = mvc_import(L->stalled, peer, blob, blen, &L->sto);
+	if (ret) {
+		snprintf(why, whylen, "the stalled client: %s",
+		         L->stalled ? mvc_error(L->stalled) : strerror(-ret));
+		return ret;
+	}
+	p->cpu = pong_cpu(x);
+	if (pthread_create(&p->thread, NULL, pong_main, p)) {
+		snprintf(why, whylen, "pong thread: %s", strerror(errno));
+		return -EAGAIN;
+	}
+	p->made = 1;
+
+	ret = dside_open(x, &L->dping, 0x1a70, why, whylen);
+	if (ret)
+		return ret;
+	ret = dside_open(x, &L->dpong, 0x1a71, why, whylen);
+	if (!ret)
+		ret = dside_pair(&L->dping, &L->dpong, why, whylen);
+	if (ret)
+		return ret;
+	L->dpong.cpu = p->cpu;
+	if (pthread_create(&L->dpong.thread, NULL, dpong_main, &L->dpong)) {
+		snprintf(why, whylen, "direct pong thread: %s", strerror(errno));
+		return -EAGAIN;
+	}
+	L->dpong.made = 1;
+	return 0;
+}
+
+static void lat_down(struct cfg *x, struct lat *L)
+{
+	struct pong *ps[2] = {&L->pong, &L->dpong};
+
+	for (int i = 0; i < 2; i++) {
+		atomic_store(&ps[i]->stop, 1);
+		if (ps[i]->made)
+			pthread_join(ps[i]->thread, NULL);
+		ps[i]->made = 0;
+	}
+	dside_close(&L->dpong);
+	dside_close(&L->dping);
+	if (L->stalled) {
+		mvc_disconnect(L->stalled); /* its region goes with it */
+		L->stalled = NULL;
+	}
+	if (L->pong.c) {
+		if (L->pong.mem.addr)
+			mvc_free(L->pong.c, &L->pong.mem);
+		mvc_disconnect(L->pong.c);
+	}
+	if (L->mem.addr) {
+		/* Drain the last completions before the region goes. */
+		struct mvc_event ev[16];
+		double end = now_s() + 2;
+		while (mvc_inflight(x->c) && now_s() < end)
+			mvc_wait(x->c, ev, 16, 10);
+		mvc_free(x->c, &L->mem);
+	}
+}
+
+/* Fills the stalled client's completion ring and more: submits until the
+ * mover refuses, and never polls. */
+static uint64_t stall_client(struct lat *L)
+{
+	uint64_t n = 0;
+
+	for (;;) {
+		int ret = mvc_write(L->stalled, L->smem.region, 0, L->sto, LAT_ECHO, 64);
+		if (!ret)
+			ret = mvc_submit(L->stalled, n);
+		if (ret) {
+			mvc_abort(L->stalled);
+			return n;
+		}
+		n++;
+	}
+}
+
+/* ---- rows ---- */
+
+static double pct(const double *sorted, int n, double q)
+{
+	int i = (int)(q * (n - 1) + 0.5);
+
+	return sorted[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+/* A row's percentiles from its rounds. */
+static void lat_stats(double *v, int n, double *p50, double *p99, double *min)
+{
+	qsort(v, (size_t)n, sizeof(*v), mv_cmp_double);
+	*p50 = pct(v, n, 0.5);
+	*p99 = pct(v, n, 0.99);
+	*min = v[0];
+}
+
+static int echo_check(const uint8_t *mem, uint64_t size, char *why, size_t whylen)
+{
+	if (memcmp(mem, mem + LAT_ECHO, size)) {
+		snprintf(why, whylen, "the echoed %" PRIu64 " bytes differ from those sent", size);
+		return -EIO;
+	}
+	return 0;
+}
+
+static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int stalled,
+                    struct lrow *r)
+{
+	const struct opts *o = x->o;
+	int per = LAT_PER, reps = o->reps, total = per * reps;
+	double *mv = calloc((size_t)total, sizeof(double));
+	double *dr = calloc((size_t)total, sizeof(double));
+	int nm = 0, nd = 0;
+
+	memset(r, 0, sizeof(*r));
+	r->prov = x->prov;
+	r->shards = x->n;
+	r->size = size;
+	r->sleep = sleep;
+	r->stalled = stalled;
+	if (!mv || !dr) {
+		r->failed = 1;
+		snprintf(r->err, sizeof(r->err), "no memory");
+		goto out;
+	}
+	atomic_store(&L->pong.size, size);
+	atomic_store(&L->pong.sleep, sleep);
+	atomic_store(&L->dpong.size, size);
+	/* The ping's source: a pattern under the sequence word. */
+	for (uint64_t i = 8; i < size; i++)
+		((uint8_t *)L->mem.addr)[i] = (uint8_t)mix(i ^ size);
+	for (uint64_t i = 8; i < size; i++)
+		L->dping.buf[i] = (uint8_t)mix(i ^ size ^ 1);
+	/* Warm-up: connections, caches, the movers' spin. */
+	for (int i = 0; i < 50; i++) {
+		if (mover_round(x, L, size, sleep, r->err, sizeof(r->err)) < 0 ||
+		    direct_round(L, size, r->err, sizeof(r->err)) < 0) {
+			r->failed = 1;
+			goto out;
+		}
+	}
+	for (int rep = 0; rep < reps; rep++) {
+		for (int side = 0; side < 2; side++) {
+			int mover = (side == 0) == (rep % 2 == 0);
+			for (int i = 0; i < per; i++) {
+				double us = mover ? mover_round(x, L, size, sleep, r->err,
+				                                sizeof(r->err))
+				                  : direct_round(L, size, r->err, sizeof(r->err));
+				if (us < 0) {
+					r->failed = 1;
+					goto out;
+				}
+				if (mover)
+					mv[nm++] = us;
+				else
+					dr[nd++] = us;
+			}
+		}
+	}
+	if (echo_check(L->mem.addr, size, r->err, sizeof(r->err)) ||
+	    echo_check(L->dping.buf, size, r->err, sizeof(r->err))) {
+		r->failed = 1;
+		goto out;
+	}
+	r->rounds = nm;
+	lat_stats(mv, nm, &r->m_p50, &r->m_p99, &r->m_min);
+	lat_stats(dr, nd, &r->d_p50, &r->d_p99, &r->d_min);
+	r->ratio = r->m_p50 / r->d_p50;
+	/* The bars of issue 14, on the 16-core device; the same rows run
+	 * here and are only quoted. */
+	int tcp = !strcmp(x->prov, "tcp");
+	double p50_bar = sleep ? (tcp ? 2 * r->d_p50 + 25 : r->d_p50 + 25)
+	                       : (tcp ? 2 * r->d_p50 : r->d_p50 + 5);
+	r->bar_p50 = p50_bar;
+	r->pass = r->m_p50 <= p50_bar && r->m_p99 <= 3 * r->m_p50;
+out:
+	free(mv);
+	free(dr);
+}
+
+void lat_print_head(void)
+{
+	printf("%-5s %8s %-6s %-7s | %9s %9s %9s | %9s %9s | %7s  %-16s\n", "prov", "size",
+	       "wait", "others", "mover p50", "p99", "min", "direct p50", "p99", "m/d",
+	       "bar (p50, p99)");
+}
+
+void lat_print_row(const struct lrow *r)
+{
+	char sz[32];
+
+	size_str(r->size, sz, sizeof(sz));
+	if (r->failed) {
+		printf("%-5s %8s %-6s %-7s | FAILED: %s\n", r->prov, sz, r->sleep ? "sleep" : "poll",
+		       r->stalled ? "stalled" : "-", r->err);
+		fflush(stdout);
+		return;
+	}
+	printf("%-5s %8s %-6s %-7s | %7.1f us %7.1f us %7.1f us | %7.1f us %7.1f us | %7.2f  "
+	       "<=%.1f us, <=3x %s\n",
+	       r->prov, sz, r->sleep ? "sleep" : "poll", r->stalled ? "stalled" : "-", r->m_p50,
+	       r->m_p99, r->m_min, r->d_p50, r->d_p99, r->ratio, r->bar_p50,
+	       r->pass ? "ok" : "MISS");
+	fflush(stdout);
+}
+
+void lat_print_bench(const struct lrow *r)
+{
+	printf("BENCH latency prov=%s shards=%u size=%" PRIu64 " wait=%s stalled=%d rounds=%d "
+	       "mover_p50_us=%.2f mover_p99_us=%.2f mover_min_us=%.2f direct_p50_us=%.2f "
+	       "direct_p99_us=%.2f direct_min_us=%.2f ratio=%.4f bar_p50_us=%.2f pass=%d "
+	       "failed=%d",
+	       r->prov, r->shards, r->size, r->sleep ? "sleep" : "poll", r->stalled, r->rounds,
+	       r->m_p50, r->m_p99, r->m_min, r->d_p50, r->d_p99, r->d_min, r->ratio, r->bar_p50,
+	       r->pass, r->failed);
+	if (r->failed)
+		printf(" error=\"%s\"", r->err);
+	printf("\n");
+}
+
+/* CPU seconds a process has used (utime + stime), or < 0. */
+static double proc_cpu_s(int pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* Fields after the command, which may hold spaces: from the last ')'. */
+	char *p = strrchr(buf, ')');
+	unsigned long ut, st;
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+	                 &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+struct lrow lat_done[LAT_ROWS_MAX];
+int nlat_done;
+struct idle_cpu idle_done[IDLE_MAX];
+int nidle_done;
+
+int lat_rows(struct cfg *x)
+{
+	const struct opts *o = x->o;
+	static struct lat L;
+	struct lrow *rows = lat_done;
+	int *nrows = &nlat_done, first = nlat_done;
+	struct idle_cpu *idle = &idle_done[nidle_done < IDLE_MAX - 1 ? nidle_done++ : nidle_done];
+	char why[200];
+
+	if (nlat_done + 2 * o->nlat + 2 > LAT_ROWS_MAX)
+		die("too many latency rows: give fewer --lat-sizes, providers or shard counts");
+
+	if (lat_up(x, &L, why, sizeof(why))) {
+		struct lrow *r = &rows[(*nrows)++];
+		memset(r, 0, sizeof(*r));
+		r->prov = x->prov;
+		r->shards = x->n;
+		r->failed = 1;
+		snprintf(r->err, sizeof(r->err), "%s", why);
+		lat_print_row(r);
+		lat_down(x, &L);
+		return -1;
+	}
+	lat_print_head();
+	for (int w = 0; w < 2; w++)
+		for (int i = 0; i < o->nlat; i++) {
+			struct lrow *r = &rows[(*nrows)++];
+			lat_row(x, &L, o->lat[i], w, 0, r);
+			lat_print_row(r);
+		}
+	/* A client of A that never reads its completions, beside the ping. */
+	uint64_t stuck = stall_client(&L);
+	for (int w = 0; w < 2; w++) {
+		struct lrow *r = &rows[(*nrows)++];
+		lat_row(x, &L, 64, w, 1, r);
+		lat_print_row(r);
+	}
+	printf("   (the stalled client of A submitted %" PRIu64
+	       " batches, read none of their completions)\n",
+	       stuck);
+	lat_down(x, &L);
+
+	/* Idle: nothing connected but the bench's own client. */
+	double secs = o->quick ? 3.0 : 10.0;
+	int pa = atomic_load(&mover_a.pid), pb = atomic_load(&mover_b.pid);
+	double a0 = proc_cpu_s(pa), b0 = proc_cpu_s(pb);
+	usleep((useconds_t)(secs * 1e6));
+	double a1 = proc_cpu_s(pa), b1 = proc_cpu_s(pb);
+	idle->prov = x->prov;
+	idle->shards = x->n;
+	idle->secs = secs;
+	idle->a_pct = a0 < 0 || a1 < 0 ? -1 : (a1 - a0) / secs * 100;
+	idle->b_pct = b0 < 0 || b1 < 0 ? -1 : (b1 - b0) / secs * 100;
+	idle->pass = idle->a_pct >= 0 && idle->a_pct < 1 && idle->b_pct >= 0 && idle->b_pct < 1;
+	printf("   idle after the rows, %.0f s: mover A %.2f%%, mover B %.2f%% of a core "
+	       "(bar < 1%%: %s)\n",
+	       secs, idle->a_pct, idle->b_pct, idle->pass ? "ok" : "MISS");
+	fflush(stdout);
+	for (int i = first; i < *nrows; i++)
+		if (rows[i].failed)
+			return -1;
+	return 0;
+}
+
+void idle_print_bench(const struct idle_cpu *c)
+{
+	printf("BENCH idle prov=%s shards=%u seconds=%.1f mover_a_cpu_pct=%.3f "
+	       "mover_b_cpu_pct=%.3f pass=%d\n",
+	       c->prov, c->shards, c->secs, c->a_pct, c->b_pct, c->pass);
+}
