@@ -265,6 +265,7 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 	struct mv_part *p = &at->parts[b];
 	struct mv_batch *B = &at->cl->batches[b];
 	struct mv_desc end = p->end;
+	int imm_sent = p->imm_sent;
 
 	if (p->failed) {
 		int32_t zero = 0;
@@ -294,7 +295,11 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 	B->end = end; /* the finisher's own copy, for the trace */
 
 	int32_t status = atomic_load_explicit(&B->status, memory_order_relaxed);
-	if (status == 0 && (end.flags & MV_END_IMM)) {
+	if (status == 0 && (end.flags & MV_END_IMM) && imm_sent) {
+		struct mv_import *imp = mv_import_get(at->cl, end.dst);
+		if (imp)
+			atomic_store_explicit(&B->peer, imp->peer->mover_id, memory_order_relaxed);
+	} else if (status == 0 && (end.flags & MV_END_IMM)) {
 		struct mv_import *imp = mv_import_get(at->cl, end.dst);
 		struct mv_wr *op = mv_op_get(s);
 		if (!imp || !op || atomic_load(&imp->peer->gone)) {
@@ -395,8 +400,11 @@ int mv_flush_all(struct mv_shard *s)
 		struct mv_attach *at = s->att[i];
 		if (at->ovf_head != at->ovf_tail)
 			n += flush_ovf(at);
-		if (!at->dead && shmring_reserved(&at->comp))
+		if (!at->dead && shmring_reserved(&at->comp)) {
+			if (shmring_consumer_sleeps(&at->comp))
+				s->woke_at = s->now; /* the commit wakes a client */
 			shmring_commit(&at->comp);
+		}
 	}
 	return n;
 }

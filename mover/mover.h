@@ -216,6 +216,7 @@ struct mv_part {
 	uint8_t ended;
 	uint8_t failed;
 	uint8_t cause;
+	uint8_t imm_sent; /* its one write carries the immediate (take.c) */
 	int32_t status;
 	uint32_t region;
 	uint64_t bytes;
@@ -365,6 +366,7 @@ struct mv_shard {
 	int64_t next_expire;
 	uint32_t seen_deaths; /* mv->peer_deaths when posted ops were last checked */
 	int64_t now;          /* CLOCK_MONOTONIC ns at the start of this loop turn */
+	int64_t woke_at;      /* when this shard last woke a client or a peer shard */
 	int64_t post_hold;    /* after a full queue, no post before this (post.c) */
 	int64_t hold_ns;      /* the wait after the last refusal in a row, or 0 */
 	uint64_t rx_seen;     /* rx_cntr's value when last read */

@@ -93,6 +93,9 @@ int mv_post(struct mv_shard *s)
 				msg.iov_count = 0;
 				msg.rma_iov_count = 1;
 				msg.data = op->data;
+			} else if (op->with_imm) {
+				flags |= FI_REMOTE_CQ_DATA;
+				msg.data = op->data;
 			}
 			if (more_follows(s, op, burst))
 				flags |= FI_MORE;

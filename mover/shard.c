@@ -14,6 +14,7 @@
 #include "shard_int.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,9 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 
-#define STOP_DRAIN_NS 10000000000ll
+#define STOP_DRAIN_NS       10000000000ll
+#define CROWD_CHECK_NS      1000000ll /* how often a spinning shard looks at the host's load */
+#define YIELD_AFTER_WAKE_NS 200000ll  /* a crowded shard yields this long after a wake */
 
 void mv_shard_post(struct mv_shard *s, struct mv_cmd *c)
 {
@@ -216,6 +219,7 @@ static void reap_detached(struct mv_shard *s)
 static void shard_loop(struct mv_shard *s)
 {
 	int64_t last_work = mv_now_ns(), last_active = last_work, spin = SPIN_NS, stop_at = 0;
+	int64_t crowd_at = 0;
 	int load_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int slept = 0, crowded = 1;
@@ -275,11 +279,25 @@ static void shard_loop(struct mv_shard *s)
 			last_work = last_active = now;
 			continue;
 		}
-		if (mv_now_ns() - last_active < spin || s->stop_cmd)
+		if (mv_now_ns() - last_active < spin || s->stop_cmd) {
+			/* On a crowded host a thread this shard just woke (a
+			 * client with a completion to read, a same-host peer's
+			 * shard) may be waiting for this very core: let it have
+			 * it now, not after the scheduler's wake-up granularity.
+			 * Threads that poll wake nobody and get no yield: they
+			 * would keep the core for a whole time slice. */
+			if (crowded && s->now - s->woke_at < YIELD_AFTER_WAKE_NS)
+				sched_yield();
+			if (s->now - crowd_at > CROWD_CHECK_NS) {
+				crowd_at = s->now;
+				crowded = mv_host_crowded(load_fd, ncpu);
+			}
 			continue;
+		}
 		s->st.sleeps++;
 		mv_stats_publish(s, 1);
 		crowded = mv_host_crowded(load_fd, ncpu);
+		crowd_at = mv_now_ns();
 		/* Woken by data (the CQ fd of a receiving shard: its writes make
 		 * no CQ entry) or a doorbell: spin again rather than sleep per
 		 * message while a stream lasts. */

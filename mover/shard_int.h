@@ -68,6 +68,7 @@ struct mv_wr {
 	uint32_t batch;
 	uint8_t kind;
 	uint8_t niov;
+	uint8_t with_imm; /* a WRITE that carries its batch's immediate (data) */
 	uint64_t bytes;
 	uint64_t data;
 	uint64_t cookie;

@@ -140,6 +140,30 @@ static int take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_
 	return 1;
 }
 
+/*
+ * A batch of one part whose one write is still queued carries its
+ * immediate on that write (FI_REMOTE_CQ_DATA): the target's CQ entry comes
+ * only once the write's data is in place, so the order the contract asks
+ * for holds, and a small write's round trip saves the wait for the data's
+ * completion and a second fabric write. Larger batches keep the immediate
+ * after every write's completion: the providers do not order separate
+ * writes (shm) or order only some (rxm), and a batch of several parts
+ * needs all of them.
+ */
+static void imm_inline(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
+{
+	struct mv_part *p = &at->parts[d->batch];
+	struct mv_wr *op = s->pend_tail;
+	struct mv_import *imp = mv_import_get(at->cl, d->dst);
+
+	if (d->nparts != 1 || p->outstanding != 1 || !op || op->at != at ||
+	    op->batch != d->batch || op->kind != MV_OPK_WRITE || !imp || imp->peer != op->peer)
+		return;
+	op->with_imm = 1;
+	op->data = (uint64_t)imp->region << 32 | d->imm;
+	p->imm_sent = 1;
+}
+
 static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
 {
 	struct mv_part *p = &at->parts[d->batch];
@@ -160,6 +184,8 @@ static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 	}
 	if (p->ndesc)
 		at->open_parts--;
+	if (!p->failed && (d->flags & MV_END_IMM))
+		imm_inline(s, at, d);
 	p->end = *d;
 	if (p->end.nparts == 0 || p->end.nparts > s->mv->nshards)
 		p->end.nparts = 1; /* complete it alone, with its error */

@@ -210,6 +210,7 @@ void mv_wake_ring(struct mv_shard *s, struct mv_peer *p)
 	    !atomic_exchange_explicit(&p->wake->shard[t].sleeping, 0, memory_order_relaxed))
 		return;
 	s->st.wakes++;
+	s->woke_at = s->now;
 	if (write(p->wake_fd[t], "w", 1) < 0) {
 		/* full (it is awake already) or the peer is gone */
 	}

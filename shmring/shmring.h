@@ -129,6 +129,14 @@ static inline void shmring_commit(struct shmring *r)
 		shmring_wake(r);
 }
 
+/* shmring_consumer_sleeps - producer: whether the consumer asked to be
+ * woken, so that the next commit wakes it. A hint, read relaxed. */
+static inline int shmring_consumer_sleeps(const struct shmring *r)
+{
+	return !!(atomic_load_explicit(&r->lay->sleep.flags, memory_order_relaxed) &
+	          SHMRING_NEED_WAKEUP);
+}
+
 /* shmring_cancel - producer: drop every reserved, uncommitted slot. */
 static inline void shmring_cancel(struct shmring *r)
 {
