@@ -87,12 +87,41 @@ int mvc_imm_expect(struct mvc *c, uint32_t imm, uint32_t count, uint64_t cookie)
 }
 
 /* One completion entry to at most one event; 1 if ev was filled. */
+/* How long an immediate the mover read at `at` waited for us. The stamp is
+ * the mover's clock word, CLOCK_MONOTONIC on this host; one from the
+ * future (or none) is not a duration. */
+static void lat_note(struct mvc *c, uint64_t at)
+{
+	struct timespec ts;
+
+	if (!at)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if (at > now)
+		return;
+	uint64_t ns = now - at;
+	uint32_t b = ns < 128 ? 0 : 64 - (uint32_t)__builtin_clzll(ns) - 7;
+	c->lat.hist[b < MVC_LAT_BUCKETS ? b : MVC_LAT_BUCKETS - 1]++;
+	c->lat.count++;
+	c->lat.sum_ns += ns;
+}
+
+int mvc_latency(const struct mvc *c, struct mvc_latency *out)
+{
+	if (!c || !out)
+		return -EINVAL;
+	*out = c->lat;
+	return 0;
+}
+
 static int translate(struct mvc *c, const struct mv_cqe *q, struct mvc_event *ev)
 {
 	struct mv_cqe e;
 
 	memcpy(&e, q, sizeof(e)); /* the slot is shared memory: read it once */
 	if (e.type == MV_CQE_IMM) {
+		lat_note(c, e.bytes);
 		struct imm_ent *t = imm_find(c, e.imm, 1);
 		if (t) {
 			t->count++;

@@ -424,7 +424,7 @@ struct mv_cqe {
 	uint32_t batch;
 	uint32_t imm;
 	uint64_t cookie;
-	uint64_t bytes;
+	uint64_t bytes;  /* BATCH: bytes written; IMM: CLOCK_MONOTONIC ns when the mover read it */
 	uint32_t region; /* IMM: the local region written; errors: region at fault */
 	uint32_t shard;
 	char msg[MV_ERRLEN];

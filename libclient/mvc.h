@@ -199,6 +199,22 @@ int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms);
  * counted are not reported one by one. */
 int mvc_imm_expect(struct mvc *c, uint32_t imm, uint32_t count, uint64_t cookie);
 
+/*
+ * How long immediates waited between the mover reading them from its fabric
+ * and this client reading them from its completion ring: the last hop of a
+ * write's way, which only the client sees (the mover's own hops are in its
+ * stats: mvstat --hops). Totals since connect; hist[i] counts waits below
+ * 2^(i + 7) ns, the last bucket also any longer. Same thread rule as the
+ * rest of the connection.
+ */
+#define MVC_LAT_BUCKETS 32
+struct mvc_latency {
+	uint64_t count;  /* immediates measured */
+	uint64_t sum_ns; /* their waits, summed */
+	uint64_t hist[MVC_LAT_BUCKETS];
+};
+int mvc_latency(const struct mvc *c, struct mvc_latency *out);
+
 /* Bytes and WRITE descriptors this client sent through one mover shard. */
 uint64_t mvc_shard_bytes(const struct mvc *c, uint32_t shard);
 uint64_t mvc_shard_descs(const struct mvc *c, uint32_t shard);

@@ -66,6 +66,7 @@ struct mvc {
 	int efd; /* the mover wakes us here */
 	int dead;
 	char cut[MV_ERRLEN]; /* why the mover cut this connection off; "" while it has not */
+	struct mvc_latency lat; /* immediates' wait in our rings: mvc_latency() */
 	struct mvc_info info;
 	uint32_t flags; /* MV_HELLO_* */
 	uint64_t max_write;

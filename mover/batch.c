@@ -169,6 +169,8 @@ static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, 
 		};
 		mv_trace_batch(s, &t);
 	}
+	if (B->end.stamp && (int64_t)B->end.stamp <= s->now)
+		mv_hop(s, MV_HOP_BATCH, s->now - (int64_t)B->end.stamp);
 	/* Reset before the client can see the id again. */
 	atomic_store_explicit(&B->bytes, 0, memory_order_relaxed);
 	atomic_store_explicit(&B->ndesc, 0, memory_order_relaxed);
@@ -267,6 +269,10 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 	struct mv_desc end = p->end;
 	int imm_sent = p->imm_sent;
 
+	if (p->t_posted) {
+		mv_hop(s, MV_HOP_POST, p->t_posted - p->t_take);
+		mv_hop(s, MV_HOP_FABRIC, s->now - p->t_posted);
+	}
 	if (p->failed) {
 		int32_t zero = 0;
 		if (atomic_compare_exchange_strong(&B->status, &zero, p->status)) {
@@ -293,6 +299,7 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 		return;
 	}
 	B->end = end; /* the finisher's own copy, for the trace */
+	B->t_data = s->now;
 
 	int32_t status = atomic_load_explicit(&B->status, memory_order_relaxed);
 	if (status == 0 && (end.flags & MV_END_IMM) && imm_sent) {
@@ -360,6 +367,8 @@ void mv_op_report(struct mv_shard *s, struct mv_wr *op, int err, const char *tex
 	mv_touch(s, at);
 	if (op->kind == MV_OPK_IMM) {
 		char msg[MV_ERRLEN];
+		if (!err)
+			mv_hop(s, MV_HOP_IMM, s->now - at->cl->batches[op->batch].t_data);
 		if (err)
 			snprintf(msg, sizeof(msg), "immediate: %s", text);
 		publish_batch(s, at, op->batch, op->cookie, err,
@@ -404,6 +413,10 @@ int mv_flush_all(struct mv_shard *s)
 			if (shmring_consumer_sleeps(&at->comp))
 				s->woke_at = s->now; /* the commit wakes a client */
 			shmring_commit(&at->comp);
+			if (at->imm_at) {
+				mv_hop(s, MV_HOP_DELIVER, mv_now_ns() - at->imm_at);
+				at->imm_at = 0;
+			}
 		}
 	}
 	return n;

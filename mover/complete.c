@@ -19,6 +19,7 @@ static void deliver_imm(struct mv_shard *s, uint64_t data)
 {
 	struct mv_region *r = mv_region_get(s->mv, (uint32_t)(data >> 32));
 	struct mv_cqe c = {.type = MV_CQE_IMM, .imm = (uint32_t)data};
+	int64_t now = mv_now_ns();
 
 	s->st.imm_rx++;
 	if (!r)
@@ -28,6 +29,9 @@ static void deliver_imm(struct mv_shard *s, uint64_t data)
 		return;
 	c.region = r->id;
 	c.shard = (uint32_t)s->id;
+	c.bytes = (uint64_t)now; /* for the client's own hop: mvc_latency() */
+	if (!cl->att[s->id]->imm_at)
+		cl->att[s->id]->imm_at = now;
 	mv_push_cqe(cl->att[s->id], &c);
 }
 

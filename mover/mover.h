@@ -25,6 +25,8 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "stats_layout.h" /* enum mv_hop: the shards' hop histograms */
+
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
@@ -196,6 +198,7 @@ struct mv_batch {
 	uint32_t region;
 	char msg[MV_ERRLEN];
 	struct mv_desc end; /* the last part's END, written by the finisher */
+	int64_t t_data;     /* the finisher's: when its data was done, for the imm hop */
 };
 
 #define MV_PARTS_CLAIMED (1u << 31)
@@ -217,6 +220,8 @@ struct mv_part {
 	uint8_t failed;
 	uint8_t cause;
 	uint8_t imm_sent; /* its one write carries the immediate (take.c) */
+	int64_t t_take;   /* its END taken */
+	int64_t t_posted; /* its last op handed to the provider; 0: none yet */
 	int32_t status;
 	uint32_t region;
 	uint64_t bytes;
@@ -245,6 +250,7 @@ struct mv_attach {
 	struct shmring comp; /* we produce completions */
 	struct mv_part *parts;
 	struct mv_cursor cur; /* the list being expanded: its ring waits for it */
+	int64_t imm_at;       /* the oldest immediate on comp not yet committed (DELIVER hop) */
 	struct mv_cqe *ovf;   /* completions waiting for room in comp */
 	uint32_t ovf_head, ovf_tail, ovf_cap;
 	uint32_t outstanding; /* ops pending or posted */
@@ -317,6 +323,8 @@ struct mv_shard_counters {
 	uint64_t posted, completed, bytes, eagain, cq_errors, imm_rx, descs, retries;
 	uint64_t batches, timeouts, sleeps, wakes, trace_dropped;
 	uint64_t path_bytes[4]; /* by enum mv_gpu_path: host, HMEM, CUDA copy, staged */
+	uint64_t hop_sum[MV_HOPS];
+	uint64_t hop[MV_HOPS][MV_HOP_BUCKETS]; /* stats_layout.h says what each hop is */
 };
 
 struct mv_stats_hdr;

@@ -144,6 +144,8 @@ int mv_post(struct mv_shard *s)
 			continue;
 		}
 		mv_posted_add(s, op);
+		if (op->kind != MV_OPK_IMM)
+			op->at->parts[op->batch].t_posted = s->now;
 		s->hold_ns = 0;
 		wake_add(s, wake, &nwake, op->peer);
 		burst += op->bytes;

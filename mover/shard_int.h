@@ -143,6 +143,15 @@ static inline void mv_wr_append(struct mv_wr **head, struct mv_wr **tail, struct
 	*tail = op;
 }
 
+/* One duration into hop h's histogram (stats_layout.h). */
+static inline void mv_hop(struct mv_shard *s, enum mv_hop h, int64_t ns)
+{
+	if (ns < 0)
+		ns = 0;
+	s->st.hop[h][mv_hop_bucket((uint64_t)ns)]++;
+	s->st.hop_sum[h] += (uint64_t)ns;
+}
+
 static inline void mv_pend_push(struct mv_shard *s, struct mv_wr *op)
 {
 	op->born = op->posted_at = s->now; /* queued at, until it is posted */

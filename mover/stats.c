@@ -173,6 +173,11 @@ void mv_stats_publish(struct mv_shard *s, int force)
 	PUT(o->wakes, s->st.wakes);
 	for (int i = 0; i < 4; i++)
 		PUT(o->path_bytes[i], s->st.path_bytes[i]);
+	for (int h = 0; h < MV_HOPS; h++) {
+		PUT(o->hop_sum_ns[h], s->st.hop_sum[h]);
+		for (int b = 0; b < MV_HOP_BUCKETS; b++)
+			PUT(o->hop[h][b], s->st.hop[h][b]);
+	}
 	PUT(o->heartbeat_ns, (uint64_t)s->now);
 	PUT(s->trace_dropped_pub, s->st.trace_dropped);
 	if (s->now >= s->next_rows) {

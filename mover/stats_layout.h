@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI   3u
+#define MV_STATS_ABI   4u
 #define MV_STATS_RINGS 256u /* ring rows per shard: client slots */
 #define MV_STATS_PEERS 256u /* peer rows per shard: the first peer slots */
 
@@ -56,6 +56,42 @@ struct mv_stats_hdr {
 	char trace_path[256];
 };
 
+/*
+ * Where a batch's time goes, hop by hop, as per-shard histograms of
+ * durations. Bucket i counts durations below 2^(i + 7) ns (i = 0: under
+ * 128 ns; i = 31: under 275 s); the last bucket also takes anything longer.
+ * The sending shard that publishes a batch's completion records its hops:
+ *   queue   the client's mvc_submit to the shard taking the batch's END
+ *   post    END taken to the part's last write handed to the provider
+ *   fabric  that post to the part's last write completed (delivered, where
+ *           the provider offers delivery-complete; else sent)
+ *   imm     the data done to the separate immediate's completion (batches
+ *           whose one write carries the immediate have none)
+ *   batch   mvc_submit to the completion published: the whole of it
+ * and the shard that receives an immediate:
+ *   deliver its fabric completion read to its entry published on the
+ *           owning client's completion ring
+ * The client's own hop, from that entry to its read, is the client's to
+ * measure: mvc_latency().
+ */
+enum mv_hop {
+	MV_HOP_QUEUE,
+	MV_HOP_POST,
+	MV_HOP_FABRIC,
+	MV_HOP_IMM,
+	MV_HOP_BATCH,
+	MV_HOP_DELIVER,
+	MV_HOPS
+};
+#define MV_HOP_BUCKETS 32
+#define MV_HOP_SHIFT   7 /* bucket 0 is below 2^7 ns */
+
+static inline uint32_t mv_hop_bucket(uint64_t ns)
+{
+	uint32_t b = ns < (1u << MV_HOP_SHIFT) ? 0 : 64 - (uint32_t)__builtin_clzll(ns) - MV_HOP_SHIFT;
+	return b < MV_HOP_BUCKETS ? b : MV_HOP_BUCKETS - 1;
+}
+
 /* One shard: written by that shard only. Counters are totals since start. */
 struct mv_stats_shard {
 	char provider[32];
@@ -78,6 +114,8 @@ struct mv_stats_shard {
 	_Atomic uint64_t sleeps;
 	_Atomic uint64_t wakes;         /* same-host peer shards this one woke (shm) */
 	_Atomic uint64_t path_bytes[4]; /* by path: host, FI_HMEM, CUDA copy, staged */
+	_Atomic uint64_t hop_sum_ns[MV_HOPS];
+	_Atomic uint64_t hop[MV_HOPS][MV_HOP_BUCKETS]; /* see enum mv_hop */
 };
 
 /* One client's rings on one shard (row slot = client slot). */

@@ -186,6 +186,11 @@ static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 		at->open_parts--;
 	if (!p->failed && (d->flags & MV_END_IMM))
 		imm_inline(s, at, d);
+	p->t_take = s->now;
+	/* The client's stamp is its word only: a stamp from the future is
+	 * not a duration. */
+	if (d->stamp && (int64_t)d->stamp <= s->now)
+		mv_hop(s, MV_HOP_QUEUE, s->now - (int64_t)d->stamp);
 	p->end = *d;
 	if (p->end.nparts == 0 || p->end.nparts > s->mv->nshards)
 		p->end.nparts = 1; /* complete it alone, with its error */

@@ -37,6 +37,27 @@ peer=$(echo "$j3" | sed 's/.*"peers"://' | field bytes)
 "$B"/bin/mvstat --socket "$MV_SOCK_A" --prometheus --interval 0.1 | grep -q '^mover_shard_bytes_total{' ||
 	fail "no mover_shard_bytes_total in --prometheus"
 
+# Hops: every batch A published has its whole-batch hop, in the Prometheus
+# histogram and in --hops; every immediate B delivered, its deliver hop.
+batches=$(echo "$j3" | sed 's/"hops".*//' | field batches)
+hopc() { "$B"/bin/mvstat --socket "$1" --prometheus --interval 0.1 |
+	grep "^mover_hop_seconds_count{.*hop=\"$2\"" | awk '{s += $2} END {printf "%.0f\n", s}'; }
+hb=$(hopc "$MV_SOCK_A" batch)
+[ "$batches" -gt 0 ] && [ "$hb" = "$batches" ] ||
+	fail "mover A published $batches batches but its batch hop counts $hb"
+inf=$("$B"/bin/mvstat --socket "$MV_SOCK_A" --prometheus --interval 0.1 |
+	grep '^mover_hop_seconds_bucket{.*hop="batch",le="+Inf"' | awk '{s += $2} END {printf "%.0f\n", s}')
+[ "$inf" = "$hb" ] || fail "the batch histogram's +Inf bucket holds $inf of $hb"
+imms=$("$B"/bin/mvstat --socket "$MV_SOCK_B" --json --interval 0.1 | sed 's/"hops".*//' | field imm_rx)
+hd=$(hopc "$MV_SOCK_B" deliver)
+[ "$imms" -gt 0 ] && [ "$hd" = "$imms" ] ||
+	fail "mover B received $imms immediates but its deliver hop counts $hd"
+"$B"/bin/mvstat --socket "$MV_SOCK_A" --hops --interval 0.1 >"$dir"/hops.out ||
+	fail "mvstat --hops"
+for h in queue post fabric batch; do
+	grep -q "^[0-9]* *$h .*all time" "$dir"/hops.out || fail "no $h hop in mvstat --hops: $(cat "$dir"/hops.out)"
+done
+
 "$B"/bin/mvstat --socket "$MV_SOCK_B" --watch --interval 0.2 >"$dir"/watch.out 2>&1 &
 w=$!
 sleep 0.6

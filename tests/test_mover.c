@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <pthread.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,6 +145,53 @@ START_TEST(test_imm_arrives_after_its_data)
 		ck_assert_int_eq(e.status, 0);
 		ck_assert_uint_eq(e.bytes, n);
 	}
+	pair_close(&p);
+}
+END_TEST
+
+/* One small write and its immediate: the write carries it (one fabric
+ * write, not two), and still never before its data. The receiver's
+ * mvc_latency() counts every immediate it read. */
+START_TEST(test_small_write_carries_its_imm_in_order)
+{
+	struct pair p;
+	struct mvc_event ev[4];
+	struct mvc_latency lat;
+	const uint32_t rounds = 300;
+
+	pair_open(&p, 1 << 16, 1 << 16);
+	for (uint32_t round = 1; round <= rounds; round++) {
+		uint64_t len = 8u << (round % 10); /* 8 B to 4 KiB */
+		fill(p.src.addr, len, round);
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, len), 0);
+		ck_assert_int_eq(mvc_write_imm(p.a, p.imp, round), 0);
+		ck_assert_int_eq(mvc_submit(p.a, round), 0);
+		int got = 0;
+		double end = now_s() + 20;
+		while (!got && now_s() < end) {
+			int k = mvc_poll(p.b, ev, 4);
+			ck_assert_int_ge(k, 0);
+			for (int i = 0; i < k; i++)
+				if (ev[i].type == MVC_EV_IMM) {
+					ck_assert_uint_eq(ev[i].imm, round);
+					got = 1;
+				}
+		}
+		ck_assert_msg(got, "no immediate in round %u", round);
+		ck_assert_msg(!memcmp(p.dst.addr, p.src.addr, len),
+		              "round %u: %" PRIu64 " bytes behind their immediate", round, len);
+		struct mvc_event e = wait_batch(p.a, round, 20);
+		ck_assert_int_eq(e.status, 0);
+	}
+	ck_assert_int_eq(mvc_latency(p.b, &lat), 0);
+	ck_assert_uint_eq(lat.count, rounds);
+	uint64_t sum = 0;
+	for (int i = 0; i < MVC_LAT_BUCKETS; i++)
+		sum += lat.hist[i];
+	ck_assert_uint_eq(sum, rounds);
+	ck_assert_uint_gt(lat.sum_ns, 0);
+	ck_assert_int_eq(mvc_latency(p.a, &lat), 0);
+	ck_assert_uint_eq(lat.count, 0); /* it received none */
 	pair_close(&p);
 }
 END_TEST
@@ -806,6 +854,7 @@ static TCase *ops(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_writev_segments_land);
 	tcase_add_test(tc, test_paged_write_scattered_pages);
 	tcase_add_test(tc, test_imm_arrives_after_its_data);
+	tcase_add_test(tc, test_small_write_carries_its_imm_in_order);
 	tcase_add_test(tc, test_imm_expect_counts_in_any_order);
 	tcase_add_test(tc, test_imm_expect_already_met_reports_at_once);
 	tcase_add_test(tc, test_several_clients_at_once);

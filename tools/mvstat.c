@@ -29,20 +29,13 @@
 #include "mv_sock.h"
 #include "mv_wire.h"
 #include "stats_layout.h"
+#include "stats_view.h"
 
 struct snap {
 	uint64_t t_ns;
 	struct mv_stats_shard shard[MV_MAX_SHARDS];
 };
 
-struct view {
-	int pidfd; /* the mover's process: readable once it exits, even as a zombie */
-	const struct mv_stats_hdr *h;
-	const struct mv_stats_shard *shards;
-	const struct mv_stats_ring *rings;
-	const struct mv_stats_peer *peers;
-	size_t size;
-};
 
 static uint64_t mono_ns(void)
 {
@@ -50,57 +43,6 @@ static uint64_t mono_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* Asks for the segment; returns its fd and size, or -errno with why. */
-static int fetch_segment(const char *path, size_t *size, char *why, size_t whylen)
-{
-	struct {
-		struct mv_msg_hdr h;
-		struct mv_stats_rep r;
-	} rep;
-	int fd, ret = mv_request(path, MV_MSG_STATS, NULL, 0, &rep, sizeof(rep), &fd, why, whylen);
-
-	if (ret)
-		return ret;
-	if (fd < 0) {
-		snprintf(why, whylen, "the mover at %s did not hand out its stats segment", path);
-		return -EPROTO;
-	}
-	*size = rep.r.seg_size;
-	return fd;
-}
-
-/* Maps and checks the segment: everything in it is someone else's writing. */
-static int map_view(int fd, size_t size, struct view *v, char *why, size_t whylen)
-{
-	void *base = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-
-	if (base == MAP_FAILED) {
-		snprintf(why, whylen, "mapping the stats segment: %s", strerror(errno));
-		return -errno;
-	}
-	const struct mv_stats_hdr *h = base;
-	if (size < sizeof(*h) || h->magic != MV_STATS_MAGIC || h->abi != MV_STATS_ABI ||
-	    h->seg_size != size || h->nshards == 0 || h->nshards > MV_MAX_SHARDS ||
-	    h->nrings != MV_STATS_RINGS || h->npeers != MV_STATS_PEERS ||
-	    h->shard_off + (uint64_t)h->nshards * sizeof(struct mv_stats_shard) > size ||
-	    h->ring_off + (uint64_t)h->nshards * h->nrings * sizeof(struct mv_stats_ring) > size ||
-	    h->peer_off + (uint64_t)h->nshards * h->npeers * sizeof(struct mv_stats_peer) > size) {
-		snprintf(why, whylen,
-		         "the stats segment is not one this mvstat reads (magic %#" PRIx64
-		         ", ABI %u)",
-		         size >= sizeof(*h) ? h->magic : 0, size >= sizeof(*h) ? h->abi : 0);
-		munmap(base, size);
-		return -EPROTO;
-	}
-	v->h = h;
-	v->pidfd = (int)syscall(SYS_pidfd_open, h->pid, 0);
-	v->shards = (const void *)((const char *)base + h->shard_off);
-	v->rings = (const void *)((const char *)base + h->ring_off);
-	v->peers = (const void *)((const char *)base + h->peer_off);
-	v->size = size;
-	return 0;
 }
 
 static void take(const struct view *v, struct snap *s)
@@ -221,6 +163,53 @@ static void print_text(FILE *f, const struct view *v, const struct snap *a, cons
 	}
 }
 
+/* Hop h of shard s: the counts over the interval a..b when it saw any,
+ * else since the start; returns the count, and 1 in *since_start then. */
+static uint64_t hop_hist(const struct snap *a, const struct snap *b, uint32_t s, int h,
+                         uint64_t *hist, uint64_t *sum, int *since_start)
+{
+	uint64_t n = 0;
+
+	for (int pass = 0; pass < 2 && !n; pass++) {
+		*since_start = pass;
+		n = 0;
+		for (int k = 0; k < MV_HOP_BUCKETS; k++) {
+			uint64_t y = GET(b->shard[s].hop[h][k]), x = pass ? 0 : GET(a->shard[s].hop[h][k]);
+			hist[k] = y - x;
+			n += hist[k];
+		}
+		*sum = GET(b->shard[s].hop_sum_ns[h]) - (pass ? 0 : GET(a->shard[s].hop_sum_ns[h]));
+	}
+	return n;
+}
+
+/* Where batches' time went, per shard and hop (stats_layout.h says what
+ * each hop is): percentiles from the histograms, in microseconds. */
+static void print_hops(FILE *f, const struct view *v, const struct snap *a, const struct snap *b)
+{
+	int head = 0;
+
+	for (uint32_t s = 0; s < v->h->nshards; s++)
+		for (int h = 0; h < MV_HOPS; h++) {
+			uint64_t hist[MV_HOP_BUCKETS], sum;
+			int since;
+			uint64_t n = hop_hist(a, b, s, h, hist, &sum, &since);
+			if (!n)
+				continue;
+			if (!head++)
+				fprintf(f, "%-5s %-8s %12s %10s %10s %10s %10s  %s\n", "shard", "hop",
+				        "count", "mean us", "p50 us", "p90 us", "p99 us", "over");
+			fprintf(f, "%-5u %-8s %12" PRIu64 " %10.1f %10.1f %10.1f %10.1f  %s\n", s,
+			        hop_name(h), n, (double)sum / (double)n / 1e3,
+			        hop_quantile(hist, MV_HOP_BUCKETS, 0.5) / 1e3,
+			        hop_quantile(hist, MV_HOP_BUCKETS, 0.9) / 1e3,
+			        hop_quantile(hist, MV_HOP_BUCKETS, 0.99) / 1e3,
+			        since ? "all time" : "interval");
+		}
+	if (!head)
+		fprintf(f, "no batch or immediate has passed through this mover yet\n");
+}
+
 static void print_json(FILE *f, const struct view *v, const struct snap *a, const struct snap *b)
 {
 	const struct mv_stats_hdr *h = v->h;
@@ -254,8 +243,25 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 		        GET(y->path_bytes[0]), GET(y->path_bytes[1]), GET(y->path_bytes[2]),
 		        GET(y->path_bytes[3]));
 	}
-	fprintf(f, "],\"rings\":[");
+	fprintf(f, "],\"hops\":[");
 	int any = 0;
+	for (uint32_t s = 0; s < h->nshards; s++)
+		for (int k = 0; k < MV_HOPS; k++) {
+			uint64_t hist[MV_HOP_BUCKETS], sum;
+			int since;
+			uint64_t n = hop_hist(a, b, s, k, hist, &sum, &since);
+			if (!n)
+				continue;
+			fprintf(f,
+			        "%s{\"shard\":%u,\"hop\":\"%s\",\"over\":\"%s\",\"count\":%" PRIu64
+			        ",\"mean_us\":%.3f,\"p50_us\":%.3f,\"p90_us\":%.3f,\"p99_us\":%.3f}",
+			        any++ ? "," : "", s, hop_name(k), since ? "all time" : "interval", n,
+			        (double)sum / (double)n / 1e3, hop_quantile(hist, MV_HOP_BUCKETS, 0.5) / 1e3,
+			        hop_quantile(hist, MV_HOP_BUCKETS, 0.9) / 1e3,
+			        hop_quantile(hist, MV_HOP_BUCKETS, 0.99) / 1e3);
+		}
+	fprintf(f, "],\"rings\":[");
+	any = 0;
 	for (uint32_t s = 0; s < h->nshards; s++)
 		for (uint32_t i = 0; i < h->nrings; i++) {
 			const struct mv_stats_ring *r = &v->rings[(size_t)s * h->nrings + i];
@@ -334,6 +340,35 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 			        b->shard[s].iface, atomic_load_explicit(p, memory_order_relaxed));
 		}
 	}
+	fprintf(f, "# HELP mover_hop_seconds where batches' time goes, hop by hop (queue, post, "
+	           "fabric, imm, batch, deliver: see mvstat(1))\n# TYPE mover_hop_seconds "
+	           "histogram\n");
+	for (uint32_t s = 0; s < h->nshards; s++)
+		for (int k = 0; k < MV_HOPS; k++) {
+			uint64_t cum = 0;
+			for (int i = 0; i < MV_HOP_BUCKETS; i++) {
+				cum += GET(b->shard[s].hop[k][i]);
+				if (i == MV_HOP_BUCKETS - 1)
+					break; /* the last bucket also takes longer waits: +Inf */
+				fprintf(f,
+				        "mover_hop_seconds_bucket{mover=\"%016" PRIx64
+				        "\",shard=\"%u\",hop=\"%s\",le=\"%.9g\"} %" PRIu64 "\n",
+				        h->mover_id, s, hop_name(k),
+				        (double)(1ull << (i + MV_HOP_SHIFT)) / 1e9, cum);
+			}
+			fprintf(f,
+			        "mover_hop_seconds_bucket{mover=\"%016" PRIx64
+			        "\",shard=\"%u\",hop=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
+			        h->mover_id, s, hop_name(k), cum);
+			fprintf(f,
+			        "mover_hop_seconds_sum{mover=\"%016" PRIx64
+			        "\",shard=\"%u\",hop=\"%s\"} %.9f\n",
+			        h->mover_id, s, hop_name(k), (double)GET(b->shard[s].hop_sum_ns[k]) / 1e9);
+			fprintf(f,
+			        "mover_hop_seconds_count{mover=\"%016" PRIx64
+			        "\",shard=\"%u\",hop=\"%s\"} %" PRIu64 "\n",
+			        h->mover_id, s, hop_name(k), cum);
+		}
 	fprintf(f, "# HELP mover_ring_occupancy descriptors waiting in a client's submission "
 	           "ring\n# TYPE mover_ring_occupancy gauge\n");
 	for (uint32_t s = 0; s < h->nshards; s++)
@@ -373,11 +408,12 @@ int main(int argc, char **argv)
 	    {"socket", required_argument, 0, 's'},   {"watch", no_argument, 0, 'w'},
 	    {"json", no_argument, 0, 'j'},           {"prometheus", no_argument, 0, 'p'},
 	    {"interval", required_argument, 0, 'i'}, {"count", required_argument, 0, 'n'},
-	    {"help", no_argument, 0, 'h'},           {0, 0, 0, 0},
+	    {"hops", no_argument, 0, 'H'},           {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	char sockbuf[256], why[256];
 	const char *path = NULL;
-	int watch = 0, json = 0, prom = 0, c, count = -1;
+	int watch = 0, json = 0, prom = 0, hops = 0, c, count = -1;
 	double interval = 1.0;
 
 	while ((c = getopt_long(argc, argv, "s:wjpi:n:h", opts, NULL)) != -1) {
@@ -400,17 +436,25 @@ int main(int argc, char **argv)
 		case 'n':
 			count = atoi(optarg);
 			break;
+		case 'H':
+			hops = 1;
+			break;
 		case 'h':
 		default:
 			fprintf(
 			    c == 'h' ? stdout : stderr,
-			    "usage: mvstat [--socket PATH] [--watch [--count N]] [--json | "
+			    "usage: mvstat [--socket PATH] [--watch [--count N]] [--hops] [--json | "
 			    "--prometheus]"
 			    " [--interval S]\n"
 			    "  Shows a running mover's shards, client rings and peers. Rates are "
 			    "over"
 			    " --interval\n  (default 1 s; --json and --prometheus take one snapshot"
-			    " pair over it).\n");
+			    " pair over it).\n"
+			    "  --hops adds where batches' time went, per shard and hop: queue (submit\n"
+			    "  to taken), post (taken to posted), fabric (posted to done), imm (the\n"
+			    "  separate immediate), batch (submit to completion), deliver (an\n"
+			    "  immediate read to its completion published); over the interval when\n"
+			    "  it saw any, else since the start. --prometheus always has them.\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -448,6 +492,8 @@ int main(int argc, char **argv)
 			if (watch && tty)
 				fputs("\033[H\033[2J", stdout); /* redraw in place, like top */
 			print_text(stdout, &v, a, b);
+			if (hops)
+				print_hops(stdout, &v, a, b);
 			if (watch && !tty)
 				fputs("\n", stdout);
 		}

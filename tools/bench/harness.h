@@ -424,6 +424,7 @@ struct lrow {
 	double d_p50, d_p99, d_min;
 	double ratio; /* mover p50 / direct p50 */
 	double bar_p50;
+	double hop_p50[MV_HOPS + 1]; /* the movers' hops, then the ping's wait; < 0: none */
 	int pass;
 	int failed;
 	char err[200];

@@ -27,6 +27,7 @@
 #include <rdma/fi_errno.h>
 
 #include "harness.h"
+#include "../stats_view.h"
 
 #define LAT_REGION (128u << 10) /* per side: the source at 0, the echo lands at LAT_ECHO */
 #define LAT_ECHO   (64u << 10)
@@ -62,6 +63,8 @@ struct lat {
 	uint32_t to_pong;   /* import of the pong's region */
 	struct pong dping;  /* the direct ping's endpoint (its thread is ours) */
 	uint64_t seq;
+	struct view va, vb; /* the movers' stats segments: their hop histograms */
+	int mapped;
 	struct mvc *stalled; /* a client of A that never polls (the stalled row) */
 	struct mvc_mem smem;
 	uint32_t sto;
@@ -458,6 +461,18 @@ static int lat_up(struct cfg *x, struct lat *L, char *why, size_t whylen)
 		         L->stalled ? mvc_error(L->stalled) : strerror(-ret));
 		return ret;
 	}
+	size_t sa, sb;
+	int fa = fetch_segment(mover_a.sock, &sa, why, whylen);
+	if (fa < 0 || map_view(fa, sa, &L->va, why, whylen))
+		return fa < 0 ? fa : -EPROTO;
+	close(fa);
+	int fb = fetch_segment(mover_b.sock, &sb, why, whylen);
+	if (fb < 0 || map_view(fb, sb, &L->vb, why, whylen)) {
+		munmap((void *)L->va.h, L->va.size);
+		return fb < 0 ? fb : -EPROTO;
+	}
+	close(fb);
+	L->mapped = 1;
 	p->cpu = pong_cpu(x);
 	if (pthread_create(&p->thread, NULL, pong_main, p)) {
 		snprintf(why, whylen, "pong thread: %s", strerror(errno));
@@ -494,6 +509,13 @@ static void lat_down(struct cfg *x, struct lat *L)
 	}
 	dside_close(&L->dpong);
 	dside_close(&L->dping);
+	if (L->mapped) {
+		munmap((void *)L->va.h, L->va.size);
+		munmap((void *)L->vb.h, L->vb.size);
+		close(L->va.pidfd);
+		close(L->vb.pidfd);
+		L->mapped = 0;
+	}
 	if (L->stalled) {
 		mvc_disconnect(L->stalled); /* its region goes with it */
 		L->stalled = NULL;
@@ -528,6 +550,51 @@ static uint64_t stall_client(struct lat *L)
 			return n;
 		}
 		n++;
+	}
+}
+
+/* ---- where the time went: the movers' hops, the client's wait ---- */
+
+struct hops {
+	uint64_t h[MV_HOPS][MV_HOP_BUCKETS]; /* both movers, every shard */
+	uint64_t wait[MVC_LAT_BUCKETS];      /* the ping's immediates in its ring */
+};
+
+static void hops_take(struct cfg *x, const struct lat *L, struct hops *o)
+{
+	const struct view *vs[2] = {&L->va, &L->vb};
+	struct mvc_latency ml;
+
+	memset(o, 0, sizeof(*o));
+	for (int m = 0; m < 2; m++)
+		for (uint32_t s = 0; s < vs[m]->h->nshards; s++)
+			for (int h = 0; h < MV_HOPS; h++)
+				for (int b = 0; b < MV_HOP_BUCKETS; b++)
+					o->h[h][b] += atomic_load_explicit(&vs[m]->shards[s].hop[h][b],
+					                                   memory_order_relaxed);
+	if (!mvc_latency(x->c, &ml))
+		memcpy(o->wait, ml.hist, sizeof(o->wait));
+}
+
+/* The row's median per hop, us, from the counts between two takes; the
+ * movers publish their counters every 10 ms, so the later take waits that
+ * long first. < 0: the hop saw nothing. */
+static void hops_row(struct cfg *x, const struct lat *L, const struct hops *before,
+                     struct lrow *r)
+{
+	struct hops after;
+	uint64_t d[MV_HOP_BUCKETS];
+
+	usleep(25000);
+	hops_take(x, L, &after);
+	for (int h = 0; h <= MV_HOPS; h++) {
+		uint64_t n = 0;
+		for (int b = 0; b < MV_HOP_BUCKETS; b++) {
+			d[b] = h < MV_HOPS ? after.h[h][b] - before->h[h][b]
+			                   : after.wait[b] - before->wait[b];
+			n += d[b];
+		}
+		r->hop_p50[h] = n ? hop_quantile(d, MV_HOP_BUCKETS, 0.5) / 1e3 : -1;
 	}
 }
 
@@ -594,6 +661,8 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 			goto out;
 		}
 	}
+	struct hops before;
+	hops_take(x, L, &before);
 	for (int rep = 0; rep < reps; rep++) {
 		for (int side = 0; side < 2; side++) {
 			int mover = (side == 0) == (rep % 2 == 0);
@@ -617,6 +686,7 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 		r->failed = 1;
 		goto out;
 	}
+	hops_row(x, L, &before, r);
 	r->rounds = nm;
 	lat_stats(mv, nm, &r->m_p50, &r->m_p99, &r->m_min);
 	lat_stats(dr, nd, &r->d_p50, &r->d_p99, &r->d_min);
@@ -656,6 +726,15 @@ void lat_print_row(const struct lrow *r)
 	       r->prov, sz, r->sleep ? "sleep" : "poll", r->stalled ? "stalled" : "-", r->m_p50,
 	       r->m_p99, r->m_min, r->d_p50, r->d_p99, r->ratio, r->bar_p50,
 	       r->pass ? "ok" : "MISS");
+	printf("   hops p50 (us, both movers):");
+	for (int h = 0; h <= MV_HOPS; h++) {
+		const char *name = h < MV_HOPS ? hop_name(h) : "client wait";
+		if (r->hop_p50[h] < 0)
+			printf(" %s -", name);
+		else
+			printf(" %s %.1f", name, r->hop_p50[h]);
+		printf(h < MV_HOPS ? "," : "\n");
+	}
 	fflush(stdout);
 }
 
@@ -668,6 +747,8 @@ void lat_print_bench(const struct lrow *r)
 	       r->prov, r->shards, r->size, r->sleep ? "sleep" : "poll", r->stalled, r->rounds,
 	       r->m_p50, r->m_p99, r->m_min, r->d_p50, r->d_p99, r->d_min, r->ratio, r->bar_p50,
 	       r->pass, r->failed);
+	for (int h = 0; h <= MV_HOPS && !r->failed; h++)
+		printf(" hop_%s_p50_us=%.2f", h < MV_HOPS ? hop_name(h) : "wait", r->hop_p50[h]);
 	if (r->failed)
 		printf(" error=\"%s\"", r->err);
 	printf("\n");
