@@ -169,8 +169,10 @@ static int fail_inflight(struct mvc *c, struct mvc_event *ev, int max, int statu
 	for (uint32_t b = 0; b < c->info.max_batches && n < max; b++) {
 		if (!c->busy[b])
 			continue;
-		ev[n++] = (struct mvc_event){
-		    .type = MVC_EV_BATCH, .status = status, .cookie = c->cookies[b], .cause = cause};
+		ev[n++] = (struct mvc_event){.type = MVC_EV_BATCH,
+		                             .status = status,
+		                             .cookie = c->cookies[b],
+		                             .cause = cause};
 		snprintf(ev[n - 1].msg, sizeof(ev[n - 1].msg), "%s", msg);
 		mvc_batch_done(c, b);
 	}
@@ -200,7 +202,8 @@ int mvc_poll(struct mvc *c, struct mvc_event *ev, int max)
 
 	if (c->cut[0]) {
 		n = fail_cut(c, ev, max);
-		return n ? n : mvc_fail(c, -EPROTO, "the mover cut this connection off: %s", c->cut);
+		return n ? n
+		         : mvc_fail(c, -EPROTO, "the mover cut this connection off: %s", c->cut);
 	}
 	while (c->ndue && n < max) {
 		struct imm_ent *t = imm_find(c, c->imm_due[--c->ndue], 0);

@@ -232,10 +232,12 @@ struct mv_stats_rep {
 };
 
 /* TRACE request: on = 1 starts writing path (opened by the mover, which
- * must be able to create it), on = 0 stops and closes the current trace. */
+ * must be able to create it), on = 0 stops and closes the current trace.
+ * flags: MV_TRACE_HOPS adds each batch's hops (mover/trace_format.h). */
+#define MV_TRACE_HOPS 1u
 struct mv_trace_req {
 	uint32_t on;
-	uint32_t rsvd;
+	uint32_t flags;
 	char path[256];
 };
 
@@ -396,8 +398,8 @@ static inline uint64_t mv_list_bytes(uint32_t kind, uint64_t count)
 
 /* Completion entries: 128-byte slots. */
 enum mv_cqe_type {
-	MV_CQE_BATCH = 1, /* a batch finished: cookie, status, bytes */
-	MV_CQE_IMM = 2,   /* an immediate landed in one of our regions */
+	MV_CQE_BATCH = 1,  /* a batch finished: cookie, status, bytes */
+	MV_CQE_IMM = 2,    /* an immediate landed in one of our regions */
 	MV_CQE_CUTOFF = 3, /* the mover takes nothing more from this client: msg says why;
 	                      every batch in flight is failed by the client library */
 };

@@ -65,7 +65,7 @@ struct mvc {
 	uint32_t seq;
 	int efd; /* the mover wakes us here */
 	int dead;
-	char cut[MV_ERRLEN]; /* why the mover cut this connection off; "" while it has not */
+	char cut[MV_ERRLEN];    /* why the mover cut this connection off; "" while it has not */
 	struct mvc_latency lat; /* immediates' wait in our rings: mvc_latency() */
 	struct mvc_info info;
 	uint32_t flags; /* MV_HELLO_* */

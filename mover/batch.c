@@ -35,8 +35,7 @@ void mv_push_cqe(struct mv_attach *at, const struct mv_cqe *c)
 		}
 		if (n < 0) {
 			char why[MV_ERRLEN];
-			snprintf(why, sizeof(why), "completion ring: %s",
-			         shmring_error(&at->comp));
+			snprintf(why, sizeof(why), "completion ring: %s", shmring_error(&at->comp));
 			at->dead = 1;
 			mv_cut_off(NULL, at, why);
 			return;
@@ -99,8 +98,8 @@ int mv_cut(struct mv_attach *at)
 	int cut = atomic_load_explicit(&cl->cut, memory_order_acquire);
 
 	if (cut == 2 && !at->cut_told) {
-		struct mv_cqe c = {.type = MV_CQE_CUTOFF, .status = -EPROTO,
-		                   .cause = MV_CAUSE_PROTOCOL};
+		struct mv_cqe c = {
+		    .type = MV_CQE_CUTOFF, .status = -EPROTO, .cause = MV_CAUSE_PROTOCOL};
 		snprintf(c.msg, sizeof(c.msg), "%s", cl->cut_why);
 		at->cut_told = 1;
 		mv_push_cqe(at, &c);
@@ -137,6 +136,7 @@ void mv_fail_part(struct mv_part *p, int status, uint8_t cause, uint32_t region,
 static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, uint64_t cookie,
                           int status, uint8_t cause, const char *msg)
 {
+	int64_t now = mv_now_ns();
 	struct mv_batch *B = &at->cl->batches[b];
 	struct mv_cqe c = {.type = MV_CQE_BATCH, .batch = b, .cookie = cookie};
 
@@ -154,7 +154,7 @@ static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, 
 		    .nparts = e->nparts,
 		    .client = at->cl->id,
 		    .submit_ns = e->stamp,
-		    .complete_ns = (uint64_t)mv_now_ns(),
+		    .complete_ns = (uint64_t)now,
 		    .bytes = status ? e->len : c.bytes,
 		    .peer = atomic_load_explicit(&B->peer, memory_order_relaxed),
 		    .nops = e->src_off > UINT32_MAX ? UINT32_MAX : (uint32_t)e->src_off,
@@ -167,10 +167,23 @@ static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, 
 		    .status = status,
 		    .imm = e->imm,
 		};
-		mv_trace_batch(s, &t);
+		struct mv_trace_hops hp = {
+		    .type = MV_TR_HOPS,
+		    .shard = (uint16_t)s->id,
+		    .imm_inline = B->imm_inline,
+		    .submit_ns = e->stamp,
+		    .taken_ns = (uint64_t)B->t_take,
+		    .posted_ns = (uint64_t)B->t_posted,
+		    .data_ns = (uint64_t)B->t_data,
+		    .imm_ns = status == 0 && (e->flags & MV_END_IMM) && !B->imm_inline && B->t_data
+		                  ? (uint64_t)now
+		                  : 0,
+		    .complete_ns = t.complete_ns,
+		};
+		mv_trace_batch(s, &t, mv_tracing_hops(s->mv) ? &hp : NULL);
 	}
-	if (B->end.stamp && (int64_t)B->end.stamp <= s->now)
-		mv_hop(s, MV_HOP_BATCH, s->now - (int64_t)B->end.stamp);
+	if (B->end.stamp && (int64_t)B->end.stamp <= now)
+		mv_hop(s, MV_HOP_BATCH, now - (int64_t)B->end.stamp);
 	/* Reset before the client can see the id again. */
 	atomic_store_explicit(&B->bytes, 0, memory_order_relaxed);
 	atomic_store_explicit(&B->ndesc, 0, memory_order_relaxed);
@@ -228,7 +241,8 @@ int mv_expire_waits(struct mv_shard *s)
 
 		if (at->open_parts && !still && !at->cur.active) {
 			char why[MV_ERRLEN];
-			snprintf(why, sizeof(why), "%u batch part(s) with no END after %.0f s of quiet",
+			snprintf(why, sizeof(why),
+			         "%u batch part(s) with no END after %.0f s of quiet",
 			         at->open_parts, (double)(s->now - active) / 1e9);
 			mv_cut_off(s, at, why);
 			continue;
@@ -243,14 +257,16 @@ int mv_expire_waits(struct mv_shard *s)
 				if (still || s->now - w->since < quiet)
 					continue;
 				if (atomic_compare_exchange_strong_explicit(
-				        &B->parts_done, &done, MV_PARTS_CLAIMED, memory_order_acq_rel,
-				        memory_order_relaxed)) {
+				        &B->parts_done, &done, MV_PARTS_CLAIMED,
+				        memory_order_acq_rel, memory_order_relaxed)) {
 					char why[MV_ERRLEN];
 					snprintf(why, sizeof(why),
 					         "batch %u END says %u parts; %u came in %.0f s",
 					         w->batch, w->end.nparts, done,
 					         (double)(s->now - w->since) / 1e9);
 					B->end = w->end; /* for the trace */
+					B->t_take = B->t_posted = B->t_data = 0;
+					B->imm_inline = 0;
 					publish_batch(s, at, w->batch, w->end.cookie, -EINVAL,
 					              MV_CAUSE_BAD_DESC, why);
 					n++;
@@ -268,10 +284,13 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 	struct mv_batch *B = &at->cl->batches[b];
 	struct mv_desc end = p->end;
 	int imm_sent = p->imm_sent;
+	int64_t t_take = p->t_take, t_posted = p->t_posted;
+
+	int64_t now = mv_now_ns();
 
 	if (p->t_posted) {
 		mv_hop(s, MV_HOP_POST, p->t_posted - p->t_take);
-		mv_hop(s, MV_HOP_FABRIC, s->now - p->t_posted);
+		mv_hop(s, MV_HOP_FABRIC, now - p->t_posted);
 	}
 	if (p->failed) {
 		int32_t zero = 0;
@@ -299,7 +318,10 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 		return;
 	}
 	B->end = end; /* the finisher's own copy, for the trace */
-	B->t_data = s->now;
+	B->t_data = now;
+	B->t_take = t_take;
+	B->t_posted = t_posted;
+	B->imm_inline = (uint8_t)imm_sent;
 
 	int32_t status = atomic_load_explicit(&B->status, memory_order_relaxed);
 	if (status == 0 && (end.flags & MV_END_IMM) && imm_sent) {
@@ -368,7 +390,7 @@ void mv_op_report(struct mv_shard *s, struct mv_wr *op, int err, const char *tex
 	if (op->kind == MV_OPK_IMM) {
 		char msg[MV_ERRLEN];
 		if (!err)
-			mv_hop(s, MV_HOP_IMM, s->now - at->cl->batches[op->batch].t_data);
+			mv_hop(s, MV_HOP_IMM, mv_now_ns() - at->cl->batches[op->batch].t_data);
 		if (err)
 			snprintf(msg, sizeof(msg), "immediate: %s", text);
 		publish_batch(s, at, op->batch, op->cookie, err,

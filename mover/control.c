@@ -329,7 +329,12 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 			snprintf(why, whylen, "trace path '%s' must be absolute", req.path);
 			return -EINVAL;
 		}
-		return mv_trace_start(mv, req.path, why, whylen);
+		if (req.flags & ~MV_TRACE_HOPS) {
+			snprintf(why, whylen, "trace flags 0x%x: only 0x%x (hops) is known",
+			         req.flags, MV_TRACE_HOPS);
+			return -EINVAL;
+		}
+		return mv_trace_start(mv, req.path, req.flags, why, whylen);
 	}
 	case MV_MSG_ATTACH:
 		return do_attach(mv, cl, m, why, whylen);

@@ -74,6 +74,9 @@ static void usage(FILE *f)
 	           "                    (default 10: a peer that died or never answered)\n"
 	           "  --trace FILE      record every batch to FILE (see mvtrace; also switched\n"
 	           "                    at run time with 'mvtrace start|stop')\n"
+	           "  --trace-hops      each batch's record followed by its hops: when its END\n"
+	           "                    was taken, its last write posted, its data done, its\n"
+	           "                    immediate done, its completion published\n"
 	           "  --no-gpu-copy     never copy into a same-host peer's GPU memory with CUDA;\n"
 	           "                    send it as landing messages, as to another host\n"
 	           "  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
@@ -83,12 +86,19 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"socket", required_argument, 0, 's'}, {"provider", required_argument, 0, 'p'},
-	    {"iface", required_argument, 0, 'i'},  {"shards", required_argument, 0, 'n'},
-	    {"cpus", required_argument, 0, 'c'},   {"allow-any-uid", no_argument, 0, 'u'},
-	    {"verbose", no_argument, 0, 'v'},      {"op-timeout", required_argument, 0, 't'},
-	    {"trace", required_argument, 0, 'T'},  {"no-gpu-copy", no_argument, 0, 'G'},
-	    {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+	    {"socket", required_argument, 0, 's'},
+	    {"provider", required_argument, 0, 'p'},
+	    {"iface", required_argument, 0, 'i'},
+	    {"shards", required_argument, 0, 'n'},
+	    {"cpus", required_argument, 0, 'c'},
+	    {"allow-any-uid", no_argument, 0, 'u'},
+	    {"verbose", no_argument, 0, 'v'},
+	    {"op-timeout", required_argument, 0, 't'},
+	    {"trace", required_argument, 0, 'T'},
+	    {"no-gpu-copy", no_argument, 0, 'G'},
+	    {"trace-hops", no_argument, 0, 'O'},
+	    {"help", no_argument, 0, 'h'},
+	    {0, 0, 0, 0},
 	};
 	struct mover *mv = calloc(1, sizeof(*mv));
 	char sockbuf[256], why[MV_ERRLEN] = "";
@@ -128,6 +138,9 @@ int main(int argc, char **argv)
 				        optarg);
 				return 2;
 			}
+			break;
+		case 'O':
+			mv->cfg.trace_hops = 1;
 			break;
 		case 'T':
 			mv->cfg.trace = optarg;
@@ -251,7 +264,10 @@ int main(int argc, char **argv)
 	if (started == mv->nshards) {
 		mv_log("mover %016llx: %u shards on %s", (unsigned long long)mv->mover_id,
 		       mv->nshards, mv->prov);
-		ret = mv->cfg.trace ? mv_trace_start(mv, mv->cfg.trace, why, sizeof(why)) : 0;
+		ret = mv->cfg.trace
+		          ? mv_trace_start(mv, mv->cfg.trace,
+		                           mv->cfg.trace_hops ? MV_TRACE_HOPS : 0, why, sizeof(why))
+		          : 0;
 		if (ret)
 			mv_log("--trace: %s", why);
 		else

@@ -43,7 +43,7 @@
 #define MV_COMP_CAPACITY      4096u
 #define MV_MAX_BATCHES        1024u
 #define MV_OPS_PER_SHARD      4096u
-#define MV_CHUNK              (4u << 20) /* bytes one fabric write carries at most */
+#define MV_CHUNK              (4u << 20)   /* bytes one fabric write carries at most */
 #define MV_MAX_WRITE          (1ull << 30) /* bytes one WRITE descriptor carries at most */
 /* A checked WRITE always fits an idle shard's op pool, so none waits for ever. */
 static_assert(MV_MAX_WRITE / MV_CHUNK + 1 + MV_IOV_MAX < MV_OPS_PER_SHARD, "a WRITE fits the pool");
@@ -197,8 +197,10 @@ struct mv_batch {
 	uint8_t cause;               /* written by whoever won the status CAS */
 	uint32_t region;
 	char msg[MV_ERRLEN];
-	struct mv_desc end; /* the last part's END, written by the finisher */
-	int64_t t_data;     /* the finisher's: when its data was done, for the imm hop */
+	struct mv_desc end;       /* the last part's END, written by the finisher */
+	int64_t t_data;           /* the finisher's: when its data was done, for the imm hop */
+	int64_t t_take, t_posted; /* the finisher's part's, for the trace's hops */
+	uint8_t imm_inline;
 };
 
 #define MV_PARTS_CLAIMED (1u << 31)
@@ -425,6 +427,7 @@ struct mv_config {
 	int op_timeout_ms; /* a write not completed by then fails its batch */
 	int no_gpu_copy;   /* never path 2: same-host GPU regions land as messages */
 	const char *trace; /* --trace FILE */
+	int trace_hops;    /* --trace-hops */
 };
 
 struct mover {
@@ -599,9 +602,16 @@ void mv_stats_stop(struct mover *mv);
 void mv_stats_publish(struct mv_shard *s, int force);
 
 /* trace.c */
-int mv_trace_start(struct mover *mv, const char *path, char *why, size_t whylen);
+/* flags: MV_TRACE_HOPS, each batch record followed by its hops. */
+int mv_trace_start(struct mover *mv, const char *path, uint32_t flags, char *why, size_t whylen);
 int mv_trace_stop(struct mover *mv, char *why, size_t whylen);
-void mv_trace_batch(struct mv_shard *s, const struct mv_trace_rec *rec);
+struct mv_trace_hops;
+/* A batch's record, and its hops when the trace asked for them (hops may be
+ * NULL); the shard's own queue, never blocking: dropped when full. */
+void mv_trace_batch(struct mv_shard *s, const struct mv_trace_rec *rec,
+                    const struct mv_trace_hops *hops);
+/* Whether the running trace wants hops (a hint: relaxed). */
+int mv_tracing_hops(const struct mover *mv);
 
 /* control.c */
 int mv_control_run(struct mover *mv);

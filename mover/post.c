@@ -67,6 +67,7 @@ int mv_post(struct mv_shard *s)
 	struct mv_peer *wake[4]; /* same-host peers written to: woken once, at the end */
 	uint64_t burst = 0;
 	uint32_t nwake = 0;
+	int64_t t_post = 0; /* read once a burst, for the hops */
 	int n = 0;
 
 	if (s->post_hold && s->now < s->post_hold)
@@ -145,7 +146,7 @@ int mv_post(struct mv_shard *s)
 		}
 		mv_posted_add(s, op);
 		if (op->kind != MV_OPK_IMM)
-			op->at->parts[op->batch].t_posted = s->now;
+			op->at->parts[op->batch].t_posted = t_post ? t_post : (t_post = mv_now_ns());
 		s->hold_ns = 0;
 		wake_add(s, wake, &nwake, op->peer);
 		burst += op->bytes;

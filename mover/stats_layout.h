@@ -88,7 +88,8 @@ enum mv_hop {
 
 static inline uint32_t mv_hop_bucket(uint64_t ns)
 {
-	uint32_t b = ns < (1u << MV_HOP_SHIFT) ? 0 : 64 - (uint32_t)__builtin_clzll(ns) - MV_HOP_SHIFT;
+	uint32_t b =
+	    ns < (1u << MV_HOP_SHIFT) ? 0 : 64 - (uint32_t)__builtin_clzll(ns) - MV_HOP_SHIFT;
 	return b < MV_HOP_BUCKETS ? b : MV_HOP_BUCKETS - 1;
 }
 

@@ -156,8 +156,8 @@ static void imm_inline(struct mv_shard *s, struct mv_attach *at, const struct mv
 	struct mv_wr *op = s->pend_tail;
 	struct mv_import *imp = mv_import_get(at->cl, d->dst);
 
-	if (d->nparts != 1 || p->outstanding != 1 || !op || op->at != at ||
-	    op->batch != d->batch || op->kind != MV_OPK_WRITE || !imp || imp->peer != op->peer)
+	if (d->nparts != 1 || p->outstanding != 1 || !op || op->at != at || op->batch != d->batch ||
+	    op->kind != MV_OPK_WRITE || !imp || imp->peer != op->peer)
 		return;
 	op->with_imm = 1;
 	op->data = (uint64_t)imp->region << 32 | d->imm;
@@ -186,11 +186,13 @@ static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 		at->open_parts--;
 	if (!p->failed && (d->flags & MV_END_IMM))
 		imm_inline(s, at, d);
-	p->t_take = s->now;
+	/* A clock read of its own: the turn's s->now can be older than the
+	 * client's stamp of a batch it committed during this turn. */
+	p->t_take = mv_now_ns();
 	/* The client's stamp is its word only: a stamp from the future is
 	 * not a duration. */
-	if (d->stamp && (int64_t)d->stamp <= s->now)
-		mv_hop(s, MV_HOP_QUEUE, s->now - (int64_t)d->stamp);
+	if (d->stamp && (int64_t)d->stamp <= p->t_take)
+		mv_hop(s, MV_HOP_QUEUE, p->t_take - (int64_t)d->stamp);
 	p->end = *d;
 	if (p->end.nparts == 0 || p->end.nparts > s->mv->nshards)
 		p->end.nparts = 1; /* complete it alone, with its error */
@@ -211,8 +213,8 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 		return 1;
 	}
 	if (at->parts[d->batch].ended) {
-		snprintf(why, sizeof(why), "a descriptor for batch %u after its END (still in flight)",
-		         d->batch);
+		snprintf(why, sizeof(why),
+		         "a descriptor for batch %u after its END (still in flight)", d->batch);
 		mv_cut_off(s, at, why);
 		return 1;
 	}

@@ -41,23 +41,37 @@ struct mv_tracer {
 	uint64_t written;
 	uint64_t dropped_at_start;
 	int failed;
+	int hops; /* MV_TRACE_HOPS: batch records come with their hops */
 };
 
 /* Shard side: never blocks. */
-void mv_trace_batch(struct mv_shard *s, const struct mv_trace_rec *rec)
+void mv_trace_batch(struct mv_shard *s, const struct mv_trace_rec *rec,
+                    const struct mv_trace_hops *hops)
 {
 	/* A7 pairs with R7 in mv_trace_start() */
 	struct mv_tracer *t = atomic_load_explicit(&s->mv->tracer, memory_order_acquire);
-	uint32_t pos;
+	uint32_t pos, n;
 
 	if (!t)
 		return;
-	if (shmring_reserve(&t->q[s->id][0], 1, &pos) != 1) {
+	n = t->hops && hops ? 2 : 1; /* a batch and its hops go together or not at all */
+	int got = shmring_reserve(&t->q[s->id][0], n, &pos);
+	if (got != (int)n) {
+		if (got > 0)
+			shmring_unreserve(&t->q[s->id][0], (uint32_t)got);
 		s->st.trace_dropped++;
 		return;
 	}
 	memcpy(shmring_slot(&t->q[s->id][0], pos), rec, sizeof(*rec));
+	if (n == 2)
+		memcpy(shmring_slot(&t->q[s->id][0], pos + 1), hops, sizeof(*hops));
 	shmring_commit(&t->q[s->id][0]);
+}
+
+int mv_tracing_hops(const struct mover *mv)
+{
+	struct mv_tracer *t = atomic_load_explicit(&mv->tracer, memory_order_relaxed);
+	return t && t->hops;
 }
 
 static int reap_writes(struct mv_tracer *t, int wait)
@@ -158,7 +172,7 @@ static uint64_t dropped_total(struct mover *mv)
 	return d;
 }
 
-int mv_trace_start(struct mover *mv, const char *path, char *why, size_t whylen)
+int mv_trace_start(struct mover *mv, const char *path, uint32_t flags, char *why, size_t whylen)
 {
 	struct mv_tracer *t;
 	struct timespec wall;
@@ -173,6 +187,7 @@ int mv_trace_start(struct mover *mv, const char *path, char *why, size_t whylen)
 	if (!t)
 		return -ENOMEM;
 	t->mv = mv;
+	t->hops = !!(flags & MV_TRACE_HOPS);
 	snprintf(t->path, sizeof(t->path), "%s", path);
 	t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (t->fd < 0) {
@@ -235,7 +250,7 @@ int mv_trace_start(struct mover *mv, const char *path, char *why, size_t whylen)
 	t->dropped_at_start = dropped_total(mv);
 	/* R7 pairs with A7 in mv_trace_batch(): the rings are ready */
 	atomic_store_explicit(&mv->tracer, t, memory_order_release);
-	mv_log("tracing batches to %s", path);
+	mv_log("tracing batches%s to %s", t->hops ? " and their hops" : "", path);
 	return 0;
 
 err_rings:

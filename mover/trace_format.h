@@ -15,6 +15,11 @@
  * a file without it (a mover that died) is still valid up to its last whole
  * record. Readers must reject a wrong magic or a newer major version and a
  * record size other than rec_size, and must check every field they use.
+ *
+ * A trace started with hops (`mover --trace-hops`, `mvtrace start --hops`)
+ * follows each batch record at once with an MV_TR_HOPS record: where that
+ * batch's time went on the shard that finished it. Readers that predate it
+ * reject such files by type; ours pair each with the batch before it.
  */
 #ifndef MV_TRACE_FORMAT_H
 #define MV_TRACE_FORMAT_H
@@ -30,6 +35,7 @@
 enum mv_trace_type {
 	MV_TR_BATCH = 1, /* a batch completed */
 	MV_TR_END = 2,   /* totals: bytes = records written, nops = records dropped */
+	MV_TR_HOPS = 3,  /* the hops of the batch record just before it */
 };
 
 struct mv_trace_hdr {
@@ -63,6 +69,23 @@ struct mv_trace_rec {
 	uint32_t imm;         /* the immediate, when kind has MV_TK_IMM */
 };
 
+/* One batch's way through the shard that finished it (the part that made
+ * it whole); times as in its batch record, 0 where a step did not happen
+ * (a batch that failed before any write was posted, say). */
+struct mv_trace_hops {
+	uint16_t type;        /* MV_TR_HOPS */
+	uint16_t shard;       /* the finishing shard */
+	uint32_t imm_inline;  /* 1: its one write carried the immediate */
+	uint64_t submit_ns;   /* as in the batch record: pairs them */
+	uint64_t taken_ns;    /* its part's END taken from the ring */
+	uint64_t posted_ns;   /* its part's last write handed to the provider */
+	uint64_t data_ns;     /* the batch's data done (every part) */
+	uint64_t imm_ns;      /* a separate immediate's completion; 0: none */
+	uint64_t complete_ns; /* the completion published */
+	uint64_t rsvd;
+};
+
+static_assert(sizeof(struct mv_trace_hops) == 64, "hops records are 64 bytes");
 static_assert(sizeof(struct mv_trace_hdr) == 128, "trace header is 128 bytes");
 static_assert(sizeof(struct mv_trace_rec) == 64, "trace records are 64 bytes");
 

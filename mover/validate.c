@@ -52,8 +52,9 @@ int mv_check_write(const struct mv_desc *d, const struct mv_region *src,
 	/* Bounds what one descriptor can ask of the shard's op pool. */
 	if (d->len > MV_MAX_WRITE) {
 		*cause = MV_CAUSE_BAD_DESC;
-		snprintf(why, whylen, "write of %" PRIu64 " bytes; one WRITE carries at most %llu MiB",
-		         d->len, (unsigned long long)(MV_MAX_WRITE >> 20));
+		snprintf(why, whylen,
+		         "write of %" PRIu64 " bytes; one WRITE carries at most %llu MiB", d->len,
+		         (unsigned long long)(MV_MAX_WRITE >> 20));
 		return -EINVAL;
 	}
 	return 0;

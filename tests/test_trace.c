@@ -1251,6 +1251,61 @@ START_TEST(test_captured_replay_replays_to_the_same_totals)
 }
 END_TEST
 
+/* A trace started with --hops pairs every batch with its hops, in order:
+ * submitted, taken, posted, data done, published; dump and summary show
+ * them. */
+START_TEST(test_captured_hops_follow_their_batches_in_order)
+{
+	char az[128], cap[128];
+	struct out o;
+
+	if (!mover_traces()) {
+		printf("SKIP: test_captured_hops_follow_their_batches_in_order: this mover has "
+		       "no --trace\n");
+		return;
+	}
+	import_azure(az, sizeof(az));
+	movers_up(NULL);
+	RUN(&o, dir, "mvtrace", "start", "--socket", A.sock, "--hops", "cap.trace");
+	ck_assert_msg(o.status == 0, "%s", o.err);
+	replay(&o, az, (const char *const[]){"--asap", "--pool-mib", "16", NULL});
+	ck_assert_msg(o.status == 0, "exit %d\n%s\n%s", o.status, o.out, o.err);
+	RUN(&o, NULL, "mvtrace", "stop", "--socket", A.sock);
+	ck_assert_msg(o.status == 0, "%s", o.err);
+
+	struct mvt_trace t;
+	load_ok(in_dir(cap, sizeof(cap), "cap.trace"), &t);
+	ck_assert_uint_eq(t.nrec, 50);
+	ck_assert_uint_eq(t.nhops, t.nrec);
+	for (size_t i = 0; i < t.nrec; i++) {
+		const struct mv_trace_hops *h = &t.hops[i];
+		ck_assert_uint_eq(h->type, MV_TR_HOPS);
+		ck_assert_uint_eq(h->submit_ns, t.rec[i].submit_ns);
+		ck_assert_uint_eq(h->complete_ns, t.rec[i].complete_ns);
+		/* A long list's first writes can go before its END is taken. */
+		ck_assert_msg(h->taken_ns >= h->submit_ns && h->posted_ns &&
+		                  h->data_ns >= h->posted_ns && h->data_ns >= h->taken_ns &&
+		                  h->complete_ns >= h->data_ns,
+		              "batch %zu: submit %" PRIu64 " taken %" PRIu64 " posted %" PRIu64
+		              " data %" PRIu64 " done %" PRIu64,
+		              i, h->submit_ns, h->taken_ns, h->posted_ns, h->data_ns,
+		              h->complete_ns);
+		ck_assert(h->shard < 2);
+	}
+	mvt_free(&t);
+	RUN(&o, NULL, "mvtrace", "dump", cap);
+	ck_assert_msg(o.status == 0, "%s", o.err);
+	ck_has(o.out, "hops (us): queue ");
+	RUN(&o, NULL, "mvtrace", "summary", cap);
+	ck_assert_msg(o.status == 0, "%s", o.err);
+	ck_has(o.out, "hops       us over 50 batches");
+	ck_has(o.out, "  queue ");
+	RUN(&o, NULL, "mvtrace", "dump", cap, "--csv");
+	ck_assert_msg(o.status == 0, "%s", o.err);
+	ck_has(o.out, ",taken_ns,posted_ns,data_ns,imm_ns,imm_inline");
+}
+END_TEST
+
 START_TEST(test_sigterm_closes_the_trace)
 {
 	char az[128], cap[128];
@@ -1331,6 +1386,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup_dir, teardown_movers);
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_captured_replay_replays_to_the_same_totals);
+	tcase_add_test(tc, test_captured_hops_follow_their_batches_in_order);
 	tcase_add_test(tc, test_sigterm_closes_the_trace);
 	suite_add_tcase(s, tc);
 

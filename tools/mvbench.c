@@ -123,7 +123,7 @@ static void usage(FILE *f)
 	        "                    (default); scattered rows bring the 4 KiB contiguous row\n"
 	        "                    they are compared with (vs_contig)\n"
 	        "  --pages LIST      pages per scattered batch (default 512,65536)\n"
-"  --lat-sizes LIST  write sizes of the latency rows (default 8,64,4K,64K)\n"
+	        "  --lat-sizes LIST  write sizes of the latency rows (default 8,64,4K,64K)\n"
 	        "  --pool SIZE       pages are drawn from this much memory per side (default 4G,\n"
 	        "                    256M with --quick; at least two batches)\n"
 
@@ -133,26 +133,16 @@ static void usage(FILE *f)
 static void parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-	    {"provider", required_argument, 0, 'p'},
-	    {"iface", required_argument, 0, 'i'},
-	    {"shards", required_argument, 0, 'n'},
-	    {"sizes", required_argument, 0, 's'},
-	    {"seconds", required_argument, 0, 't'},
-	    {"reps", required_argument, 0, 'r'},
-	    {"quick", no_argument, 0, 'q'},
-	    {"csv", required_argument, 0, 'c'},
-	    {"mover", required_argument, 0, 'm'},
-	    {"check-bars", no_argument, 0, 'b'},
-	    {"verbose", no_argument, 0, 'v'},
-	    {"threads", no_argument, 0, 'T'},
-	    {"wait", no_argument, 0, 'W'},
-	    {"window", required_argument, 0, 'w'},
-	    {"pattern", required_argument, 0, 'P'},
-	    {"pages", required_argument, 0, 'g'},
-	    {"pool", required_argument, 0, 'o'},
-	    {"lat-sizes", required_argument, 0, 'L'},
-	    {"help", no_argument, 0, 'h'},
-	    {0, 0, 0, 0},
+	    {"provider", required_argument, 0, 'p'}, {"iface", required_argument, 0, 'i'},
+	    {"shards", required_argument, 0, 'n'},   {"sizes", required_argument, 0, 's'},
+	    {"seconds", required_argument, 0, 't'},  {"reps", required_argument, 0, 'r'},
+	    {"quick", no_argument, 0, 'q'},          {"csv", required_argument, 0, 'c'},
+	    {"mover", required_argument, 0, 'm'},    {"check-bars", no_argument, 0, 'b'},
+	    {"verbose", no_argument, 0, 'v'},        {"threads", no_argument, 0, 'T'},
+	    {"wait", no_argument, 0, 'W'},           {"window", required_argument, 0, 'w'},
+	    {"pattern", required_argument, 0, 'P'},  {"pages", required_argument, 0, 'g'},
+	    {"pool", required_argument, 0, 'o'},     {"lat-sizes", required_argument, 0, 'L'},
+	    {"help", no_argument, 0, 'h'},           {0, 0, 0, 0},
 	};
 	uint64_t v[MAX_LIST];
 	char *provs = NULL;
@@ -257,10 +247,11 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 				} else if (!strcmp(tok, "latency")) {
 					o->latency = 1;
 				} else {
-					fprintf(stderr,
-					        "mvbench: --pattern: %s is not contig, scattered or "
-					        "latency\n",
-					        tok);
+					fprintf(
+					    stderr,
+					    "mvbench: --pattern: %s is not contig, scattered or "
+					    "latency\n",
+					    tok);
 					exit(2);
 				}
 			}
@@ -304,7 +295,8 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'L':
 			n = parse_list(optarg, o->lat, MAX_LIST);
 			if (n <= 0) {
-				fprintf(stderr, "mvbench: --lat-sizes %s: give a list like 8,64,4K\n",
+				fprintf(stderr,
+				        "mvbench: --lat-sizes %s: give a list like 8,64,4K\n",
 				        optarg);
 				exit(2);
 			}

@@ -43,8 +43,8 @@
 
 #define STUCK_NS      (30ull * 1000000000u)  /* no completion for this long: stuck */
 #define STUCK_MAX_NS  (600ull * 1000000000u) /* a batch must complete within this */
-#define PIPE_WAIT_MS  60000                 /* the other process answers within this */
-#define MAX_ERR_LINES 5                     /* failures printed one by one, then counted */
+#define PIPE_WAIT_MS  60000                  /* the other process answers within this */
+#define MAX_ERR_LINES 5                      /* failures printed one by one, then counted */
 
 /* Error causes: libclient's, then the replay's own. */
 enum {

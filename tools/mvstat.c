@@ -36,7 +36,6 @@ struct snap {
 	struct mv_stats_shard shard[MV_MAX_SHARDS];
 };
 
-
 static uint64_t mono_ns(void)
 {
 	struct timespec ts;
@@ -174,7 +173,8 @@ static uint64_t hop_hist(const struct snap *a, const struct snap *b, uint32_t s,
 		*since_start = pass;
 		n = 0;
 		for (int k = 0; k < MV_HOP_BUCKETS; k++) {
-			uint64_t y = GET(b->shard[s].hop[h][k]), x = pass ? 0 : GET(a->shard[s].hop[h][k]);
+			uint64_t y = GET(b->shard[s].hop[h][k]),
+			         x = pass ? 0 : GET(a->shard[s].hop[h][k]);
 			hist[k] = y - x;
 			n += hist[k];
 		}
@@ -197,8 +197,9 @@ static void print_hops(FILE *f, const struct view *v, const struct snap *a, cons
 			if (!n)
 				continue;
 			if (!head++)
-				fprintf(f, "%-5s %-8s %12s %10s %10s %10s %10s  %s\n", "shard", "hop",
-				        "count", "mean us", "p50 us", "p90 us", "p99 us", "over");
+				fprintf(f, "%-5s %-8s %12s %10s %10s %10s %10s  %s\n", "shard",
+				        "hop", "count", "mean us", "p50 us", "p90 us", "p99 us",
+				        "over");
 			fprintf(f, "%-5u %-8s %12" PRIu64 " %10.1f %10.1f %10.1f %10.1f  %s\n", s,
 			        hop_name(h), n, (double)sum / (double)n / 1e3,
 			        hop_quantile(hist, MV_HOP_BUCKETS, 0.5) / 1e3,
@@ -252,13 +253,15 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 			uint64_t n = hop_hist(a, b, s, k, hist, &sum, &since);
 			if (!n)
 				continue;
-			fprintf(f,
-			        "%s{\"shard\":%u,\"hop\":\"%s\",\"over\":\"%s\",\"count\":%" PRIu64
-			        ",\"mean_us\":%.3f,\"p50_us\":%.3f,\"p90_us\":%.3f,\"p99_us\":%.3f}",
-			        any++ ? "," : "", s, hop_name(k), since ? "all time" : "interval", n,
-			        (double)sum / (double)n / 1e3, hop_quantile(hist, MV_HOP_BUCKETS, 0.5) / 1e3,
-			        hop_quantile(hist, MV_HOP_BUCKETS, 0.9) / 1e3,
-			        hop_quantile(hist, MV_HOP_BUCKETS, 0.99) / 1e3);
+			fprintf(
+			    f,
+			    "%s{\"shard\":%u,\"hop\":\"%s\",\"over\":\"%s\",\"count\":%" PRIu64
+			    ",\"mean_us\":%.3f,\"p50_us\":%.3f,\"p90_us\":%.3f,\"p99_us\":%.3f}",
+			    any++ ? "," : "", s, hop_name(k), since ? "all time" : "interval", n,
+			    (double)sum / (double)n / 1e3,
+			    hop_quantile(hist, MV_HOP_BUCKETS, 0.5) / 1e3,
+			    hop_quantile(hist, MV_HOP_BUCKETS, 0.9) / 1e3,
+			    hop_quantile(hist, MV_HOP_BUCKETS, 0.99) / 1e3);
 		}
 	fprintf(f, "],\"rings\":[");
 	any = 0;
@@ -363,7 +366,8 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 			fprintf(f,
 			        "mover_hop_seconds_sum{mover=\"%016" PRIx64
 			        "\",shard=\"%u\",hop=\"%s\"} %.9f\n",
-			        h->mover_id, s, hop_name(k), (double)GET(b->shard[s].hop_sum_ns[k]) / 1e9);
+			        h->mover_id, s, hop_name(k),
+			        (double)GET(b->shard[s].hop_sum_ns[k]) / 1e9);
 			fprintf(f,
 			        "mover_hop_seconds_count{mover=\"%016" PRIx64
 			        "\",shard=\"%u\",hop=\"%s\"} %" PRIu64 "\n",
@@ -405,10 +409,14 @@ static void on_signal(int sig)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"socket", required_argument, 0, 's'},   {"watch", no_argument, 0, 'w'},
-	    {"json", no_argument, 0, 'j'},           {"prometheus", no_argument, 0, 'p'},
-	    {"interval", required_argument, 0, 'i'}, {"count", required_argument, 0, 'n'},
-	    {"hops", no_argument, 0, 'H'},           {"help", no_argument, 0, 'h'},
+	    {"socket", required_argument, 0, 's'},
+	    {"watch", no_argument, 0, 'w'},
+	    {"json", no_argument, 0, 'j'},
+	    {"prometheus", no_argument, 0, 'p'},
+	    {"interval", required_argument, 0, 'i'},
+	    {"count", required_argument, 0, 'n'},
+	    {"hops", no_argument, 0, 'H'},
+	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
 	char sockbuf[256], why[256];
@@ -443,17 +451,21 @@ int main(int argc, char **argv)
 		default:
 			fprintf(
 			    c == 'h' ? stdout : stderr,
-			    "usage: mvstat [--socket PATH] [--watch [--count N]] [--hops] [--json | "
+			    "usage: mvstat [--socket PATH] [--watch [--count N]] [--hops] [--json "
+			    "| "
 			    "--prometheus]"
 			    " [--interval S]\n"
 			    "  Shows a running mover's shards, client rings and peers. Rates are "
 			    "over"
 			    " --interval\n  (default 1 s; --json and --prometheus take one snapshot"
 			    " pair over it).\n"
-			    "  --hops adds where batches' time went, per shard and hop: queue (submit\n"
-			    "  to taken), post (taken to posted), fabric (posted to done), imm (the\n"
+			    "  --hops adds where batches' time went, per shard and hop: queue "
+			    "(submit\n"
+			    "  to taken), post (taken to posted), fabric (posted to done), imm "
+			    "(the\n"
 			    "  separate immediate), batch (submit to completion), deliver (an\n"
-			    "  immediate read to its completion published); over the interval when\n"
+			    "  immediate read to its completion published); over the interval "
+			    "when\n"
 			    "  it saw any, else since the start. --prometheus always has them.\n");
 			return c == 'h' ? 0 : 2;
 		}

@@ -31,23 +31,26 @@
 #include "trace_read.h"
 #include "trace_import.h"
 
-
 static const char usage_text[] =
     "usage: mvtrace dump FILE [--csv]\n"
     "       mvtrace summary FILE\n"
     "       mvtrace import azure|mooncake INPUT OUTPUT --layers L --kv-heads H\n"
     "               --head-dim D --dtype-bytes E --tokens-per-page T [--limit N]\n"
-    "       mvtrace start --socket PATH FILE\n"
+    "       mvtrace start --socket PATH [--hops] FILE\n"
     "       mvtrace stop --socket PATH\n"
     "\n"
     "dump     every record, one line each: time since the trace started, kind, ops,\n"
     "         page size, bytes, latency (complete - submit), parts, descriptors,\n"
     "         shards, client, peer, immediate, status and cause; --csv: the raw\n"
-    "         fields with a header row.\n"
+    "         fields with a header row. A trace with hops adds, per batch, us from\n"
+    "         submit to its END taken (queue), to its last write posted (post), to\n"
+    "         its data done (data), to its completion published (done), and\n"
+    "         whether its one write carried the immediate.\n"
     "summary  batches, ops, bytes, duration, offered throughput, counts per kind,\n"
     "         a histogram of batch bytes in power-of-two buckets, latency\n"
     "         percentiles (n/a for imported traces), errors by cause, and the\n"
-    "         records the writer dropped (from its END record).\n"
+    "         records the writer dropped (from its END record); with hops, the\n"
+    "         percentiles of each hop.\n"
     "import   one request of a public LLM trace becomes one batch: the KV cache\n"
     "         of its prompt (K and V of every layer) written by a prefill node to\n"
     "         a decode node as a paged write, plus an immediate carrying the\n"
@@ -70,7 +73,8 @@ static const char usage_text[] =
     "         E.g. Llama-3-8B in bf16, 16-token pages: --layers 32 --kv-heads 8\n"
     "         --head-dim 128 --dtype-bytes 2 --tokens-per-page 16 (64 KiB pages).\n"
     "start    asks the mover listening on PATH to write a trace to FILE (made\n"
-    "         absolute; the mover opens it, so it must be able to create it).\n"
+    "         absolute; the mover opens it, so it must be able to create it);\n"
+    "         --hops: each batch's hops too (where its time went).\n"
     "stop     asks it to finish and close the current trace.\n";
 
 void usage(FILE *f)
@@ -133,6 +137,29 @@ static int load(const char *path, struct mvt_trace *t)
 
 /* ---- dump ---- */
 
+/* us from a to b, or "-" when either step did not happen. */
+static const char *span(uint64_t a, uint64_t b, char *buf, size_t len)
+{
+	if (!a || !b || b < a)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.1f", (double)(b - a) / 1e3);
+	return buf;
+}
+
+static void print_hops(const struct mv_trace_hops *hp)
+{
+	char q[24], p[24], d[24], i[24], c[24];
+
+	printf("         hops (us): queue %s  post %s  data %s  imm %s  done %s%s  (shard %u)\n",
+	       span(hp->submit_ns, hp->taken_ns, q, sizeof(q)),
+	       span(hp->taken_ns, hp->posted_ns, p, sizeof(p)),
+	       span(hp->posted_ns, hp->data_ns, d, sizeof(d)),
+	       span(hp->data_ns, hp->imm_ns, i, sizeof(i)),
+	       span(hp->submit_ns, hp->complete_ns, c, sizeof(c)),
+	       hp->imm_inline ? ", the write carried the immediate" : "", hp->shard);
+}
+
 static int cmd_dump(const char *path, int csv)
 {
 	struct mvt_trace t;
@@ -143,7 +170,8 @@ static int cmd_dump(const char *path, int csv)
 		return 1;
 	if (csv)
 		printf("rec,type,kind,t_ns,submit_ns,complete_ns,latency_ns,bytes,nops,ndesc,"
-		       "page_size,nparts,shard_mask,client,peer,imm,status,cause\n");
+		       "page_size,nparts,shard_mask,client,peer,imm,status,cause%s\n",
+		       t.nhops ? ",taken_ns,posted_ns,data_ns,imm_ns,imm_inline" : "");
 	else
 		printf("# %s: trace v%u, provider %s, source %s, mover 0x%" PRIx64
 		       ", %u shards, %zu batch records%s\n"
@@ -161,9 +189,17 @@ static int cmd_dump(const char *path, int csv)
 			       r->submit_ns, r->complete_ns);
 			if (r->complete_ns)
 				printf("%" PRIu64, r->complete_ns - r->submit_ns);
-			printf(",%" PRIu64 ",%u,%u,%u,%u,%u,%u,%" PRIu64 ",%u,%d,%s\n", r->bytes,
+			printf(",%" PRIu64 ",%u,%u,%u,%u,%u,%u,%" PRIu64 ",%u,%d,%s", r->bytes,
 			       r->nops, r->ndesc, r->page_size, r->nparts, r->shard_mask, r->client,
 			       r->peer, r->imm, r->status, mvt_cause_name(r->cause));
+			const struct mv_trace_hops *hp = &t.hops[i];
+			if (t.nhops && hp->type)
+				printf(",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%u",
+				       hp->taken_ns, hp->posted_ns, hp->data_ns, hp->imm_ns,
+				       hp->imm_inline);
+			else if (t.nhops)
+				printf(",,,,,");
+			printf("\n");
 			continue;
 		}
 		char lat[32];
@@ -178,6 +214,8 @@ static int cmd_dump(const char *path, int csv)
 		       r->page_size ? fmt_bytes(r->page_size, b1, sizeof(b1)) : "-",
 		       fmt_bytes(r->bytes, b2, sizeof(b2)), lat, r->nparts, r->ndesc, r->shard_mask,
 		       r->client, r->peer, r->imm, fmt_status(r, st, sizeof(st)));
+		if (t.hops[i].type)
+			print_hops(&t.hops[i]);
 	}
 	if (t.has_end) {
 		if (csv)
@@ -199,6 +237,58 @@ static uint64_t pct(const uint64_t *v, size_t n, double p)
 	size_t k = (size_t)ceil(p / 100.0 * (double)n);
 
 	return v[k ? k - 1 : 0];
+}
+
+/* Each hop's percentiles over the batches that have it (see dump). */
+static void summary_hops(const struct mvt_trace *t)
+{
+	static const char *const names[] = {"queue", "post", "data", "imm", "done"};
+	uint64_t *v = malloc(t->nrec * sizeof(*v));
+
+	if (!v)
+		return;
+	printf("hops       us over %zu batches with hops (p50 / p99 / max):\n", t->nhops);
+	for (int k = 0; k < 5; k++) {
+		size_t n = 0;
+		for (size_t i = 0; i < t->nrec; i++) {
+			const struct mv_trace_hops *hp = &t->hops[i];
+			uint64_t a = 0, b = 0;
+			if (!hp->type)
+				continue;
+			switch (k) {
+			case 0:
+				a = hp->submit_ns;
+				b = hp->taken_ns;
+				break;
+			case 1:
+				a = hp->taken_ns;
+				b = hp->posted_ns;
+				break;
+			case 2:
+				a = hp->posted_ns;
+				b = hp->data_ns;
+				break;
+			case 3:
+				a = hp->data_ns;
+				b = hp->imm_ns;
+				break;
+			default:
+				a = hp->submit_ns;
+				b = hp->complete_ns;
+				break;
+			}
+			if (a && b && b >= a)
+				v[n++] = b - a;
+		}
+		if (!n) {
+			printf("  %-8s -\n", names[k]);
+			continue;
+		}
+		qsort(v, n, sizeof(*v), mvt_cmp_u64);
+		printf("  %-8s %9.1f / %9.1f / %9.1f  (%zu)\n", names[k], pct(v, n, 50) / 1e3,
+		       pct(v, n, 99) / 1e3, v[n - 1] / 1e3, n);
+	}
+	free(v);
 }
 
 static int cmd_summary(const char *path)
@@ -311,6 +401,8 @@ static int cmd_summary(const char *path)
 			printf("  (%zu of %zu batches have completion times)", nlat, t.nrec);
 		printf("\n");
 	}
+	if (t.nhops)
+		summary_hops(&t);
 	if (!nerr) {
 		printf("errors     none\n");
 	} else {
@@ -343,6 +435,7 @@ static int cmd_control(int argc, char **argv, int on)
 {
 	static const struct option opts[] = {
 	    {"socket", required_argument, 0, 's'},
+	    {"hops", no_argument, 0, 'H'},
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
@@ -351,10 +444,13 @@ static int cmd_control(int argc, char **argv, int on)
 	int c;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "s:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:Hh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			sock = optarg;
+			break;
+		case 'H':
+			req.flags |= MV_TRACE_HOPS;
 			break;
 		case 'h':
 			usage(stdout);

@@ -89,4 +89,3 @@ err_disconnect:
 	mvc_disconnect(c);
 	return 1;
 }
-

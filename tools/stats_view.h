@@ -84,7 +84,7 @@ static inline int map_view(int fd, size_t size, struct view *v, char *why, size_
 
 static inline const char *hop_name(int h)
 {
-	static const char *const names[MV_HOPS] = {"queue", "post", "fabric",
+	static const char *const names[MV_HOPS] = {"queue", "post",  "fabric",
 	                                           "imm",   "batch", "deliver"};
 	return h >= 0 && h < MV_HOPS ? names[h] : "?";
 }

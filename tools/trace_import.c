@@ -720,4 +720,3 @@ int mvt_cmd_import(int argc, char **argv)
 		       im.nzero, azure ? "empty prompts" : "empty or fully cached prompts");
 	return 0;
 }
-

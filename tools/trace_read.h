@@ -34,7 +34,9 @@
 struct mvt_trace {
 	struct mv_trace_hdr hdr;
 	struct mv_trace_rec *rec;
+	struct mv_trace_hops *hops; /* hops[i] belongs to rec[i]; type 0: none */
 	size_t nrec;
+	size_t nhops;
 	int has_end;
 	struct mv_trace_rec end; /* valid when has_end */
 	uint64_t file_size;
@@ -113,9 +115,12 @@ static inline int mvt_check_rec(const struct mv_trace_rec *r, size_t idx, int la
 			                where);
 		return 0;
 	}
+	if (r->type == MV_TR_HOPS)
+		return 0; /* checked where it is paired with its batch */
 	if (r->type != MV_TR_BATCH)
 		return mvt_fail(err, errlen, -EINVAL,
-		                "%s: field type is %u; version 1 knows 1 (batch) and 2 (end)",
+		                "%s: field type is %u; version 1 knows 1 (batch), 2 (end) and 3 "
+		                "(hops)",
 		                where, r->type);
 	if (r->kind == 0 || (r->kind & ~MVT_KIND_ALL))
 		return mvt_fail(err, errlen, -EINVAL,
@@ -267,7 +272,8 @@ static inline int mvt_load(const char *path, struct mvt_trace *t, char *err, siz
 		goto err_free;
 	}
 	t->rec = malloc((nall ? nall : 1) * sizeof(*t->rec));
-	if (!t->rec) {
+	t->hops = calloc(nall ? nall : 1, sizeof(*t->hops));
+	if (!t->rec || !t->hops) {
 		ret = mvt_fail(err, errlen, -ENOMEM, "%s: no memory for %zu records", path, nall);
 		goto err_free;
 	}
@@ -283,6 +289,22 @@ static inline int mvt_load(const char *path, struct mvt_trace *t, char *err, siz
 		if (r.type == MV_TR_END) {
 			t->has_end = 1;
 			t->end = r;
+		} else if (r.type == MV_TR_HOPS) {
+			struct mv_trace_hops hp;
+			memcpy(&hp, &r, sizeof(hp));
+			/* It follows its batch at once and names the same submit. */
+			if (!t->nrec || t->hops[t->nrec - 1].type ||
+			    hp.submit_ns != t->rec[t->nrec - 1].submit_ns) {
+				ret = mvt_fail(
+				    err, errlen, -EINVAL,
+				    "%s: corrupt record %zu (byte offset %llu): a hops "
+				    "record that follows no batch record of its submit time",
+				    path, i,
+				    (unsigned long long)h->hdr_size + (unsigned long long)i * 64u);
+				goto err_rec;
+			}
+			t->hops[t->nrec - 1] = hp;
+			t->nhops++;
 		} else {
 			t->rec[t->nrec++] = r;
 		}
@@ -292,7 +314,9 @@ static inline int mvt_load(const char *path, struct mvt_trace *t, char *err, siz
 
 err_rec:
 	free(t->rec);
+	free(t->hops);
 	t->rec = NULL;
+	t->hops = NULL;
 err_free:
 	free(buf);
 err_close:
@@ -304,6 +328,8 @@ err_close:
 static inline void mvt_free(struct mvt_trace *t)
 {
 	free(t->rec);
+	free(t->hops);
+	t->hops = NULL;
 	t->rec = NULL;
 	t->nrec = 0;
 }

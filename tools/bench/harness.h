@@ -417,9 +417,10 @@ struct lrow {
 	const char *prov;
 	uint32_t shards;
 	uint64_t size;
-	int sleep;   /* the clients sleep in mvc_wait */
-	int stalled; /* beside a client of A that reads no completions */
-	int rounds;  /* per side */
+	int sleep;                  /* the clients sleep in mvc_wait */
+	int stalled;                /* beside a client of A that reads no completions */
+	int gap_us;                 /* each round after a pause this long; 0: back to back */
+	int rounds;                 /* per side */
 	double m_p50, m_p99, m_min; /* microseconds */
 	double d_p50, d_p99, d_min;
 	double ratio; /* mover p50 / direct p50 */

@@ -29,10 +29,12 @@
 #include "harness.h"
 #include "../stats_view.h"
 
-#define LAT_REGION (128u << 10) /* per side: the source at 0, the echo lands at LAT_ECHO */
-#define LAT_ECHO   (64u << 10)
-#define LAT_WAIT_S 5.0 /* an answer later than this: the row fails */
-#define LAT_PER    200 /* rounds of one side in a row's chunk; a row has --reps pairs */
+#define LAT_REGION     (128u << 10) /* per side: the source at 0, the echo lands at LAT_ECHO */
+#define LAT_ECHO       (64u << 10)
+#define LAT_WAIT_S     5.0  /* an answer later than this: the row fails */
+#define LAT_PER        200  /* rounds of one side in a row's chunk; a row has --reps pairs */
+#define LAT_CHUNK_WARM 5    /* uncounted rounds that start each back-to-back chunk */
+#define LAT_GAP_US     1000 /* the pause before each round of the gap rows */
 
 /* One side of the pong, a thread polling its own connection or endpoint. */
 struct pong {
@@ -248,7 +250,8 @@ static int dreap(struct pong *p, uint64_t *data, char *why, size_t whylen)
 		struct fi_cq_err_entry e = {0};
 		char buf[128];
 		fi_cq_readerr(p->fab.cq, &e, 0);
-		const char *pe = fi_cq_strerror(p->fab.cq, e.prov_errno, e.err_data, buf, sizeof(buf));
+		const char *pe =
+		    fi_cq_strerror(p->fab.cq, e.prov_errno, e.err_data, buf, sizeof(buf));
 		snprintf(why, whylen, "direct: %s: %s", fi_strerror(e.err), pe ? pe : "");
 		return -EIO;
 	}
@@ -461,18 +464,26 @@ static int lat_up(struct cfg *x, struct lat *L, char *why, size_t whylen)
 		         L->stalled ? mvc_error(L->stalled) : strerror(-ret));
 		return ret;
 	}
+	/* The hops, where the movers keep them (an older mover, run with
+	 * --mover to compare, may not: its rows go without). */
 	size_t sa, sb;
-	int fa = fetch_segment(mover_a.sock, &sa, why, whylen);
-	if (fa < 0 || map_view(fa, sa, &L->va, why, whylen))
-		return fa < 0 ? fa : -EPROTO;
-	close(fa);
-	int fb = fetch_segment(mover_b.sock, &sb, why, whylen);
-	if (fb < 0 || map_view(fb, sb, &L->vb, why, whylen)) {
-		munmap((void *)L->va.h, L->va.size);
-		return fb < 0 ? fb : -EPROTO;
+	char whyh[200];
+	int fa = fetch_segment(mover_a.sock, &sa, whyh, sizeof(whyh));
+	int fb = fetch_segment(mover_b.sock, &sb, whyh, sizeof(whyh));
+	if (fa >= 0 && fb >= 0 && !map_view(fa, sa, &L->va, whyh, sizeof(whyh))) {
+		if (!map_view(fb, sb, &L->vb, whyh, sizeof(whyh)))
+			L->mapped = 1;
+		else {
+			munmap((void *)L->va.h, L->va.size);
+			close(L->va.pidfd);
+		}
 	}
-	close(fb);
-	L->mapped = 1;
+	if (!L->mapped)
+		printf("   (no hop histograms: %s)\n", whyh);
+	if (fa >= 0)
+		close(fa);
+	if (fb >= 0)
+		close(fb);
 	p->cpu = pong_cpu(x);
 	if (pthread_create(&p->thread, NULL, pong_main, p)) {
 		snprintf(why, whylen, "pong thread: %s", strerror(errno));
@@ -566,12 +577,12 @@ static void hops_take(struct cfg *x, const struct lat *L, struct hops *o)
 	struct mvc_latency ml;
 
 	memset(o, 0, sizeof(*o));
-	for (int m = 0; m < 2; m++)
+	for (int m = 0; m < 2 && L->mapped; m++)
 		for (uint32_t s = 0; s < vs[m]->h->nshards; s++)
 			for (int h = 0; h < MV_HOPS; h++)
 				for (int b = 0; b < MV_HOP_BUCKETS; b++)
-					o->h[h][b] += atomic_load_explicit(&vs[m]->shards[s].hop[h][b],
-					                                   memory_order_relaxed);
+					o->h[h][b] += atomic_load_explicit(
+					    &vs[m]->shards[s].hop[h][b], memory_order_relaxed);
 	if (!mvc_latency(x->c, &ml))
 		memcpy(o->wait, ml.hist, sizeof(o->wait));
 }
@@ -579,8 +590,7 @@ static void hops_take(struct cfg *x, const struct lat *L, struct hops *o)
 /* The row's median per hop, us, from the counts between two takes; the
  * movers publish their counters every 10 ms, so the later take waits that
  * long first. < 0: the hop saw nothing. */
-static void hops_row(struct cfg *x, const struct lat *L, const struct hops *before,
-                     struct lrow *r)
+static void hops_row(struct cfg *x, const struct lat *L, const struct hops *before, struct lrow *r)
 {
 	struct hops after;
 	uint64_t d[MV_HOP_BUCKETS];
@@ -625,7 +635,7 @@ static int echo_check(const uint8_t *mem, uint64_t size, char *why, size_t whyle
 	return 0;
 }
 
-static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int stalled,
+static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int stalled, int gap_us,
                     struct lrow *r)
 {
 	const struct opts *o = x->o;
@@ -640,6 +650,7 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 	r->size = size;
 	r->sleep = sleep;
 	r->stalled = stalled;
+	r->gap_us = gap_us;
 	if (!mv || !dr) {
 		r->failed = 1;
 		snprintf(r->err, sizeof(r->err), "no memory");
@@ -666,14 +677,23 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 	for (int rep = 0; rep < reps; rep++) {
 		for (int side = 0; side < 2; side++) {
 			int mover = (side == 0) == (rep % 2 == 0);
-			for (int i = 0; i < per; i++) {
-				double us = mover ? mover_round(x, L, size, sleep, r->err,
-				                                sizeof(r->err))
-				                  : direct_round(L, size, r->err, sizeof(r->err));
+			/* Each chunk starts after the other side's: its first
+			 * rounds find the movers idle for that long. Back to
+			 * back rows measure traffic that keeps coming, so those
+			 * rounds are not counted; the gap rows measure the
+			 * other case, each round after a pause. */
+			for (int i = gap_us ? 0 : -LAT_CHUNK_WARM; i < per; i++) {
+				if (gap_us)
+					usleep((useconds_t)gap_us);
+				double us =
+				    mover ? mover_round(x, L, size, sleep, r->err, sizeof(r->err))
+				          : direct_round(L, size, r->err, sizeof(r->err));
 				if (us < 0) {
 					r->failed = 1;
 					goto out;
 				}
+				if (i < 0)
+					continue;
 				if (mover)
 					mv[nm++] = us;
 				else
@@ -694,8 +714,8 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 	/* The bars of issue 14, on the 16-core device; the same rows run
 	 * here and are only quoted. */
 	int tcp = !strcmp(x->prov, "tcp");
-	double p50_bar = sleep ? (tcp ? 2 * r->d_p50 + 25 : r->d_p50 + 25)
-	                       : (tcp ? 2 * r->d_p50 : r->d_p50 + 5);
+	double p50_bar =
+	    sleep ? (tcp ? 2 * r->d_p50 + 25 : r->d_p50 + 25) : (tcp ? 2 * r->d_p50 : r->d_p50 + 5);
 	r->bar_p50 = p50_bar;
 	r->pass = r->m_p50 <= p50_bar && r->m_p99 <= 3 * r->m_p50;
 out:
@@ -703,11 +723,15 @@ out:
 	free(dr);
 }
 
+static const char *others(const struct lrow *r)
+{
+	return r->stalled ? "stalled" : r->gap_us ? "gap 1ms" : "-";
+}
+
 void lat_print_head(void)
 {
-	printf("%-5s %8s %-6s %-7s | %9s %9s %9s | %9s %9s | %7s  %-16s\n", "prov", "size",
-	       "wait", "others", "mover p50", "p99", "min", "direct p50", "p99", "m/d",
-	       "bar (p50, p99)");
+	printf("%-5s %8s %-6s %-7s | %9s %9s %9s | %9s %9s | %7s  %-16s\n", "prov", "size", "wait",
+	       "others", "mover p50", "p99", "min", "direct p50", "p99", "m/d", "bar (p50, p99)");
 }
 
 void lat_print_row(const struct lrow *r)
@@ -716,16 +740,15 @@ void lat_print_row(const struct lrow *r)
 
 	size_str(r->size, sz, sizeof(sz));
 	if (r->failed) {
-		printf("%-5s %8s %-6s %-7s | FAILED: %s\n", r->prov, sz, r->sleep ? "sleep" : "poll",
-		       r->stalled ? "stalled" : "-", r->err);
+		printf("%-5s %8s %-6s %-7s | FAILED: %s\n", r->prov, sz,
+		       r->sleep ? "sleep" : "poll", others(r), r->err);
 		fflush(stdout);
 		return;
 	}
 	printf("%-5s %8s %-6s %-7s | %7.1f us %7.1f us %7.1f us | %7.1f us %7.1f us | %7.2f  "
 	       "<=%.1f us, <=3x %s\n",
-	       r->prov, sz, r->sleep ? "sleep" : "poll", r->stalled ? "stalled" : "-", r->m_p50,
-	       r->m_p99, r->m_min, r->d_p50, r->d_p99, r->ratio, r->bar_p50,
-	       r->pass ? "ok" : "MISS");
+	       r->prov, sz, r->sleep ? "sleep" : "poll", others(r), r->m_p50, r->m_p99, r->m_min,
+	       r->d_p50, r->d_p99, r->ratio, r->bar_p50, r->pass ? "ok" : "MISS");
 	printf("   hops p50 (us, both movers):");
 	for (int h = 0; h <= MV_HOPS; h++) {
 		const char *name = h < MV_HOPS ? hop_name(h) : "client wait";
@@ -740,13 +763,14 @@ void lat_print_row(const struct lrow *r)
 
 void lat_print_bench(const struct lrow *r)
 {
-	printf("BENCH latency prov=%s shards=%u size=%" PRIu64 " wait=%s stalled=%d rounds=%d "
+	printf("BENCH latency prov=%s shards=%u size=%" PRIu64 " wait=%s stalled=%d gap_us=%d "
+	       "rounds=%d "
 	       "mover_p50_us=%.2f mover_p99_us=%.2f mover_min_us=%.2f direct_p50_us=%.2f "
 	       "direct_p99_us=%.2f direct_min_us=%.2f ratio=%.4f bar_p50_us=%.2f pass=%d "
 	       "failed=%d",
-	       r->prov, r->shards, r->size, r->sleep ? "sleep" : "poll", r->stalled, r->rounds,
-	       r->m_p50, r->m_p99, r->m_min, r->d_p50, r->d_p99, r->d_min, r->ratio, r->bar_p50,
-	       r->pass, r->failed);
+	       r->prov, r->shards, r->size, r->sleep ? "sleep" : "poll", r->stalled, r->gap_us,
+	       r->rounds, r->m_p50, r->m_p99, r->m_min, r->d_p50, r->d_p99, r->d_min, r->ratio,
+	       r->bar_p50, r->pass, r->failed);
 	for (int h = 0; h <= MV_HOPS && !r->failed; h++)
 		printf(" hop_%s_p50_us=%.2f", h < MV_HOPS ? hop_name(h) : "wait", r->hop_p50[h]);
 	if (r->failed)
@@ -768,8 +792,8 @@ static double proc_cpu_s(int pid)
 	/* Fields after the command, which may hold spaces: from the last ')'. */
 	char *p = strrchr(buf, ')');
 	unsigned long ut, st;
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-	                 &st) != 2)
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
 		return -1;
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
@@ -788,7 +812,7 @@ int lat_rows(struct cfg *x)
 	struct idle_cpu *idle = &idle_done[nidle_done < IDLE_MAX - 1 ? nidle_done++ : nidle_done];
 	char why[200];
 
-	if (nlat_done + 2 * o->nlat + 2 > LAT_ROWS_MAX)
+	if (nlat_done + 2 * o->nlat + 4 > LAT_ROWS_MAX)
 		die("too many latency rows: give fewer --lat-sizes, providers or shard counts");
 
 	if (lat_up(x, &L, why, sizeof(why))) {
@@ -806,14 +830,21 @@ int lat_rows(struct cfg *x)
 	for (int w = 0; w < 2; w++)
 		for (int i = 0; i < o->nlat; i++) {
 			struct lrow *r = &rows[(*nrows)++];
-			lat_row(x, &L, o->lat[i], w, 0, r);
+			lat_row(x, &L, o->lat[i], w, 0, 0, r);
 			lat_print_row(r);
 		}
+	/* Rounds 1 ms apart: the movers' shards would sleep between them but
+	 * for their adaptive spin. */
+	for (int w = 0; w < 2; w++) {
+		struct lrow *r = &rows[(*nrows)++];
+		lat_row(x, &L, 64, w, 0, LAT_GAP_US, r);
+		lat_print_row(r);
+	}
 	/* A client of A that never reads its completions, beside the ping. */
 	uint64_t stuck = stall_client(&L);
 	for (int w = 0; w < 2; w++) {
 		struct lrow *r = &rows[(*nrows)++];
-		lat_row(x, &L, 64, w, 1, r);
+		lat_row(x, &L, 64, w, 1, 0, r);
 		lat_print_row(r);
 	}
 	printf("   (the stalled client of A submitted %" PRIu64
