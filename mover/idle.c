@@ -102,8 +102,11 @@ disarm:
  * no work until a whole write lands; a big shm write lands every few
  * hundred us) would sleep between every two pieces, and on a virtual
  * machine every wake from a sleep costs tens of us in which the socket is
- * not drained. So a sleep that the stream cut short, or work that came back
- * soon after one, doubles the spin up to SPIN_MAX_NS; a sleep that ran its
+ * not drained; and small writes that come a millisecond or two apart (a
+ * layer's KV, an expert's tokens) would each find the shards asleep. So a
+ * sleep that the stream cut short, or work that came back soon after one,
+ * doubles the spin, at least to twice that gap, up to SPIN_MAX_NS (10 ms,
+ * so traffic up to 5 ms apart keeps its shards awake); a sleep that ran its
  * whole timeout, or a gap longer than that, sets it back. An idle mover
  * still sleeps within SPIN_MAX_NS of its last work. Only while the host has
  * a CPU for every runnable thread does a shard spin longer: on a crowded

@@ -34,7 +34,7 @@
 #include <rdma/fi_rma.h>
 
 #define SPIN_NS     200000  /* busy-poll this long after the last work, */
-#define SPIN_MAX_NS 2000000 /* or up to this long while a stream has gaps */
+#define SPIN_MAX_NS 10000000 /* or up to this long while traffic has gaps */
 
 enum mv_op_kind {
 	MV_OPK_WRITE = 1, /* a fabric write */

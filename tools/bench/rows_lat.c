@@ -569,6 +569,7 @@ static uint64_t stall_client(struct lat *L)
 struct hops {
 	uint64_t h[MV_HOPS][MV_HOP_BUCKETS]; /* both movers, every shard */
 	uint64_t wait[MVC_LAT_BUCKETS];      /* the ping's immediates in its ring */
+	uint64_t sleeps[2];                  /* shards' sleeps, mover A and mover B */
 };
 
 static void hops_take(struct cfg *x, const struct lat *L, struct hops *o)
@@ -578,11 +579,14 @@ static void hops_take(struct cfg *x, const struct lat *L, struct hops *o)
 
 	memset(o, 0, sizeof(*o));
 	for (int m = 0; m < 2 && L->mapped; m++)
-		for (uint32_t s = 0; s < vs[m]->h->nshards; s++)
+		for (uint32_t s = 0; s < vs[m]->h->nshards; s++) {
+			o->sleeps[m] +=
+			    atomic_load_explicit(&vs[m]->shards[s].sleeps, memory_order_relaxed);
 			for (int h = 0; h < MV_HOPS; h++)
 				for (int b = 0; b < MV_HOP_BUCKETS; b++)
 					o->h[h][b] += atomic_load_explicit(
 					    &vs[m]->shards[s].hop[h][b], memory_order_relaxed);
+		}
 	if (!mvc_latency(x->c, &ml))
 		memcpy(o->wait, ml.hist, sizeof(o->wait));
 }
@@ -606,6 +610,8 @@ static void hops_row(struct cfg *x, const struct lat *L, const struct hops *befo
 		}
 		r->hop_p50[h] = n ? hop_quantile(d, MV_HOP_BUCKETS, 0.5) / 1e3 : -1;
 	}
+	for (int m = 0; m < 2; m++)
+		r->sleeps[m] = after.sleeps[m] - before->sleeps[m];
 }
 
 /* ---- rows ---- */
@@ -756,8 +762,9 @@ void lat_print_row(const struct lrow *r)
 			printf(" %s -", name);
 		else
 			printf(" %s %.1f", name, r->hop_p50[h]);
-		printf(h < MV_HOPS ? "," : "\n");
+		printf(h < MV_HOPS ? "," : "");
 	}
+	printf("; shard sleeps A %" PRIu64 ", B %" PRIu64 "\n", r->sleeps[0], r->sleeps[1]);
 	fflush(stdout);
 }
 
@@ -771,6 +778,8 @@ void lat_print_bench(const struct lrow *r)
 	       r->prov, r->shards, r->size, r->sleep ? "sleep" : "poll", r->stalled, r->gap_us,
 	       r->rounds, r->m_p50, r->m_p99, r->m_min, r->d_p50, r->d_p99, r->d_min, r->ratio,
 	       r->bar_p50, r->pass, r->failed);
+	if (!r->failed)
+		printf(" sleeps_a=%" PRIu64 " sleeps_b=%" PRIu64, r->sleeps[0], r->sleeps[1]);
 	for (int h = 0; h <= MV_HOPS && !r->failed; h++)
 		printf(" hop_%s_p50_us=%.2f", h < MV_HOPS ? hop_name(h) : "wait", r->hop_p50[h]);
 	if (r->failed)
