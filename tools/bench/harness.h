@@ -422,7 +422,8 @@ struct lrow {
 	int gap_us;                 /* each round after a pause this long; 0: back to back */
 	int rounds;                 /* per side */
 	double m_p50, m_p99, m_min; /* microseconds */
-	double d_p50, d_p99, d_min;
+	double d_p50, d_p99, d_min;    /* direct, the writes the shards post */
+	double dp_p50, dp_p99, dp_min; /* direct, plain writes (tcp: no delivery-complete); 0: same */
 	double ratio; /* mover p50 / direct p50 */
 	double bar_p50;
 	double hop_p50[MV_HOPS + 1]; /* the movers' hops, then the ping's wait; < 0: none */

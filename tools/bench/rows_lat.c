@@ -44,6 +44,7 @@ struct pong {
 	_Atomic int stop;
 	_Atomic int sleep; /* mover: mvc_wait rather than mvc_poll */
 	_Atomic uint64_t size;
+	_Atomic uint64_t flags; /* direct: more fi_writemsg flags (FI_DELIVERY_COMPLETE) */
 	_Atomic int failed;
 	char err[200];
 	/* through the mover */
@@ -225,7 +226,8 @@ static int dpost(struct pong *p, uint64_t off, uint64_t roff, uint64_t size, uin
 	struct fi_cq_data_entry ent[CQ_BATCH];
 
 	for (;;) {
-		ssize_t ret = fi_writemsg(p->fab.ep, &m, FI_COMPLETION | FI_REMOTE_CQ_DATA);
+		ssize_t ret = fi_writemsg(p->fab.ep, &m,
+		                          FI_COMPLETION | FI_REMOTE_CQ_DATA | atomic_load(&p->flags));
 		if (ret != -FI_EAGAIN)
 			return (int)ret;
 		/* Progress, keeping what it brings: only our own sends can come
@@ -297,10 +299,17 @@ static void *dpong_main(void *arg)
 	return NULL;
 }
 
-static double direct_round(struct lat *L, uint64_t size, char *why, size_t whylen)
+/* One direct round trip; dc: both sides' writes with the flags the shards
+ * post theirs with (FI_DELIVERY_COMPLETE where the provider honours it),
+ * else plain. */
+static double direct_round(struct lat *L, uint64_t size, int dc, char *why, size_t whylen)
 {
 	struct pong *p = &L->dping;
 	uint64_t seq = ++L->seq, data;
+
+	/* The pong reads its flags once our write is there: set first. */
+	atomic_store(&L->dpong.flags, dc ? p->fab.dc_flag : 0);
+	atomic_store(&p->flags, dc ? p->fab.dc_flag : 0);
 
 	memcpy(p->buf, &seq, 8);
 	double t0 = now_s();
@@ -648,7 +657,13 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 	int per = LAT_PER, reps = o->reps, total = per * reps;
 	double *mv = calloc((size_t)total, sizeof(double));
 	double *dr = calloc((size_t)total, sizeof(double));
-	int nm = 0, nd = 0;
+	double *dp = calloc((size_t)total, sizeof(double));
+	int nm = 0, nd = 0, np = 0;
+	/* Where the shards post with delivery-complete (tcp), the direct side
+	 * runs twice: with the same flags (the baseline the bars use), and
+	 * plain, what a program that never asks whether its write landed
+	 * would post. */
+	int nsides = L->dping.fab.dc_flag ? 3 : 2;
 
 	memset(r, 0, sizeof(*r));
 	r->prov = x->prov;
@@ -657,7 +672,7 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 	r->sleep = sleep;
 	r->stalled = stalled;
 	r->gap_us = gap_us;
-	if (!mv || !dr) {
+	if (!mv || !dr || !dp) {
 		r->failed = 1;
 		snprintf(r->err, sizeof(r->err), "no memory");
 		goto out;
@@ -673,7 +688,8 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 	/* Warm-up: connections, caches, the movers' spin. */
 	for (int i = 0; i < 50; i++) {
 		if (mover_round(x, L, size, sleep, r->err, sizeof(r->err)) < 0 ||
-		    direct_round(L, size, r->err, sizeof(r->err)) < 0) {
+		    direct_round(L, size, 1, r->err, sizeof(r->err)) < 0 ||
+		    (nsides == 3 && direct_round(L, size, 0, r->err, sizeof(r->err)) < 0)) {
 			r->failed = 1;
 			goto out;
 		}
@@ -681,8 +697,10 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 	struct hops before;
 	hops_take(x, L, &before);
 	for (int rep = 0; rep < reps; rep++) {
-		for (int side = 0; side < 2; side++) {
-			int mover = (side == 0) == (rep % 2 == 0);
+		for (int k = 0; k < nsides; k++) {
+			/* Each rep starts with the next side: any effect of the
+			 * order falls on every side alike. */
+			int side = (k + rep) % nsides, mover = side == 0;
 			/* Each chunk starts after the other side's: its first
 			 * rounds find the movers idle for that long. Back to
 			 * back rows measure traffic that keeps coming, so those
@@ -693,7 +711,7 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 					usleep((useconds_t)gap_us);
 				double us =
 				    mover ? mover_round(x, L, size, sleep, r->err, sizeof(r->err))
-				          : direct_round(L, size, r->err, sizeof(r->err));
+				          : direct_round(L, size, side == 1, r->err, sizeof(r->err));
 				if (us < 0) {
 					r->failed = 1;
 					goto out;
@@ -702,8 +720,10 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 					continue;
 				if (mover)
 					mv[nm++] = us;
-				else
+				else if (side == 1)
 					dr[nd++] = us;
+				else
+					dp[np++] = us;
 			}
 		}
 	}
@@ -716,6 +736,8 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 	r->rounds = nm;
 	lat_stats(mv, nm, &r->m_p50, &r->m_p99, &r->m_min);
 	lat_stats(dr, nd, &r->d_p50, &r->d_p99, &r->d_min);
+	if (np)
+		lat_stats(dp, np, &r->dp_p50, &r->dp_p99, &r->dp_min);
 	r->ratio = r->m_p50 / r->d_p50;
 	/* The bars of issue 14, on the 16-core device; the same rows run
 	 * here and are only quoted. */
@@ -727,6 +749,7 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 out:
 	free(mv);
 	free(dr);
+	free(dp);
 }
 
 static const char *others(const struct lrow *r)
@@ -736,8 +759,9 @@ static const char *others(const struct lrow *r)
 
 void lat_print_head(void)
 {
-	printf("%-5s %8s %-6s %-7s | %9s %9s %9s | %9s %9s | %7s  %-16s\n", "prov", "size", "wait",
-	       "others", "mover p50", "p99", "min", "direct p50", "p99", "m/d", "bar (p50, p99)");
+	printf("%-5s %8s %-6s %-7s | %9s %9s %9s | %9s %9s | %9s | %7s  %-16s\n", "prov", "size",
+	       "wait", "others", "mover p50", "p99", "min", "direct p50", "p99", "plain p50", "m/d",
+	       "bar (p50, p99)");
 }
 
 void lat_print_row(const struct lrow *r)
@@ -751,10 +775,15 @@ void lat_print_row(const struct lrow *r)
 		fflush(stdout);
 		return;
 	}
-	printf("%-5s %8s %-6s %-7s | %7.1f us %7.1f us %7.1f us | %7.1f us %7.1f us | %7.2f  "
+	char plain[24];
+	if (r->dp_p50 > 0)
+		snprintf(plain, sizeof(plain), "%7.1f us", r->dp_p50);
+	else
+		snprintf(plain, sizeof(plain), "%10s", "(same)");
+	printf("%-5s %8s %-6s %-7s | %7.1f us %7.1f us %7.1f us | %7.1f us %7.1f us | %s | %7.2f  "
 	       "<=%.1f us, <=3x %s\n",
 	       r->prov, sz, r->sleep ? "sleep" : "poll", others(r), r->m_p50, r->m_p99, r->m_min,
-	       r->d_p50, r->d_p99, r->ratio, r->bar_p50, r->pass ? "ok" : "MISS");
+	       r->d_p50, r->d_p99, plain, r->ratio, r->bar_p50, r->pass ? "ok" : "MISS");
 	printf("   hops p50 (us, both movers):");
 	for (int h = 0; h <= MV_HOPS; h++) {
 		const char *name = h < MV_HOPS ? hop_name(h) : "client wait";
@@ -773,10 +802,10 @@ void lat_print_bench(const struct lrow *r)
 	printf("BENCH latency prov=%s shards=%u size=%" PRIu64 " wait=%s stalled=%d gap_us=%d "
 	       "rounds=%d "
 	       "mover_p50_us=%.2f mover_p99_us=%.2f mover_min_us=%.2f direct_p50_us=%.2f "
-	       "direct_p99_us=%.2f direct_min_us=%.2f ratio=%.4f bar_p50_us=%.2f pass=%d "
-	       "failed=%d",
+	       "direct_p99_us=%.2f direct_min_us=%.2f direct_plain_p50_us=%.2f "
+	       "direct_plain_p99_us=%.2f ratio=%.4f bar_p50_us=%.2f pass=%d failed=%d",
 	       r->prov, r->shards, r->size, r->sleep ? "sleep" : "poll", r->stalled, r->gap_us,
-	       r->rounds, r->m_p50, r->m_p99, r->m_min, r->d_p50, r->d_p99, r->d_min, r->ratio,
+	       r->rounds, r->m_p50, r->m_p99, r->m_min, r->d_p50, r->d_p99, r->d_min, r->dp_p50, r->dp_p99, r->ratio,
 	       r->bar_p50, r->pass, r->failed);
 	if (!r->failed)
 		printf(" sleeps_a=%" PRIu64 " sleeps_b=%" PRIu64, r->sleeps[0], r->sleeps[1]);
