@@ -170,15 +170,18 @@ static inline void teardown(void)
 		}
 }
 
+/* Words of a xorshift sequence from seed; p need not be aligned (a range
+ * registered at an odd offset is filled too). */
 static inline void fill(void *p, size_t n, uint64_t seed)
 {
-	uint64_t *w = p, x = seed * 0x9e3779b97f4a7c15ull + 1;
+	uint8_t *w = p;
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
 
 	for (size_t i = 0; i < n / 8; i++) {
 		x ^= x << 13;
 		x ^= x >> 7;
 		x ^= x << 17;
-		w[i] = x;
+		memcpy(w + 8 * i, &x, 8);
 	}
 }
 

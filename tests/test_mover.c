@@ -526,6 +526,7 @@ START_TEST(test_peer_mover_killed_gives_errors_not_hangs)
 	        now_s() - t0);
 	ck_assert_int_eq(mover_stop(&A), 0);
 	mvc_disconnect(p.a);
+	mvc_disconnect(p.b); /* its mover is dead: this only lets go of it */
 }
 END_TEST
 
@@ -597,6 +598,7 @@ START_TEST(test_peer_killed_holding_its_shm_lock_fails_writes)
 	B.pid = 0;
 	ck_assert_int_eq(mover_stop(&A), 0);
 	mvc_disconnect(p.a);
+	mvc_disconnect(p.b); /* its mover is dead: this only lets go of it */
 }
 END_TEST
 

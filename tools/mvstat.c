@@ -519,5 +519,8 @@ int main(int argc, char **argv)
 	/* A mover that went away ends the watch with its state said once more. */
 	if (watch && strcmp(state(&v), "running"))
 		fprintf(stdout, "mover %016" PRIx64 " is %s\n", v.h->mover_id, state(&v));
-	return strcmp(state(&v), "running") ? 3 : 0;
+	int ret = strcmp(state(&v), "running") ? 3 : 0;
+	free(a);
+	free(b);
+	return ret;
 }
