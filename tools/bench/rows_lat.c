@@ -226,8 +226,8 @@ static int dpost(struct pong *p, uint64_t off, uint64_t roff, uint64_t size, uin
 	struct fi_cq_data_entry ent[CQ_BATCH];
 
 	for (;;) {
-		ssize_t ret = fi_writemsg(p->fab.ep, &m,
-		                          FI_COMPLETION | FI_REMOTE_CQ_DATA | atomic_load(&p->flags));
+		ssize_t ret = fi_writemsg(
+		    p->fab.ep, &m, FI_COMPLETION | FI_REMOTE_CQ_DATA | atomic_load(&p->flags));
 		if (ret != -FI_EAGAIN)
 			return (int)ret;
 		/* Progress, keeping what it brings: only our own sends can come
@@ -408,11 +408,27 @@ static int pong_cpu(const struct cfg *x)
 	return x->cpu.pinned && i < navail ? avail_cpus[i] : -1;
 }
 
-static int lat_up(struct cfg *x, struct lat *L, char *why, size_t whylen)
+/* Lets client `from` write into `region` of client `owner`: adds owner's
+ * mover as a peer of from's and imports the region (the two blobs an
+ * application would carry between hosts). */
+static int reach(struct mvc *from, struct mvc *owner, uint32_t region, uint32_t *handle)
 {
 	uint8_t addr[MVC_BLOB_MAX], blob[MVC_BLOB_MAX];
 	size_t alen = sizeof(addr), blen = sizeof(blob);
 	uint32_t peer;
+	int ret = mvc_address(owner, addr, &alen);
+
+	if (!ret)
+		ret = mvc_region_blob(owner, region, blob, &blen);
+	if (!ret)
+		ret = mvc_peer_add(from, addr, alen, &peer);
+	if (!ret)
+		ret = mvc_import(from, peer, blob, blen, handle);
+	return ret;
+}
+
+static int lat_up(struct cfg *x, struct lat *L, char *why, size_t whylen)
+{
 	struct pong *p = &L->pong;
 	int ret;
 
@@ -430,27 +446,11 @@ static int lat_up(struct cfg *x, struct lat *L, char *why, size_t whylen)
 		snprintf(why, whylen, "latency regions: %s", mvc_error(ret ? x->c : p->c));
 		return ret;
 	}
-	ret = mvc_address(p->c, addr, &alen);
-	if (!ret)
-		ret = mvc_region_blob(p->c, p->mem.region, blob, &blen);
-	if (!ret)
-		ret = mvc_peer_add(x->c, addr, alen, &peer);
-	if (!ret)
-		ret = mvc_import(x->c, peer, blob, blen, &L->to_pong);
-	if (ret) {
+	if ((ret = reach(x->c, p->c, p->mem.region, &L->to_pong))) {
 		snprintf(why, whylen, "ping: reaching the pong: %s", mvc_error(x->c));
 		return ret;
 	}
-	alen = sizeof(addr);
-	blen = sizeof(blob);
-	ret = mvc_address(x->c, addr, &alen);
-	if (!ret)
-		ret = mvc_region_blob(x->c, L->mem.region, blob, &blen);
-	if (!ret)
-		ret = mvc_peer_add(p->c, addr, alen, &peer);
-	if (!ret)
-		ret = mvc_import(p->c, peer, blob, blen, &p->back);
-	if (ret) {
+	if ((ret = reach(p->c, x->c, L->mem.region, &p->back))) {
 		snprintf(why, whylen, "pong: reaching the ping: %s", mvc_error(p->c));
 		return ret;
 	}
@@ -458,16 +458,8 @@ static int lat_up(struct cfg *x, struct lat *L, char *why, size_t whylen)
 	ret = mvc_connect(&L->stalled, mover_a.sock);
 	if (!ret)
 		ret = mvc_alloc(L->stalled, LAT_REGION, &L->smem);
-	alen = sizeof(addr);
-	blen = sizeof(blob);
 	if (!ret)
-		ret = mvc_address(p->c, addr, &alen);
-	if (!ret)
-		ret = mvc_region_blob(p->c, p->mem.region, blob, &blen);
-	if (!ret)
-		ret = mvc_peer_add(L->stalled, addr, alen, &peer);
-	if (!ret)
-		ret = mvc_import(L->stalled, peer, blob, blen, &L->sto);
+		ret = reach(L->stalled, p->c, p->mem.region, &L->sto);
 	if (ret) {
 		snprintf(why, whylen, "the stalled client: %s",
 		         L->stalled ? mvc_error(L->stalled) : strerror(-ret));
@@ -475,7 +467,7 @@ static int lat_up(struct cfg *x, struct lat *L, char *why, size_t whylen)
 	}
 	/* The hops, where the movers keep them (an older mover, run with
 	 * --mover to compare, may not: its rows go without). */
-	size_t sa, sb;
+	size_t sa = 0, sb = 0;
 	char whyh[200];
 	int fa = fetch_segment(mover_a.sock, &sa, whyh, sizeof(whyh));
 	int fb = fetch_segment(mover_b.sock, &sb, whyh, sizeof(whyh));
@@ -710,8 +702,9 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 				if (gap_us)
 					usleep((useconds_t)gap_us);
 				double us =
-				    mover ? mover_round(x, L, size, sleep, r->err, sizeof(r->err))
-				          : direct_round(L, size, side == 1, r->err, sizeof(r->err));
+				    mover
+				        ? mover_round(x, L, size, sleep, r->err, sizeof(r->err))
+				        : direct_round(L, size, side == 1, r->err, sizeof(r->err));
 				if (us < 0) {
 					r->failed = 1;
 					goto out;
@@ -805,8 +798,8 @@ void lat_print_bench(const struct lrow *r)
 	       "direct_p99_us=%.2f direct_min_us=%.2f direct_plain_p50_us=%.2f "
 	       "direct_plain_p99_us=%.2f ratio=%.4f bar_p50_us=%.2f pass=%d failed=%d",
 	       r->prov, r->shards, r->size, r->sleep ? "sleep" : "poll", r->stalled, r->gap_us,
-	       r->rounds, r->m_p50, r->m_p99, r->m_min, r->d_p50, r->d_p99, r->d_min, r->dp_p50, r->dp_p99, r->ratio,
-	       r->bar_p50, r->pass, r->failed);
+	       r->rounds, r->m_p50, r->m_p99, r->m_min, r->d_p50, r->d_p99, r->d_min, r->dp_p50,
+	       r->dp_p99, r->ratio, r->bar_p50, r->pass, r->failed);
 	if (!r->failed)
 		printf(" sleeps_a=%" PRIu64 " sleeps_b=%" PRIu64, r->sleeps[0], r->sleeps[1]);
 	for (int h = 0; h <= MV_HOPS && !r->failed; h++)
