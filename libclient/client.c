@@ -127,6 +127,27 @@ const char *mvc_connect_error(void)
 	return connect_err;
 }
 
+/* How long mvc_wait() polls before it sleeps: $MVC_WAIT_SPIN_US
+ * (microseconds, 0 never), else MVC_WAIT_SPIN_DEFAULT_NS. */
+#define MVC_WAIT_SPIN_DEFAULT_NS 20000
+static int wait_spin(int64_t *out, char *why, size_t whylen)
+{
+	const char *env = getenv("MVC_WAIT_SPIN_US");
+	char *end;
+
+	*out = MVC_WAIT_SPIN_DEFAULT_NS;
+	if (!env || !*env)
+		return 0;
+	errno = 0;
+	unsigned long v = strtoul(env, &end, 10);
+	if (errno || *end || v > 1000000) {
+		snprintf(why, whylen, "MVC_WAIT_SPIN_US=%s: give microseconds, 0 to 1000000", env);
+		return -EINVAL;
+	}
+	*out = (int64_t)v * 1000;
+	return 0;
+}
+
 /* The arena size: opts, else $MVC_LIST_ARENA (bytes, with an optional K, M
  * or G), else the default. */
 static int arena_size(const struct mvc_opts *o, uint64_t *out, char *why, size_t whylen)
@@ -182,6 +203,9 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 	c->efd = -1;
 	c->arena.fd = -1;
 	ret = arena_size(opts, &arena, c->err, sizeof(c->err));
+	if (ret)
+		goto err_free;
+	ret = wait_spin(&c->wait_spin_ns, c->err, sizeof(c->err));
 	if (ret)
 		goto err_free;
 	if (!path)

@@ -344,6 +344,37 @@ START_TEST(test_batch_larger_than_arena_is_e2big_with_advice)
 }
 END_TEST
 
+/* mvc_wait() polls before it sleeps for $MVC_WAIT_SPIN_US, read at
+ * connect: a bad value is refused, naming the variable; 0 never polls, and
+ * a wait with nothing to come still returns at its time-out. */
+START_TEST(test_wait_spin_is_read_at_connect)
+{
+	struct mvc *c;
+	struct mvc_event ev[4];
+
+	setenv("MVC_WAIT_SPIN_US", "12x", 1);
+	ck_assert_int_eq(mvc_connect(&c, A.sock), -EINVAL);
+	ck_assert_msg(strstr(mvc_connect_error(), "MVC_WAIT_SPIN_US=12x"), "%s",
+	              mvc_connect_error());
+	setenv("MVC_WAIT_SPIN_US", "0", 1);
+	ck_assert_int_eq(mvc_connect(&c, A.sock), 0);
+	ck_assert_int_eq(c->wait_spin_ns, 0);
+	mvc_disconnect(c);
+	setenv("MVC_WAIT_SPIN_US", "500", 1);
+	ck_assert_int_eq(mvc_connect(&c, A.sock), 0);
+	ck_assert_int_eq(c->wait_spin_ns, 500000);
+	double t0 = now_s();
+	ck_assert_int_eq(mvc_wait(c, ev, 4, 50), 0);
+	double took = now_s() - t0;
+	ck_assert_msg(took >= 0.045 && took < 2, "a 50 ms wait took %.3f s", took);
+	mvc_disconnect(c);
+	unsetenv("MVC_WAIT_SPIN_US");
+	ck_assert_int_eq(mvc_connect(&c, A.sock), 0);
+	ck_assert_int_eq(c->wait_spin_ns, 20000);
+	mvc_disconnect(c);
+}
+END_TEST
+
 /* ---- bad lists: each fails its own batch, the rest goes on ---- */
 
 /* The batch with this cookie fails with cause; the message contains want. */
@@ -518,6 +549,7 @@ static TCase *lists(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_entries_longer_than_a_write_land_in_pieces);
 	tcase_add_test(tc, test_full_arena_is_eagain_and_keeps_the_batch);
 	tcase_add_test(tc, test_batch_larger_than_arena_is_e2big_with_advice);
+	tcase_add_test(tc, test_wait_spin_is_read_at_connect);
 	tcase_add_test(tc, test_bad_lists_fail_their_batch_with_a_cause);
 	tcase_add_test(tc, test_rewritten_lists_hurt_only_their_client);
 	tcase_add_test(tc, test_client_killed_mid_list_spares_others);
