@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define MV_WIRE_MAGIC   0x3143564du /* "MVC1" */
-#define MV_WIRE_VERSION 4u
+#define MV_WIRE_VERSION 5u
 #define MV_MAX_MSG      65536u
 #define MV_MAX_SHARDS   64u
 #define MV_MAX_ADDRLEN  64u
@@ -45,10 +45,10 @@ enum mv_msg_type {
 	MV_MSG_IMPORT = 8,
 	MV_MSG_UNIMPORT = 9,
 	MV_MSG_BLOB = 10,    /* the blob of one of our regions */
-	MV_MSG_STATS = 11,   /* tools: the stats segment's fd (allowed before HELLO) */
-	MV_MSG_TRACE = 12,   /* tools: start or stop the trace (allowed before HELLO) */
+	MV_MSG_STATS = 11,   /* admins: the stats segment's fd (no HELLO needed) */
+	MV_MSG_TRACE = 12,   /* admins: start (with the file's fd) or stop the trace */
 	MV_MSG_REG_GPU = 13, /* register CUDA device memory (IPC handle or VMM fd) */
-	MV_MSG_GPU_FD = 14,  /* same-host movers: the fd behind a VMM region */
+	MV_MSG_GPU_FD = 14,  /* same-host peer movers: the fd behind a VMM region */
 	MV_MSG_REPLY = 0x8000,
 };
 
@@ -143,6 +143,10 @@ struct mv_region_blob {
 	struct mv_gpu_desc gpu;
 	char sock[108];
 	uint32_t rsvd2;
+	/* A random number the owner mover made for this region: whoever asks
+	 * it for the region's memory itself (GPU_FD) or imports the region on
+	 * the owner mover proves with it that the owner handed out this blob. */
+	uint64_t secret;
 	struct {
 		uint64_t addr; /* base for this shard's key: 0 or a virtual address */
 		uint64_t key;
@@ -168,6 +172,13 @@ enum mv_gpu_path {
 	MV_PATH_HMEM = 1,   /* the provider registers GPU memory (FI_HMEM) */
 	MV_PATH_COPY = 2,   /* same host: CUDA copies between IPC-opened memory */
 	MV_PATH_STAGED = 3, /* through pinned host bounce buffers */
+};
+
+/* GPU_FD request: a peer mover names the region and proves it holds its blob. */
+struct mv_gpu_fd_req {
+	uint32_t id;
+	uint32_t rsvd;
+	uint64_t secret; /* the region blob's */
 };
 
 /* GPU_FD reply: the VMM allocation's fd comes with it. */
@@ -231,8 +242,10 @@ struct mv_stats_rep {
 	uint64_t seg_size;
 };
 
-/* TRACE request: on = 1 starts writing path (opened by the mover, which
- * must be able to create it), on = 0 stops and closes the current trace.
+/* TRACE request: on = 1 starts writing the trace into the one fd that comes
+ * with it, a regular file the requester opened for writing itself (the mover
+ * never opens a path a connection names); path is only the name shown for
+ * it. on = 0 stops and closes the current trace.
  * flags: MV_TRACE_HOPS adds each batch's hops (mover/trace_format.h). */
 #define MV_TRACE_HOPS 1u
 struct mv_trace_req {

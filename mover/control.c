@@ -298,6 +298,9 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 {
 	int ret;
 
+	if ((ret = mv_access_check(mv, cl, m->h.type, why, whylen)))
+		return ret;
+	/* Admins' and peer movers' requests need no HELLO; a client's do. */
 	if (m->h.type != MV_MSG_HELLO && m->h.type != MV_MSG_ATTACH && m->h.type != MV_MSG_STATS &&
 	    m->h.type != MV_MSG_TRACE && m->h.type != MV_MSG_GPU_FD && cl->state != MV_CL_READY) {
 		snprintf(why, whylen, "message type %u before HELLO and ATTACH", m->h.type);
@@ -318,23 +321,23 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), &mv->stats_fd, 1) ?: 1;
 	}
 	case MV_MSG_TRACE: {
-		struct mv_trace_req req;
-		if ((ret = need(m, sizeof(req), 0, why, whylen)))
+		struct mv_trace_req req = {0};
+		/* Start carries the file, opened by the requester: the mover
+		 * never opens a path that a connection names. */
+		memcpy(&req, m->payload, m->len < sizeof(req) ? m->len : sizeof(req));
+		if ((ret = need(m, sizeof(req), req.on ? 1 : 0, why, whylen)))
 			return ret;
-		memcpy(&req, m->payload, sizeof(req));
 		req.path[sizeof(req.path) - 1] = 0;
 		if (!req.on)
 			return mv_trace_stop(mv, why, whylen);
-		if (req.path[0] != '/') {
-			snprintf(why, whylen, "trace path '%s' must be absolute", req.path);
-			return -EINVAL;
-		}
 		if (req.flags & ~MV_TRACE_HOPS) {
 			snprintf(why, whylen, "trace flags 0x%x: only 0x%x (hops) is known",
 			         req.flags, MV_TRACE_HOPS);
 			return -EINVAL;
 		}
-		return mv_trace_start(mv, req.path, req.flags, why, whylen);
+		ret = mv_trace_start(mv, m->fds[0], req.path, req.flags, why, whylen);
+		m->fds[0] = -1; /* the trace owns it now, or closed it */
+		return ret;
 	}
 	case MV_MSG_ATTACH:
 		return do_attach(mv, cl, m, why, whylen);
@@ -363,15 +366,24 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		return reply_region(mv, cl, m, r);
 	}
 	case MV_MSG_GPU_FD: {
-		/* A mover on this host (same uid: checked at accept) copying
-		 * straight into one of our clients' VMM regions (path 2). */
-		const struct mv_id_req *req = (const void *)m->payload;
+		/* A peer mover on this host (its role: checked above) copying
+		 * straight into one of our clients' VMM regions (path 2); it
+		 * shows the secret of the region's blob, so it holds a blob
+		 * the region's owner handed out. */
+		const struct mv_gpu_fd_req *req = (const void *)m->payload;
 		struct mv_gpu_fd_rep rep = {0};
 		struct mv_region *r;
 
 		if ((ret = need(m, sizeof(*req), 0, why, whylen)))
 			return ret;
 		r = mv_region_get(mv, req->id);
+		if (r && r->secret != req->secret) {
+			snprintf(why, whylen, "GPU region %u: the request's secret is not its blob's",
+			         req->id);
+			mv_log("refused GPU_FD for region %u from pid %d uid %u: wrong secret",
+			       req->id, cl->pid, (unsigned)cl->uid);
+			return -EACCES;
+		}
 		if (!r || !r->is_gpu || r->gpu_fd < 0) {
 			snprintf(why, whylen, "region %u is not a VMM GPU region of this mover",
 			         req->id);
@@ -455,11 +467,13 @@ static struct mv_client *client_new(struct mover *mv, int sock, int ep)
 
 	if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
 		return NULL;
-	if (!mv->cfg.allow_any_uid && cred.uid != getuid()) {
+	uint32_t roles = mv_access_roles(mv, sock, &cred);
+	if (!roles) {
 		struct mv_msg_hdr h = {.type = MV_MSG_HELLO};
 		mv_log("refusing client pid %d: uid %u is not the mover's uid %u", cred.pid,
-		       cred.uid, getuid());
-		send_error(sock, &h, -EACCES, "the mover serves its own uid only");
+		       cred.uid, geteuid());
+		send_error(sock, &h, -EACCES,
+		           "the mover serves its own uid only (--allow-any-uid serves all)");
 		return NULL;
 	}
 	for (slot = 0; slot < MV_MAX_CLIENTS; slot++)
@@ -476,6 +490,8 @@ static struct mv_client *client_new(struct mover *mv, int sock, int ep)
 	cl->id = (uint32_t)(++client_gen[slot]) << 8 | slot;
 	cl->sock = sock;
 	cl->pid = cred.pid;
+	cl->uid = cred.uid;
+	cl->roles = roles;
 	cl->efd = -1;
 	cl->pidfd = (int)syscall(SYS_pidfd_open, cred.pid, 0);
 	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u32 = slot};
@@ -557,7 +573,13 @@ static void reap_clients(struct mover *mv)
 	}
 }
 
-static int listen_on(const char *path, char *why, size_t whylen)
+/*
+ * Listens on path. The socket file is 0600, so only the mover's uid (and
+ * root) reach it; with --allow-any-uid every uid may connect (0666) and
+ * with --admin-group that group may (0660): who may do what once connected
+ * is access.c's to say, from the kernel's credentials of the connection.
+ */
+static int listen_on(const struct mover *mv, const char *path, char *why, size_t whylen)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	int fd;
@@ -587,7 +609,11 @@ static int listen_on(const char *path, char *why, size_t whylen)
 	mode_t old = umask(0077);
 	int ret = bind(fd, (struct sockaddr *)&a, sizeof(a));
 	umask(old);
-	if (ret < 0 || chmod(path, 0600) < 0 || listen(fd, 64) < 0) {
+	mode_t mode = mv->cfg.allow_any_uid ? 0666 : mv->cfg.admin_group ? 0660 : 0600;
+	if (ret == 0 && mv->cfg.admin_group && !mv->cfg.allow_any_uid &&
+	    chown(path, (uid_t)-1, mv->cfg.admin_gid) < 0)
+		ret = -1;
+	if (ret < 0 || chmod(path, mode) < 0 || listen(fd, 64) < 0) {
 		ret = -errno;
 		snprintf(why, whylen, "listening on %s: %s", path, strerror(errno));
 		close(fd);
@@ -645,7 +671,7 @@ int mv_control_run(struct mover *mv)
 
 	if (!m)
 		return -ENOMEM;
-	lfd = listen_on(mv->cfg.socket_path, why, sizeof(why));
+	lfd = listen_on(mv, mv->cfg.socket_path, why, sizeof(why));
 	if (lfd < 0) {
 		mv_log("%s", why[0] ? why : strerror(-lfd));
 		free(m);

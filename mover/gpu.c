@@ -187,9 +187,10 @@ void mv_gpu_region_close(struct mover *mv, struct mv_region *r)
 }
 
 /* Asks the peer mover on this host for the fd behind one of its VMM regions. */
-static int fetch_vmm_fd(const char *sock, uint32_t region, char *why, size_t whylen)
+static int fetch_vmm_fd(const char *sock, uint32_t region, uint64_t secret, char *why,
+                        size_t whylen)
 {
-	struct mv_id_req req = {.id = region};
+	struct mv_gpu_fd_req req = {.id = region, .secret = secret};
 	struct {
 		struct mv_msg_hdr h;
 		struct mv_gpu_fd_rep r;
@@ -226,7 +227,7 @@ int mv_gpu_import_open(struct mover *mv, struct mv_import *imp, const struct mv_
 		char sock[sizeof(b->sock) + 1];
 		memcpy(sock, b->sock, sizeof(b->sock));
 		sock[sizeof(b->sock)] = 0;
-		fd = fetch_vmm_fd(sock, b->region, why, whylen);
+		fd = fetch_vmm_fd(sock, b->region, b->secret, why, whylen);
 		if (fd < 0) {
 			free(g);
 			return fd;

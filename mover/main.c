@@ -9,6 +9,7 @@
 #include "mv_host.h"
 #include "mv_sock.h"
 
+#include <fcntl.h>
 #include <getopt.h>
 #include <glob.h>
 #include <stdalign.h>
@@ -80,6 +81,8 @@ static void usage(FILE *f)
 	           "  --no-gpu-copy     never copy into a same-host peer's GPU memory with CUDA;\n"
 	           "                    send it as landing messages, as to another host\n"
 	           "  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
+	           "  --admin-group G   members of group G may read stats and start traces\n"
+	           "                    (always: the mover's own uid and root)\n"
 	           "  -v, --verbose     log client events\n");
 }
 
@@ -92,6 +95,7 @@ int main(int argc, char **argv)
 	    {"shards", required_argument, 0, 'n'},
 	    {"cpus", required_argument, 0, 'c'},
 	    {"allow-any-uid", no_argument, 0, 'u'},
+	    {"admin-group", required_argument, 0, 'A'},
 	    {"verbose", no_argument, 0, 'v'},
 	    {"op-timeout", required_argument, 0, 't'},
 	    {"trace", required_argument, 0, 'T'},
@@ -109,7 +113,7 @@ int main(int argc, char **argv)
 		return 1;
 	mv->cfg.provider = "auto";
 	mv->cfg.op_timeout_ms = 10000;
-	while ((c = getopt_long(argc, argv, "s:p:i:n:c:t:T:Guvh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:p:i:n:c:t:T:A:Guvh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			mv->cfg.socket_path = optarg;
@@ -151,6 +155,9 @@ int main(int argc, char **argv)
 		case 'u':
 			mv->cfg.allow_any_uid = 1;
 			break;
+		case 'A':
+			mv->cfg.admin_group = optarg;
+			break;
 		case 'v':
 			mv_verbose = 1;
 			break;
@@ -164,6 +171,10 @@ int main(int argc, char **argv)
 	}
 	if (!mv->cfg.socket_path)
 		mv->cfg.socket_path = mv_default_socket(sockbuf, sizeof(sockbuf));
+	if (mv_access_init(mv, why, sizeof(why))) {
+		fprintf(stderr, "mover: %s\n", why);
+		return 2;
+	}
 
 	/* Signals go to the control thread's signalfd, never to a shard. */
 	sigset_t sigs;
@@ -264,10 +275,20 @@ int main(int argc, char **argv)
 	if (started == mv->nshards) {
 		mv_log("mover %016llx: %u shards on %s", (unsigned long long)mv->mover_id,
 		       mv->nshards, mv->prov);
-		ret = mv->cfg.trace
-		          ? mv_trace_start(mv, mv->cfg.trace,
-		                           mv->cfg.trace_hops ? MV_TRACE_HOPS : 0, why, sizeof(why))
-		          : 0;
+		ret = 0;
+		if (mv->cfg.trace) {
+			/* The operator's own path, so the mover opens it itself. */
+			int tfd = open(mv->cfg.trace, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+			if (tfd < 0) {
+				ret = -errno;
+				snprintf(why, sizeof(why), "cannot create %s: %s", mv->cfg.trace,
+				         strerror(errno));
+			} else {
+				ret = mv_trace_start(mv, tfd, mv->cfg.trace,
+				                     mv->cfg.trace_hops ? MV_TRACE_HOPS : 0, why,
+				                     sizeof(why));
+			}
+		}
 		if (ret)
 			mv_log("--trace: %s", why);
 		else

@@ -21,6 +21,7 @@
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/socket.h> /* struct ucred */
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -145,6 +146,7 @@ struct mv_region {
 	struct mv_gpu_desc gdesc; /* as the client described it, for same-host peers */
 	uint64_t shard_mask;      /* shards near the memory (hwloc); 0: any */
 	int gpu_fd;               /* VMM: the exported fd, for same-host peers; else -1 */
+	uint64_t secret;          /* random, in its blob: proves a blob came from us */
 };
 
 struct mv_wake_page;
@@ -273,6 +275,9 @@ struct mv_client {
 	uint32_t id;
 	int sock;
 	pid_t pid;
+	uid_t uid;         /* from SO_PEERCRED at accept */
+	uint32_t roles;    /* MV_ROLE_*, from the credentials (access.c) */
+	uint32_t refusals; /* requests refused for their sender's roles */
 	int pidfd;
 	int efd; /* the client's completion doorbell */
 	enum mv_client_state state;
@@ -424,6 +429,8 @@ struct mv_config {
 	const char *cpus;     /* comma list overriding topology */
 	int nshards;          /* 0: one per NIC */
 	int allow_any_uid;
+	const char *admin_group; /* --admin-group: its members administer the mover */
+	gid_t admin_gid;         /* admin_group resolved at start-up */
 	int op_timeout_ms; /* a write not completed by then fails its batch */
 	int no_gpu_copy;   /* never path 2: same-host GPU regions land as messages */
 	const char *trace; /* --trace FILE */
@@ -603,7 +610,8 @@ void mv_stats_publish(struct mv_shard *s, int force);
 
 /* trace.c */
 /* flags: MV_TRACE_HOPS, each batch record followed by its hops. */
-int mv_trace_start(struct mover *mv, const char *path, uint32_t flags, char *why, size_t whylen);
+int mv_trace_start(struct mover *mv, int fd, const char *name, uint32_t flags, char *why,
+                   size_t whylen);
 int mv_trace_stop(struct mover *mv, char *why, size_t whylen);
 struct mv_trace_hops;
 /* A batch's record, and its hops when the trace asked for them (hops may be
@@ -615,5 +623,20 @@ int mv_tracing_hops(const struct mover *mv);
 
 /* control.c */
 int mv_control_run(struct mover *mv);
+
+/* access.c: who may send which control message. */
+enum mv_role {
+	MV_ROLE_CLIENT = 1, /* moves its own memory: the mover's uid, or any with --allow-any-uid */
+	MV_ROLE_ADMIN = 2,  /* stats and traces: the mover's uid, root, or --admin-group */
+	MV_ROLE_MOVER = 4,  /* a peer mover on this host: the mover's uid or root */
+};
+/* The roles of a connection from cred on sock (SO_PEERGROUPS for groups). */
+uint32_t mv_access_roles(const struct mover *mv, int sock, const struct ucred *cred);
+/* 0 when cl may send a message of type, else -EACCES with why, logged once
+ * per refusal (the first few of each connection) with its pid and uid. */
+int mv_access_check(struct mover *mv, struct mv_client *cl, uint16_t type, char *why,
+                    size_t whylen);
+/* Resolves cfg.admin_group; 0, or -errno with why. */
+int mv_access_init(struct mover *mv, char *why, size_t whylen);
 
 #endif

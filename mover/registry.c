@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -133,6 +134,11 @@ static int region_publish(struct mover *mv, struct mv_client *cl, struct mv_regi
 	int ret;
 
 	r->id = next_region_id(mv, idx);
+	if (getrandom(&r->secret, sizeof(r->secret), 0) != (ssize_t)sizeof(r->secret)) {
+		snprintf(why, whylen, "getrandom for the region's secret: %s", strerror(errno));
+		region_free(mv, r);
+		return -EAGAIN;
+	}
 	ret = mv_call_all(mv, MV_CMD_REG, r, why, whylen);
 	if (ret) {
 		region_free(mv, r);
@@ -265,6 +271,7 @@ void mv_region_blob(struct mover *mv, const struct mv_region *r, struct mv_regio
 	b->mover_id = mv->mover_id;
 	b->region = r->id;
 	b->len = r->len;
+	b->secret = r->secret;
 	if (r->is_gpu) {
 		b->flags = MV_BLOB_GPU | (mv->hmem ? 0 : MV_BLOB_NO_FABRIC | MV_BLOB_LANDING);
 		memcpy(b->host, mv->host_id, sizeof(b->host));
@@ -429,6 +436,20 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 		         (unsigned long long)b->mover_id, b->nshards, peer,
 		         (unsigned long long)p->mover_id, p->nshards);
 		return -EXDEV;
+	}
+	/* A region of this very mover: the blob must be one we handed out,
+	 * or a client could write into another's memory by guessing its id. */
+	if (b->mover_id == mv->mover_id) {
+		struct mv_region *own = mv_region_get(mv, b->region);
+		if (!own || own->secret != b->secret || own->len != b->len) {
+			snprintf(why, whylen,
+			         "region blob names region %u of this mover, but it is not a blob "
+			         "this mover handed out (a forged or stale blob)",
+			         b->region);
+			mv_log("refused IMPORT of region %u from pid %d uid %u: forged or stale blob",
+			       b->region, cl->pid, (unsigned)cl->uid);
+			return -EACCES;
+		}
 	}
 	for (h = 0; h < MV_CLIENT_MAX_IMPORTS; h++)
 		if (!atomic_load_explicit(&cl->imports[h], memory_order_relaxed))

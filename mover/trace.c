@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -172,28 +173,43 @@ static uint64_t dropped_total(struct mover *mv)
 	return d;
 }
 
-int mv_trace_start(struct mover *mv, const char *path, uint32_t flags, char *why, size_t whylen)
+int mv_trace_start(struct mover *mv, int fd, const char *name, uint32_t flags, char *why,
+                   size_t whylen)
 {
+	const char *path = name[0] ? name : "(unnamed)";
 	struct mv_tracer *t;
 	struct timespec wall;
-	int ret;
+	struct stat st;
+	int ret, fl = fcntl(fd, F_GETFL);
 
 	if (atomic_load(&mv->tracer)) {
 		snprintf(why, whylen, "already tracing to %s; stop it first",
 		         mv->stats->trace_path);
+		close(fd);
 		return -EBUSY;
 	}
+	if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY || (fl & O_APPEND) || fstat(fd, &st) ||
+	    !S_ISREG(st.st_mode)) {
+		snprintf(why, whylen,
+		         "trace %s: the fd must be a regular file opened for writing, without "
+		         "O_APPEND",
+		         path);
+		close(fd);
+		return -EBADF;
+	}
 	t = calloc(1, sizeof(*t));
-	if (!t)
+	if (!t) {
+		close(fd);
 		return -ENOMEM;
+	}
 	t->mv = mv;
 	t->hops = !!(flags & MV_TRACE_HOPS);
 	snprintf(t->path, sizeof(t->path), "%s", path);
-	t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (t->fd < 0) {
+	t->fd = fd;
+	if (ftruncate(fd, 0)) {
 		ret = -errno;
-		snprintf(why, whylen, "cannot create trace %s: %s", path, strerror(errno));
-		goto err_free;
+		snprintf(why, whylen, "cannot truncate trace %s: %s", path, strerror(errno));
+		goto err_close;
 	}
 	struct mv_trace_hdr h = {.magic = MV_TRACE_MAGIC,
 	                         .version = MV_TRACE_VERSION,
@@ -228,10 +244,10 @@ int mv_trace_start(struct mover *mv, const char *path, uint32_t flags, char *why
 		    .capacity = TRACE_RING, .slot_size = 64, .name = "mv-trace"};
 		ret = shmring_create(&t->q[s][0], &o, SHMRING_PRODUCER);
 		if (!ret) {
-			int fd = dup(shmring_fd(&t->q[s][0]));
-			ret = fd < 0 ? -errno : shmring_attach(&t->q[s][1], fd, SHMRING_CONSUMER);
-			if (ret && fd >= 0)
-				close(fd);
+			int rfd = dup(shmring_fd(&t->q[s][0]));
+			ret = rfd < 0 ? -errno : shmring_attach(&t->q[s][1], rfd, SHMRING_CONSUMER);
+			if (ret && rfd >= 0)
+				close(rfd);
 		}
 		if (ret) {
 			snprintf(why, whylen, "trace ring of shard %u: %s", s,
@@ -264,8 +280,6 @@ err_uring:
 	io_uring_queue_exit(&t->uring);
 err_close:
 	close(t->fd);
-	unlink(path);
-err_free:
 	free(t);
 	return ret;
 }

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "../tools/trace_read.h"
+#include "mv_sock.h"
 #include "mv_wire.h"
 #include "trace_format.h"
 
@@ -851,14 +852,28 @@ static pid_t fake_serve(struct fake *f, uint32_t on, const char *want_path, int3
 		} m;
 		char raw[1024];
 	} u = {0};
-	ssize_t n = recv(fd, &u, sizeof(u), 0);
+	union mv_cmsg cm;
+	struct iovec iov = {&u, sizeof(u)};
+	struct msghdr mh = {
+	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf)};
+	ssize_t n = recvmsg(fd, &mh, 0);
+	int tfd = -1, nfds = n > 0 ? mv_fds_take(&mh, &tfd, 1) : 0;
 	typeof(u.m) m = u.m;
 	int ok = n == (ssize_t)sizeof(m) && m.h.magic == MV_WIRE_MAGIC &&
 	         m.h.version == MV_WIRE_VERSION && m.h.type == MV_MSG_TRACE &&
 	         m.h.len == sizeof(m.r) && m.r.on == on && !strcmp(m.r.path, want_path);
-	if (!ok) {
-		fprintf(stderr, "fake mover: bad request (%zd bytes, type %u, on %u, path '%s')\n",
-		        n, m.h.type, m.r.on, m.r.path);
+	/* A start brings the file, opened for writing by the tool: the mover
+	 * never opens the path itself. */
+	struct stat fs, ps;
+	int fl = tfd >= 0 ? fcntl(tfd, F_GETFL) : -1;
+	int fd_ok = on ? nfds == 1 && fl >= 0 && (fl & O_ACCMODE) != O_RDONLY &&
+	                     !fstat(tfd, &fs) && !stat(want_path, &ps) && fs.st_ino == ps.st_ino &&
+	                     fs.st_dev == ps.st_dev
+	               : nfds == 0;
+	if (!ok || !fd_ok) {
+		fprintf(stderr,
+		        "fake mover: bad request (%zd bytes, type %u, on %u, path '%s', %d fds%s)\n",
+		        n, m.h.type, m.r.on, m.r.path, nfds, fd_ok ? "" : ", not the file");
 		_exit(1);
 	}
 	struct {
@@ -899,17 +914,24 @@ START_TEST(test_start_sends_absolute_path_and_reports_reply)
 	ck_has(o.out, "is tracing to");
 	ck_has(o.out, want);
 
-	pid = fake_serve(&f, 1, "/root/x.trace", -EACCES, "cannot create trace /root/x.trace");
-	RUN(&o, dir, "mvtrace", "start", "--socket", f.path, "/root/x.trace");
+	snprintf(want, sizeof(want), "%s/refused.trace", dir);
+	pid = fake_serve(&f, 1, want, -EACCES, "TRACE is for the mover's admins");
+	RUN(&o, dir, "mvtrace", "start", "--socket", f.path, want);
 	fake_done(pid);
 	ck_assert_int_eq(o.status, 1);
-	ck_has(o.err, "the mover refused (-EACCES): cannot create trace /root/x.trace");
+	ck_has(o.err, "the mover refused (-EACCES): TRACE is for the mover's admins");
+
 
 	pid = fake_serve(&f, 0, "", -ENOENT, "no trace is being written");
 	RUN(&o, dir, "mvtrace", "stop", "--socket", f.path);
 	fake_done(pid);
 	ck_assert_int_eq(o.status, 1);
 	ck_has(o.err, "no trace is being written");
+
+	/* A file the tool itself cannot create is its own error, named. */
+	RUN(&o, dir, "mvtrace", "start", "--socket", f.path, "/proc/no/such.trace");
+	ck_assert_int_eq(o.status, 1);
+	ck_has(o.err, "cannot create /proc/no/such.trace");
 	close(f.lfd);
 }
 END_TEST

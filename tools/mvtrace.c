@@ -12,6 +12,7 @@
  * exit status is non-zero after one.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -26,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mv_sock.h"
 #include "mv_wire.h"
 #include "trace_format.h"
 #include "trace_read.h"
@@ -441,7 +443,7 @@ static int cmd_control(int argc, char **argv, int on)
 	};
 	const char *sock = NULL, *what = on ? "start" : "stop";
 	struct mv_trace_req req = {.on = on ? 1u : 0u};
-	int c;
+	int c, tfd = -1;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "s:Hh", opts, NULL)) != -1) {
@@ -516,7 +518,23 @@ static int cmd_control(int argc, char **argv, int on)
 	               .len = sizeof(struct mv_trace_req),
 	               .seq = 1},
 	         .r = req};
-	if (send(fd, &msg, sizeof(msg), MSG_NOSIGNAL) != (ssize_t)sizeof(msg)) {
+	/* The file goes with the request, opened here with our own rights:
+	 * the mover never opens a path that a connection names (and it
+	 * truncates the file once it takes it). */
+	if (on && (tfd = open(req.path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644)) < 0) {
+		fprintf(stderr, "mvtrace start: cannot create %s: %s\n", req.path,
+		        strerror(errno));
+		close(fd);
+		return 1;
+	}
+	struct iovec iov = {&msg, sizeof(msg)};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	union mv_cmsg u;
+	mv_fds_put(&mh, &u, &tfd, on ? 1 : 0);
+	ssize_t sent = sendmsg(fd, &mh, MSG_NOSIGNAL);
+	if (tfd >= 0)
+		close(tfd);
+	if (sent != (ssize_t)sizeof(msg)) {
 		fprintf(stderr, "mvtrace %s: send to %s: %s\n", what, sock, strerror(errno));
 		close(fd);
 		return 1;
