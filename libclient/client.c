@@ -77,10 +77,9 @@ static int call(struct mvc *c, uint16_t type, const void *payload, size_t len, c
 	h.len = (uint32_t)len;
 	h.seq = ++c->seq;
 	mv_fds_put(&mh, &u, fds, nfds);
-	if (sendmsg(c->sock, &mh, MSG_NOSIGNAL) < 0) {
-		c->dead = 1;
-		return mvc_fail(c, -errno, "sending to the mover: %s", strerror(errno));
-	}
+	/* A mover that refuses a connection says why (seq 0) and hangs up, so
+	 * a failed send may still have that answer queued behind it. */
+	int sent = sendmsg(c->sock, &mh, MSG_NOSIGNAL) < 0 ? -errno : 0;
 
 	struct mv_msg_hdr rh;
 	struct iovec riov[2] = {{&rh, sizeof(rh)}, {rep, replen}};
@@ -88,9 +87,22 @@ static int call(struct mvc *c, uint16_t type, const void *payload, size_t len, c
 	                    .msg_iovlen = 2,
 	                    .msg_control = u.buf,
 	                    .msg_controllen = sizeof(u.buf)};
+	/* ECONNRESET (the mover closed with our request unread) comes before
+	 * what it had queued for us: read on past it once. */
+	int resets = 0;
 	do
-		n = recvmsg(c->sock, &rm, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
+		n = recvmsg(c->sock, &rm, MSG_CMSG_CLOEXEC | (sent ? MSG_DONTWAIT : 0));
+	while (n < 0 && (errno == EINTR || (errno == ECONNRESET && !resets++)));
+	if (n >= (ssize_t)(sizeof(rh) + sizeof(struct mv_reply_hdr)) &&
+	    rh.magic == MV_WIRE_MAGIC && rh.seq == 0 && ((const struct mv_reply_hdr *)rep)->status) {
+		const struct mv_reply_hdr *r = rep;
+		c->dead = 1;
+		return mvc_fail(c, r->status, "the mover refused this connection: %.124s", r->msg);
+	}
+	if (sent) {
+		c->dead = 1;
+		return mvc_fail(c, sent, "sending to the mover: %s", strerror(-sent));
+	}
 	if (n <= 0) {
 		c->dead = 1;
 		return mvc_fail(c, n ? -errno : -EPIPE, "the mover closed the connection");

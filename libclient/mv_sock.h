@@ -78,20 +78,22 @@ static inline int mv_fds_take(struct msghdr *mh, int *fds, int max)
 }
 
 /*
- * mv_request - send one message of type with payload to the mover at path
- * and read its reply (header, then a struct mv_reply_hdr first) into rep.
+ * mv_request_fd - send one message of type with payload (and send_fd, when
+ * it is not -1) to the mover at path and read its reply (header, then a
+ * struct mv_reply_hdr first) into rep.
  * *fd gets the fd the reply carried, or -1. Returns 0, the mover's negative
  * status, or -errno, with why saying which. Never waits more than 10 s.
  */
-static inline int mv_request(const char *path, uint16_t type, const void *payload, uint32_t len,
-                             void *rep, size_t replen, int *fd, char *why, size_t whylen)
+static inline int mv_request_fd(const char *path, uint16_t type, const void *payload,
+                                uint32_t len, int send_fd, void *rep, size_t replen, int *fd,
+                                char *why, size_t whylen)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	struct mv_msg_hdr h = {
 	    .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = type, .len = len, .seq = 1};
 	struct iovec out[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
 	struct msghdr om = {.msg_iov = out, .msg_iovlen = 2};
-	union mv_cmsg u;
+	union mv_cmsg u, uo;
 	struct iovec in = {rep, replen};
 	struct msghdr im = {
 	    .msg_iov = &in, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
@@ -115,6 +117,7 @@ static inline int mv_request(const char *path, uint16_t type, const void *payloa
 		return -e;
 	}
 	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	mv_fds_put(&om, &uo, &send_fd, send_fd >= 0 ? 1 : 0);
 	if (sendmsg(s, &om, MSG_NOSIGNAL) != (ssize_t)(sizeof(h) + len)) {
 		e = errno;
 		snprintf(why, whylen, "sending to the mover at %s: %s", path, strerror(e));
@@ -143,6 +146,13 @@ static inline int mv_request(const char *path, uint16_t type, const void *payloa
 		return r->status;
 	}
 	return 0;
+}
+
+/* mv_request_fd() without an fd to send. */
+static inline int mv_request(const char *path, uint16_t type, const void *payload, uint32_t len,
+                             void *rep, size_t replen, int *fd, char *why, size_t whylen)
+{
+	return mv_request_fd(path, type, payload, len, -1, rep, replen, fd, why, whylen);
 }
 
 #endif
