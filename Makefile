@@ -37,7 +37,7 @@ SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c
 MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/fabric.c mover/topo.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
-	mover/access.c \
+	mover/access.c mover/quota.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/land.c mover/post.c \
 	mover/complete.c mover/batch.c mover/idle.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \

@@ -141,11 +141,13 @@ static int do_hello(struct mover *mv, struct mv_client *cl, struct rx *m, char *
 		snprintf(why, whylen, "HELLO after the client attached");
 		return -EBADMSG;
 	}
+	if ((ret = mv_quota_batches(mv, cl, &cl->max_batches, why, whylen)))
+		return ret;
 	rep.client_id = cl->id;
 	rep.nshards = mv->nshards;
 	rep.sub_capacity = MV_SUB_CAPACITY;
 	rep.comp_capacity = MV_COMP_CAPACITY;
-	rep.max_batches = MV_MAX_BATCHES;
+	rep.max_batches = cl->max_batches;
 	rep.max_iov = (uint32_t)mv->shards[0].fab.iov_limit;
 	rep.flags = mv->shards[0].fab.dc_flag ? 0 : MV_HELLO_IMM_ONE_SHARD;
 	rep.mover_id = mv->mover_id;
@@ -161,7 +163,7 @@ static int do_hello(struct mover *mv, struct mv_client *cl, struct rx *m, char *
  * shrink nor grow under the mapping (which would fault a shard). 0 or
  * -errno with why.
  */
-static int arena_map(struct mv_client *cl, int fd, char *why, size_t whylen)
+static int arena_map(struct mover *mv, struct mv_client *cl, int fd, char *why, size_t whylen)
 {
 	int seals = fcntl(fd, F_GET_SEALS);
 	struct stat st;
@@ -178,6 +180,9 @@ static int arena_map(struct mv_client *cl, int fd, char *why, size_t whylen)
 		         MV_LIST_ALIGN);
 		return -EINVAL;
 	}
+	int ret = mv_quota_take(mv, cl, MV_Q_ARENA, (uint64_t)st.st_size, why, whylen);
+	if (ret)
+		return ret;
 	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		snprintf(why, whylen, "mapping the list arena: %s", strerror(errno));
@@ -251,7 +256,7 @@ static int do_attach(struct mover *mv, struct mv_client *cl, struct rx *m, char 
 		}
 		shmring_watch_peer(&at->sub, cl->pid);
 	}
-	ret = arena_map(cl, m->fds[2 * mv->nshards + 1], why, whylen);
+	ret = arena_map(mv, cl, m->fds[2 * mv->nshards + 1], why, whylen);
 	if (ret)
 		goto err_rings;
 	cl->efd = m->fds[2 * mv->nshards];

@@ -83,6 +83,11 @@ static void usage(FILE *f)
 	           "  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
 	           "  --admin-group G   members of group G may read stats and start traces\n"
 	           "                    (always: the mover's own uid and root)\n"
+	           "  --quota KEY=VALUE what one client (client.X) or one uid's clients\n"
+	           "                    together (uid.X) may hold; X: bytes, regions, peers,\n"
+	           "                    imports, batches (in flight), arena (list-arena\n"
+	           "                    bytes); VALUE a count, a size (K, M, G, T) or\n"
+	           "                    'unlimited' (the default); repeatable\n"
 	           "  -v, --verbose     log client events\n");
 }
 
@@ -96,6 +101,7 @@ int main(int argc, char **argv)
 	    {"cpus", required_argument, 0, 'c'},
 	    {"allow-any-uid", no_argument, 0, 'u'},
 	    {"admin-group", required_argument, 0, 'A'},
+	    {"quota", required_argument, 0, 'Q'},
 	    {"verbose", no_argument, 0, 'v'},
 	    {"op-timeout", required_argument, 0, 't'},
 	    {"trace", required_argument, 0, 'T'},
@@ -112,8 +118,9 @@ int main(int argc, char **argv)
 	if (!mv)
 		return 1;
 	mv->cfg.provider = "auto";
+	mv_quota_defaults(&mv->cfg.quota);
 	mv->cfg.op_timeout_ms = 10000;
-	while ((c = getopt_long(argc, argv, "s:p:i:n:c:t:T:A:Guvh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:p:i:n:c:t:T:A:Q:Guvh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			mv->cfg.socket_path = optarg;
@@ -158,6 +165,19 @@ int main(int argc, char **argv)
 		case 'A':
 			mv->cfg.admin_group = optarg;
 			break;
+		case 'Q': {
+			char key[64], *eq = strchr(optarg, '=');
+			if (!eq || (size_t)(eq - optarg) >= sizeof(key)) {
+				fprintf(stderr, "mover: --quota %s: give KEY=VALUE\n", optarg);
+				return 2;
+			}
+			snprintf(key, sizeof(key), "%.*s", (int)(eq - optarg), optarg);
+			if (mv_quota_set(&mv->cfg.quota, key, eq + 1, why, sizeof(why))) {
+				fprintf(stderr, "mover: --quota: %s\n", why);
+				return 2;
+			}
+			break;
+		}
 		case 'v':
 			mv_verbose = 1;
 			break;

@@ -277,7 +277,9 @@ struct mv_client {
 	pid_t pid;
 	uid_t uid;         /* from SO_PEERCRED at accept */
 	uint32_t roles;    /* MV_ROLE_*, from the credentials (access.c) */
-	uint32_t refusals; /* requests refused for their sender's roles */
+	uint32_t refusals; /* requests refused for their sender's roles or quotas */
+	uint32_t max_batches; /* its batch ids run below this (quota.c, at HELLO) */
+	uint64_t reg_bytes;   /* bytes of its regions */
 	int pidfd;
 	int efd; /* the client's completion doorbell */
 	enum mv_client_state state;
@@ -422,6 +424,21 @@ struct mv_shard {
 	_Atomic uint64_t trace_dropped_pub;
 };
 
+/* quota.c: what a client, and a uid's clients together, may hold. */
+enum mv_quota_res {
+	MV_Q_BYTES,   /* bytes registered */
+	MV_Q_REGIONS, /* regions */
+	MV_Q_PEERS,   /* peers added */
+	MV_Q_IMPORTS, /* regions imported */
+	MV_Q_BATCHES, /* batches in flight */
+	MV_Q_ARENA,   /* list-arena bytes */
+	MV_Q_N,
+};
+struct mv_quotas {
+	uint64_t client[MV_Q_N]; /* UINT64_MAX: unlimited */
+	uint64_t uid[MV_Q_N];
+};
+
 struct mv_config {
 	const char *socket_path;
 	const char *provider; /* auto, efa, verbs, tcp, shm */
@@ -431,6 +448,7 @@ struct mv_config {
 	int allow_any_uid;
 	const char *admin_group; /* --admin-group: its members administer the mover */
 	gid_t admin_gid;         /* admin_group resolved at start-up */
+	struct mv_quotas quota;  /* --quota KEY=VALUE */
 	int op_timeout_ms; /* a write not completed by then fails its batch */
 	int no_gpu_copy;   /* never path 2: same-host GPU regions land as messages */
 	const char *trace; /* --trace FILE */
@@ -638,5 +656,19 @@ int mv_access_check(struct mover *mv, struct mv_client *cl, uint16_t type, char 
                     size_t whylen);
 /* Resolves cfg.admin_group; 0, or -errno with why. */
 int mv_access_init(struct mover *mv, char *why, size_t whylen);
+
+/* quota.c (main thread only) */
+void mv_quota_defaults(struct mv_quotas *q);
+/* key: client.X or uid.X, X one of bytes, regions, peers, imports, batches,
+ * arena; value: a count or size (K, M, G, T) or "unlimited". 0 or -EINVAL. */
+int mv_quota_set(struct mv_quotas *q, const char *key, const char *value, char *why,
+                 size_t whylen);
+/* 0 when cl (and its uid) may hold more of res, else -EDQUOT with why. */
+int mv_quota_take(struct mover *mv, struct mv_client *cl, enum mv_quota_res res, uint64_t more,
+                  char *why, size_t whylen);
+/* The batches in flight cl may have (its ids run below it); -EDQUOT when its
+ * uid's other clients hold the uid's whole quota. */
+int mv_quota_batches(struct mover *mv, struct mv_client *cl, uint32_t *grant, char *why,
+                     size_t whylen);
 
 #endif

@@ -147,6 +147,7 @@ static int region_publish(struct mover *mv, struct mv_client *cl, struct mv_regi
 	/* R6 pairs with A6 in mv_region_get() */
 	atomic_store_explicit(&mv->regions[idx], r, memory_order_release);
 	cl->nregions++;
+	cl->reg_bytes += r->len;
 	*out = r;
 	return 0;
 }
@@ -182,6 +183,9 @@ int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, 
 		         "region memfd must be sealed against shrinking (F_SEAL_SHRINK)");
 		return -EPERM;
 	}
+	if ((ret = mv_quota_take(mv, cl, MV_Q_REGIONS, 1, why, whylen)) ||
+	    (ret = mv_quota_take(mv, cl, MV_Q_BYTES, len, why, whylen)))
+		return ret;
 	int slot = region_slot(mv, why, whylen);
 	if (slot < 0)
 		return slot;
@@ -212,14 +216,18 @@ err_free:
 int mv_region_add_gpu(struct mover *mv, struct mv_client *cl, const struct mv_gpu_desc *g, int fd,
                       uint64_t len, struct mv_region **out, char *why, size_t whylen)
 {
-	int idx = region_slot(mv, why, whylen), ret;
+	int idx, ret;
 
-	if (idx < 0)
-		return idx;
 	if (len == 0) {
 		snprintf(why, whylen, "cannot register an empty GPU region");
 		return -EINVAL;
 	}
+	if ((ret = mv_quota_take(mv, cl, MV_Q_REGIONS, 1, why, whylen)) ||
+	    (ret = mv_quota_take(mv, cl, MV_Q_BYTES, len, why, whylen)))
+		return ret;
+	idx = region_slot(mv, why, whylen);
+	if (idx < 0)
+		return idx;
 	struct mv_region *r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
@@ -257,6 +265,7 @@ int mv_region_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why
 	 * queued keep using the mapping, which stays until they finish: the
 	 * client must not free a region it has writes in flight from. */
 	mv_call_all(mv, MV_CMD_SYNC, NULL, tmp, sizeof(tmp));
+	cl->reg_bytes -= r->len;
 	region_free(mv, r);
 	cl->nregions--;
 	return 0;
@@ -323,6 +332,8 @@ int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blo
 		snprintf(why, whylen, "this client already has %u peers", MV_CLIENT_MAX_PEERS);
 		return -ENOSPC;
 	}
+	if ((ret = mv_quota_take(mv, cl, MV_Q_PEERS, 1, why, whylen)))
+		return ret;
 	for (uint32_t i = 0; i < MV_MAX_PEERS; i++) {
 		struct mv_peer *q = mv->peers[i];
 		if (q && q->mover_id == b->mover_id && !memcmp(&q->blob, b, sizeof(*b))) {
@@ -458,6 +469,8 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 		snprintf(why, whylen, "this client already has %u imports", MV_CLIENT_MAX_IMPORTS);
 		return -ENOSPC;
 	}
+	if ((ret = mv_quota_take(mv, cl, MV_Q_IMPORTS, 1, why, whylen)))
+		return ret;
 	struct mv_import *imp = calloc(1, sizeof(*imp));
 	if (!imp)
 		return -ENOMEM;
@@ -531,8 +544,10 @@ void mv_client_release_all(struct mover *mv, struct mv_client *cl)
 		}
 	}
 	mv_call_all(mv, MV_CMD_SYNC, NULL, why, sizeof(why));
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; i < n; i++) {
+		cl->reg_bytes -= gone[i]->len;
 		region_free(mv, gone[i]);
+	}
 	cl->nregions -= n;
 	free(gone);
 }

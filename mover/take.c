@@ -206,9 +206,9 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 	char why[MV_ERRLEN];
 
 	/* No batch can own these: the client's rings no longer make sense. */
-	if (d->batch >= MV_MAX_BATCHES) {
+	if (d->batch >= at->cl->max_batches) {
 		snprintf(why, sizeof(why), "a descriptor names batch %u; ids run below %u",
-		         d->batch, MV_MAX_BATCHES);
+		         d->batch, at->cl->max_batches);
 		mv_cut_off(s, at, why);
 		return 1;
 	}

@@ -403,6 +403,102 @@ START_TEST(test_tenant_cannot_reach_another_tenants_regions_batches_or_immediate
 }
 END_TEST
 
+/* ---- quotas ---- */
+
+/* Starts C with quotas; mover_start() takes one extra option, so by hand. */
+static void quota_mover(const char *const *quotas)
+{
+	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
+	char bin[256];
+	const char *argv[32] = {bin,        "--provider", "tcp",      "--iface", "lo",
+	                        "--shards", "1",          "--socket", C.sock};
+	int n = 9;
+
+	snprintf(bin, sizeof(bin), "%s/bin/mover", b);
+	snprintf(C.sock, sizeof(C.sock), "/tmp/mvt.%d.c.sock", getpid());
+	snprintf(C.log, sizeof(C.log), "/tmp/mvt.%d.c.log", getpid());
+	for (int i = 0; quotas[i]; i++) {
+		argv[n++] = "--quota";
+		argv[n++] = quotas[i];
+	}
+	mover_spawn(&C, argv);
+	mover_listening(&C, "c", 30);
+}
+
+static void ck_refused(int ret, struct mvc *c, const char *what)
+{
+	ck_assert_msg(ret == -EDQUOT, "want -EDQUOT, got %d (%s)", ret, c ? mvc_error(c) : "");
+	ck_assert_msg(strstr(c ? mvc_error(c) : mvc_connect_error(), what),
+	              "the refusal '%s' does not name %s", c ? mvc_error(c) : mvc_connect_error(),
+	              what);
+}
+
+START_TEST(test_quotas_refuse_with_their_limit_and_free_on_release)
+{
+	static const char *const q[] = {
+	    "client.regions=2", "uid.bytes=192K", "client.peers=1",  "client.imports=1",
+	    "client.batches=4", "uid.batches=6",  "client.arena=1M", NULL};
+	struct mvc_opts small = {.list_arena = 1 << 20};
+	struct mvc *c1, *c2, *c3;
+	struct mvc_mem m[4];
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+	uint32_t peer, imp;
+
+	quota_mover(q);
+	/* The default 64 MiB arena is over client.arena. */
+	ck_refused(mvc_connect(&c1, C.sock), NULL, "quota client.arena");
+	ck_assert_int_eq(mvc_connect_opts(&c1, C.sock, &small), 0);
+	ck_assert_int_eq(mvc_connect_opts(&c2, C.sock, &small), 0);
+
+	ck_assert_int_eq(mvc_alloc(c1, 64 << 10, &m[0]), 0);
+	ck_assert_int_eq(mvc_alloc(c1, 64 << 10, &m[1]), 0);
+	ck_refused(mvc_alloc(c1, 4096, &m[2]), c1, "its limit is 2 (quota client.regions)");
+	ck_assert_int_eq(mvc_alloc(c2, 64 << 10, &m[2]), 0);
+	ck_refused(mvc_alloc(c2, 4096, &m[3]), c2, "(quota uid.bytes)");
+	/* What a client frees stops counting at once. */
+	ck_assert_int_eq(mvc_free(c1, &m[1]), 0);
+	ck_assert_msg(mvc_alloc(c2, 64 << 10, &m[3]) == 0, "%s", mvc_error(c2));
+
+	ck_assert_int_eq(mvc_address(c1, blob, &len), 0);
+	ck_assert_int_eq(mvc_peer_add(c1, blob, len, &peer), 0);
+	ck_refused(mvc_peer_add(c1, blob, len, &peer), c1, "(quota client.peers)");
+	len = sizeof(blob);
+	ck_assert_int_eq(mvc_region_blob(c1, m[0].region, blob, &len), 0);
+	ck_assert_int_eq(mvc_import(c1, peer, blob, len, &imp), 0);
+	ck_refused(mvc_import(c1, peer, blob, len, &imp), c1, "(quota client.imports)");
+
+	/* Batches: c1 and c2 were granted 4 and 2 of the uid's 6; a third
+	 * connection of the uid gets none and is refused. */
+	struct mvc_info i1, i2;
+	ck_assert_int_eq(mvc_info(c1, &i1), 0);
+	ck_assert_int_eq(mvc_info(c2, &i2), 0);
+	ck_assert_uint_eq(i1.max_batches, 4);
+	ck_assert_uint_eq(i2.max_batches, 2);
+	ck_refused(mvc_connect_opts(&c3, C.sock, &small), NULL, "(quota uid.batches)");
+	for (uint64_t b = 0; b < 4; b++) {
+		ck_assert_int_eq(mvc_write(c1, m[0].region, 0, imp, 4096 * b, 4096), 0);
+		ck_assert_msg(mvc_submit(c1, b) == 0, "%s", mvc_error(c1));
+	}
+	ck_assert_int_eq(mvc_write(c1, m[0].region, 0, imp, 0, 4096), -EAGAIN);
+	ck_assert_msg(strstr(mvc_error(c1), "all 4 batch ids are in flight"), "%s", mvc_error(c1));
+	uint64_t want[4] = {0, 1, 2, 3};
+	struct mvc_event ev[4];
+	wait_batches(c1, want, ev, 4, 20);
+	for (int i = 0; i < 4; i++)
+		ck_assert_msg(ev[i].status == 0, "batch %d: %s", i, ev[i].msg);
+	ck_assert_int_eq(mvc_write(c1, m[0].region, 0, imp, 0, 4096), 0);
+	submit_ok(c1, 4);
+	/* A departed client's grant goes back to its uid. */
+	mvc_disconnect(c2);
+	for (double end = now_s() + 10; mvc_connect_opts(&c3, C.sock, &small); usleep(50000))
+		ck_assert_msg(now_s() < end, "the departed client's batches never came back");
+	mvc_disconnect(c3);
+	mvc_disconnect(c1);
+	ck_assert_msg(log_has(&C, "(quota client.regions)"), "no log line for a refusal");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tenants");
@@ -416,6 +512,7 @@ int main(void)
 	tcase_add_test(tc, test_admin_group_reads_stats_but_is_no_client);
 	tcase_add_test(tc, test_gpu_fd_needs_the_region_blob_secret);
 	tcase_add_test(tc, test_tenant_cannot_reach_another_tenants_regions_batches_or_immediates);
+	tcase_add_test(tc, test_quotas_refuse_with_their_limit_and_free_on_release);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
