@@ -145,9 +145,10 @@ $(B)/tests/test_mover: $(B)/tests/test_mover.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
-$(B)/tests/test_tenants: $(B)/tests/test_tenants.o $(CLIENT_LIB)
+# test_tenants is also a raw libfabric peer, with the mover's fabric code.
+$(B)/tests/test_tenants: $(B)/tests/test_tenants.o $(B)/mover/fabric.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
 
 # test_trace runs the built mvtrace, mvreplay and mover (the check-unit rule builds all).
 $(B)/tests/test_trace: $(B)/tests/test_trace.o

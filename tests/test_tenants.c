@@ -11,8 +11,13 @@
  * show it. Every refusal leaves the mover serving the others. Runs as root
  * (it changes uid); skipped with the reason otherwise.
  */
+#include "mover.h"
 #include "mv_sock.h"
 #include "mv_wire.h"
+
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <sys/mman.h>
 
 #include <check.h>
 #include <grp.h>
@@ -499,6 +504,140 @@ START_TEST(test_quotas_refuse_with_their_limit_and_free_on_release)
 }
 END_TEST
 
+/* ---- a raw libfabric peer ---- */
+
+/* One write from f to the mover's shard 0; its completion's status, or
+ * -ETIMEDOUT. */
+static int raw_write(struct mv_fabric *f, fi_addr_t to, void *buf, void *desc, size_t len,
+                     uint64_t raddr, uint64_t key)
+{
+	struct iovec iov = {buf, len};
+	struct fi_rma_iov riov = {.addr = raddr, .len = len, .key = key};
+	struct fi_context2 ctx;
+	struct fi_msg_rma msg = {.msg_iov = &iov,
+	                         .desc = &desc,
+	                         .iov_count = 1,
+	                         .addr = to,
+	                         .rma_iov = &riov,
+	                         .rma_iov_count = 1,
+	                         .context = &ctx};
+	ssize_t ret;
+
+	for (double end = now_s() + 5;
+	     (ret = fi_writemsg(f->ep, &msg, FI_COMPLETION | f->dc_flag)) == -FI_EAGAIN;)
+		if (now_s() > end)
+			return -ETIMEDOUT;
+	if (ret)
+		return (int)ret;
+	for (double end = now_s() + 10; now_s() < end;) {
+		struct fi_cq_data_entry e;
+		ssize_t n = fi_cq_read(f->cq, &e, 1);
+		if (n == 1)
+			return 0;
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry err = {0};
+			fi_cq_readerr(f->cq, &err, 0);
+			return -(int)(err.err ? err.err : EIO);
+		}
+	}
+	return -ETIMEDOUT;
+}
+
+/*
+ * A fresh endpoint of a raw peer writes once into ok (a region it may
+ * write), so its connection is known to work, then once at raddr with key.
+ * The second write's status.
+ */
+static int raw_peer_write(const struct mv_addr_blob *ab, const struct mv_region_blob *ok,
+                          uint64_t raddr, uint64_t key)
+{
+	enum { N = 4096 };
+	struct mv_fabric f;
+	struct fid_mr *mr;
+	void *desc;
+	uint64_t lkey;
+	fi_addr_t to;
+	char why[256];
+	static uint8_t buf[N];
+
+	memset(buf, 0xee, sizeof(buf));
+	ck_assert_int_eq(mv_fabric_open(&f, "tcp", "lo", 0), 0);
+	ck_assert_int_eq(mv_fabric_av_insert(&f, ab->addr[0], &to), 0);
+	ck_assert_msg(mv_fabric_reg(&f, buf, N, 7, &mr, &desc, &lkey, why, sizeof(why)) == 0, "%s",
+	              why);
+	int ret = raw_write(&f, to, buf, desc, N, ok->shard[0].addr, ok->shard[0].key);
+	ck_assert_msg(ret == 0, "the raw peer cannot write where it may: %d", ret);
+	ret = raw_write(&f, to, buf, desc, N, raddr, key);
+	fi_close(&mr->fid);
+	mv_fabric_close(&f);
+	return ret;
+}
+
+START_TEST(test_raw_fabric_peer_cannot_write_past_a_region_or_after_its_free)
+{
+	enum { LEN = 64 << 10, FILE_LEN = 2 * LEN };
+	struct mvc *c;
+	struct mvc_mem m, ok;
+	struct mv_region_blob rb, okb;
+	struct mv_addr_blob ab;
+	size_t len;
+
+	/* The region is the first half of a memfd; the test watches the rest. */
+	int fd = memfd_create("mvt-raw", MFD_ALLOW_SEALING);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, FILE_LEN), 0);
+	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	uint8_t *mem = mmap(NULL, FILE_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(mem, MAP_FAILED);
+	memset(mem, 0x11, FILE_LEN);
+	ck_assert_int_eq(mvc_connect(&c, B.sock), 0);
+	ck_assert_msg(mvc_register_fd(c, fd, 0, LEN, &m) == 0, "%s", mvc_error(c));
+	ck_assert_int_eq(mvc_alloc(c, 4096, &ok), 0);
+	len = sizeof(rb);
+	ck_assert_int_eq(mvc_region_blob(c, m.region, &rb, &len), 0);
+	len = sizeof(okb);
+	ck_assert_int_eq(mvc_region_blob(c, ok.region, &okb, &len), 0);
+	len = sizeof(ab);
+	ck_assert_int_eq(mvc_address(c, &ab, &len), 0);
+	uint64_t base = rb.shard[0].addr, key = rb.shard[0].key;
+
+	/* What was exported, it may write. */
+	ck_assert_int_eq(raw_peer_write(&ab, &okb, base, key), 0);
+	ck_assert_int_eq(mem[0], 0xee);
+	ck_assert_int_eq(mem[4095], 0xee);
+
+	/* Across the region's end, and wholly past it: refused, nothing lands. */
+	int r1 = raw_peer_write(&ab, &okb, base + LEN - 2048, key);
+	int r2 = raw_peer_write(&ab, &okb, base + LEN, key);
+	for (size_t i = LEN; i < FILE_LEN; i++)
+		ck_assert_msg(mem[i] == 0x11, "byte %zu past the region was written", i - LEN);
+
+	/* Freed: its key reaches nothing. */
+	memset(mem, 0x22, LEN);
+	ck_assert_int_eq(mvc_free(c, &m), 0);
+	int r3 = raw_peer_write(&ab, &okb, base, key);
+	for (size_t i = 0; i < FILE_LEN; i++)
+		ck_assert_msg(mem[i] == (i < LEN ? 0x22 : 0x11), "byte %zu written after the free",
+		              i);
+	fprintf(stderr, "tenants: raw writes past the region: %d, %d; after its free: %d\n", r1, r2,
+	        r3);
+	/* tcp asks for delivery: the writer hears its write was refused. */
+	ck_assert_msg(r1 < 0 && r2 < 0 && r3 < 0, "refused writes completed: %d %d %d", r1, r2, r3);
+	mvc_disconnect(c);
+
+	/* The mover goes on serving. */
+	struct pair p;
+	pair_open_on(&p, &A, &B, 1 << 16, 1 << 16);
+	fill(p.src.addr, 1 << 16, 4);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 1 << 16), 0);
+	landed(p.a, p.imp, p.b, 4);
+	ck_assert_int_eq(memcmp(p.src.addr, p.dst.addr, 1 << 16), 0);
+	pair_close(&p);
+	munmap(mem, FILE_LEN);
+	close(fd);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("tenants");
@@ -513,6 +652,7 @@ int main(void)
 	tcase_add_test(tc, test_gpu_fd_needs_the_region_blob_secret);
 	tcase_add_test(tc, test_tenant_cannot_reach_another_tenants_regions_batches_or_immediates);
 	tcase_add_test(tc, test_quotas_refuse_with_their_limit_and_free_on_release);
+	tcase_add_test(tc, test_raw_fabric_peer_cannot_write_past_a_region_or_after_its_free);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
