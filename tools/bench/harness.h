@@ -427,6 +427,7 @@ struct lrow {
 	double ratio; /* mover p50 / direct p50 */
 	double bar_p50;
 	double hop_p50[MV_HOPS + 1]; /* the movers' hops, then the ping's wait; < 0: none */
+	double hop_p99[MV_HOPS + 1]; /* the same hops' tails: where a slow round's time went */
 	uint64_t sleeps[2];          /* over the row's rounds, mover A's shards and B's */
 	int pass;
 	int failed;

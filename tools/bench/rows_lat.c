@@ -592,7 +592,7 @@ static void hops_take(struct cfg *x, const struct lat *L, struct hops *o)
 		memcpy(o->wait, ml.hist, sizeof(o->wait));
 }
 
-/* The row's median per hop, us, from the counts between two takes; the
+/* The row's median and 99th percentile per hop, us, from the counts between two takes; the
  * movers publish their counters every 10 ms, so the later take waits that
  * long first. < 0: the hop saw nothing. */
 static void hops_row(struct cfg *x, const struct lat *L, const struct hops *before, struct lrow *r)
@@ -610,6 +610,7 @@ static void hops_row(struct cfg *x, const struct lat *L, const struct hops *befo
 			n += d[b];
 		}
 		r->hop_p50[h] = n ? hop_quantile(d, MV_HOP_BUCKETS, 0.5) / 1e3 : -1;
+		r->hop_p99[h] = n ? hop_quantile(d, MV_HOP_BUCKETS, 0.99) / 1e3 : -1;
 	}
 	for (int m = 0; m < 2; m++)
 		r->sleeps[m] = after.sleeps[m] - before->sleeps[m];
@@ -777,16 +778,21 @@ void lat_print_row(const struct lrow *r)
 	       "<=%.1f us, <=3x %s\n",
 	       r->prov, sz, r->sleep ? "sleep" : "poll", others(r), r->m_p50, r->m_p99, r->m_min,
 	       r->d_p50, r->d_p99, plain, r->ratio, r->bar_p50, r->pass ? "ok" : "MISS");
-	printf("   hops p50 (us, both movers):");
-	for (int h = 0; h <= MV_HOPS; h++) {
-		const char *name = h < MV_HOPS ? hop_name(h) : "client wait";
-		if (r->hop_p50[h] < 0)
-			printf(" %s -", name);
-		else
-			printf(" %s %.1f", name, r->hop_p50[h]);
-		printf(h < MV_HOPS ? "," : "");
+	for (int q = 0; q < 2; q++) {
+		const double *v = q ? r->hop_p99 : r->hop_p50;
+		printf("   hops %s (us, both movers):", q ? "p99" : "p50");
+		for (int h = 0; h <= MV_HOPS; h++) {
+			const char *name = h < MV_HOPS ? hop_name(h) : "client wait";
+			if (v[h] < 0)
+				printf(" %s -", name);
+			else
+				printf(" %s %.1f", name, v[h]);
+			printf(h < MV_HOPS ? "," : "");
+		}
+		if (!q)
+			printf("; shard sleeps A %" PRIu64 ", B %" PRIu64, r->sleeps[0], r->sleeps[1]);
+		printf("\n");
 	}
-	printf("; shard sleeps A %" PRIu64 ", B %" PRIu64 "\n", r->sleeps[0], r->sleeps[1]);
 	fflush(stdout);
 }
 
@@ -804,6 +810,8 @@ void lat_print_bench(const struct lrow *r)
 		printf(" sleeps_a=%" PRIu64 " sleeps_b=%" PRIu64, r->sleeps[0], r->sleeps[1]);
 	for (int h = 0; h <= MV_HOPS && !r->failed; h++)
 		printf(" hop_%s_p50_us=%.2f", h < MV_HOPS ? hop_name(h) : "wait", r->hop_p50[h]);
+	for (int h = 0; h <= MV_HOPS && !r->failed; h++)
+		printf(" hop_%s_p99_us=%.2f", h < MV_HOPS ? hop_name(h) : "wait", r->hop_p99[h]);
 	if (r->failed)
 		printf(" error=\"%s\"", r->err);
 	printf("\n");
