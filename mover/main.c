@@ -21,6 +21,7 @@
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,6 +81,10 @@ static void usage(FILE *f)
 	           "                    immediate done, its completion published\n"
 	           "  --no-gpu-copy     never copy into a same-host peer's GPU memory with CUDA;\n"
 	           "                    send it as landing messages, as to another host\n"
+	           "  --no-cma-peers    do not let same-uid processes (peer movers) ptrace-attach\n"
+	           "                    where Yama's ptrace_scope is 1: shm then cannot copy\n"
+	           "                    a large write straight into this mover's memory and\n"
+	           "                    stages it through shared buffers\n"
 	           "  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
 	           "  --admin-group G   members of group G may read stats and start traces\n"
 	           "                    (always: the mover's own uid and root)\n"
@@ -106,6 +111,7 @@ int main(int argc, char **argv)
 	    {"op-timeout", required_argument, 0, 't'},
 	    {"trace", required_argument, 0, 'T'},
 	    {"no-gpu-copy", no_argument, 0, 'G'},
+	    {"no-cma-peers", no_argument, 0, 'M'},
 	    {"trace-hops", no_argument, 0, 'O'},
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
@@ -120,7 +126,7 @@ int main(int argc, char **argv)
 	mv->cfg.provider = "auto";
 	mv_quota_defaults(&mv->cfg.quota);
 	mv->cfg.op_timeout_ms = 10000;
-	while ((c = getopt_long(argc, argv, "s:p:i:n:c:t:T:A:Q:Guvh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:p:i:n:c:t:T:A:Q:GMuvh", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			mv->cfg.socket_path = optarg;
@@ -159,6 +165,9 @@ int main(int argc, char **argv)
 		case 'G':
 			mv->cfg.no_gpu_copy = 1;
 			break;
+		case 'M':
+			mv->cfg.no_cma_peers = 1;
+			break;
 		case 'u':
 			mv->cfg.allow_any_uid = 1;
 			break;
@@ -191,6 +200,14 @@ int main(int argc, char **argv)
 	}
 	if (!mv->cfg.socket_path)
 		mv->cfg.socket_path = mv_default_socket(sockbuf, sizeof(sockbuf));
+	/* shm copies a write of more than 4 KiB straight between the two
+	 * processes (process_vm_writev), which needs ptrace access to the
+	 * target; Yama's ptrace_scope 1 denies it between processes that do not
+	 * descend from each other, such as two movers, and shm then falls back
+	 * to staging through shared buffers that the receiver must drain. Let
+	 * any process of our uid attach (the kernel still requires the uid). */
+	if (!mv->cfg.no_cma_peers && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
+		mv_dbg("same-uid peers may copy into this mover (PR_SET_PTRACER_ANY)");
 	if (mv_access_init(mv, why, sizeof(why))) {
 		fprintf(stderr, "mover: %s\n", why);
 		return 2;

@@ -451,6 +451,7 @@ struct mv_config {
 	struct mv_quotas quota;  /* --quota KEY=VALUE */
 	int op_timeout_ms; /* a write not completed by then fails its batch */
 	int no_gpu_copy;   /* never path 2: same-host GPU regions land as messages */
+	int no_cma_peers;  /* --no-cma-peers: no PR_SET_PTRACER_ANY */
 	const char *trace; /* --trace FILE */
 	int trace_hops;    /* --trace-hops */
 };
