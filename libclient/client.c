@@ -34,6 +34,11 @@ int mvc_fail(struct mvc *c, int err, const char *fmt, ...)
 	return err;
 }
 
+const char *mvc_version(void)
+{
+	return MVC_VERSION;
+}
+
 const char *mvc_error(const struct mvc *c)
 {
 	return c->err;

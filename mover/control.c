@@ -457,8 +457,9 @@ static struct mv_client *client_new(struct mover *mv, int sock, int ep)
 		return NULL;
 	if (!mv->cfg.allow_any_uid && cred.uid != getuid()) {
 		struct mv_msg_hdr h = {.type = MV_MSG_HELLO};
-		mv_log("refusing client pid %d: uid %u is not the mover's uid %u", cred.pid,
-		       cred.uid, getuid());
+		mv_log_client(MV_LOG_WARN, MV_WHO_UID | cred.uid,
+		              "refusing client pid %d: uid %u is not the mover's uid %u", cred.pid,
+		              cred.uid, getuid());
 		send_error(sock, &h, -EACCES, "the mover serves its own uid only");
 		return NULL;
 	}
@@ -498,7 +499,8 @@ static void client_leave(struct mover *mv, struct mv_client *cl, int ep, const c
 	if (cl->state == MV_CL_NEW)
 		mv_dbg("connection %u (pid %d): %s", cl->id, cl->pid, why);
 	else
-		mv_log("client %u (pid %d): %s", cl->id, cl->pid, why);
+		mv_log_client(MV_LOG_INFO, (uint64_t)cl->pid, "client %u (pid %d): %s", cl->id,
+		              cl->pid, why);
 	epoll_ctl(ep, EPOLL_CTL_DEL, cl->sock, NULL);
 	if (cl->pidfd >= 0)
 		epoll_ctl(ep, EPOLL_CTL_DEL, cl->pidfd, NULL);
@@ -664,6 +666,7 @@ int mv_control_run(struct mover *mv)
 	ev.data.u32 = TAG_SHARDS;
 	epoll_ctl(ep, EPOLL_CTL_ADD, mv->efd, &ev);
 	mv_log("listening on %s", mv->cfg.socket_path);
+	mv_sd_notify("READY=1");
 
 	while (!atomic_load(&mv->stopping)) {
 		struct epoll_event evs[32];

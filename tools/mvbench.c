@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "bench/harness.h"
+#include "mvc.h"
 
 /* ---- command line ---- */
 
@@ -127,7 +128,8 @@ static void usage(FILE *f)
 	        "  --pool SIZE       pages are drawn from this much memory per side (default 4G,\n"
 	        "                    256M with --quick; at least two batches)\n"
 
-	        "  -v, --verbose     every run's figures\n");
+	        "  -v, --verbose     every run's figures\n"
+	        "  --version         print the version and exit\n");
 }
 
 static void parse_opts(int argc, char **argv, struct opts *o)
@@ -142,7 +144,8 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	    {"wait", no_argument, 0, 'W'},           {"window", required_argument, 0, 'w'},
 	    {"pattern", required_argument, 0, 'P'},  {"pages", required_argument, 0, 'g'},
 	    {"pool", required_argument, 0, 'o'},     {"lat-sizes", required_argument, 0, 'L'},
-	    {"help", no_argument, 0, 'h'},           {0, 0, 0, 0},
+	    {"help", no_argument, 0, 'h'},           {"version", no_argument, 0, 'V'},
+	    {0, 0, 0, 0},
 	};
 	uint64_t v[MAX_LIST];
 	char *provs = NULL;
@@ -312,6 +315,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'h':
 			usage(stdout);
+			exit(0);
+		case 'V':
+			printf("mvbench %s\n", MVC_VERSION);
 			exit(0);
 		default:
 			usage(stderr);
