@@ -213,7 +213,7 @@ struct mv_addr_blob {
 	} bell[MV_MAX_SHARDS];
 	uint8_t addr[MV_MAX_SHARDS][MV_MAX_ADDRLEN];
 };
-#define MV_BLOB_MAGIC_ADDR 0x52444441u /* "ADDR" */
+#define MV_BLOB_MAGIC_ADDR  0x52444441u /* "ADDR" */
 #define MV_ADDR_RELEASE_END (offsetof(struct mv_addr_blob, release) + MV_RELEASE_LEN)
 static_assert(offsetof(struct mv_addr_blob, release) == 8, "the release stays at byte 8");
 static_assert(sizeof(struct mv_addr_blob) <= 8192, "an address blob fits MVC_BLOB_MAX");

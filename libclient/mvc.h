@@ -40,7 +40,7 @@
 	MVC_STR(MVC_VERSION_MAJOR) "." MVC_STR(MVC_VERSION_MINOR) "." MVC_STR(MVC_VERSION_PATCH)
 #define MVC_VERSION_NUM (MVC_VERSION_MAJOR * 10000 + MVC_VERSION_MINOR * 100 + MVC_VERSION_PATCH)
 #define MVC_CHECK_VERSION(major, minor, patch)                                                     \
-	(MVC_VERSION_NUM >= (major) * 10000 + (minor) * 100 + (patch))
+	(MVC_VERSION_NUM >= (major)*10000 + (minor)*100 + (patch))
 
 #ifdef __cplusplus
 extern "C" {

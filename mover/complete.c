@@ -77,7 +77,8 @@ int mv_reap(struct mv_shard *s)
 			    fi_cq_strerror(s->fab.cq, e.prov_errno, e.err_data, buf, sizeof(buf));
 			if (!e.op_context || (e.flags & FI_REMOTE_WRITE)) {
 				mv_log_client(MV_LOG_WARN, MV_WHO_SHARD | (uint64_t)s->id,
-				              "shard %d: remote write error: %s", s->id, pe ? pe : "?");
+				              "shard %d: remote write error: %s", s->id,
+				              pe ? pe : "?");
 				continue;
 			}
 			struct mv_land_buf *elb = mv_land_of(s, e.op_context);

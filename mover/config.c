@@ -115,7 +115,7 @@ void mv_config_free(struct mv_config *cfg)
 static int parse_bool(const char *v)
 {
 	static const char *const yes[] = {"yes", "true", "on", "1"}, *const no[] = {"no", "false",
-	                                                                             "off", "0"};
+	                                                                            "off", "0"};
 	for (int i = 0; i < 4; i++) {
 		if (!strcmp(v, yes[i]))
 			return 1;
@@ -279,8 +279,8 @@ static int read_file(struct mv_config *cfg, const char *path, char *why, size_t 
 			goto out;
 		}
 		if (n > 4096) {
-			snprintf(why, whylen, "%s:%d: line of %zd bytes; at most 4096", path, lineno,
-			         n);
+			snprintf(why, whylen, "%s:%d: line of %zd bytes; at most 4096", path,
+			         lineno, n);
 			goto out;
 		}
 		char *s = trim(buf);
@@ -289,8 +289,8 @@ static int read_file(struct mv_config *cfg, const char *path, char *why, size_t 
 		if (*s == '[') {
 			char *close = strchr(s, ']');
 			if (!close || trim(close + 1)[0]) {
-				snprintf(why, whylen, "%s:%d: a section header is [name] alone", path,
-				         lineno);
+				snprintf(why, whylen, "%s:%d: a section header is [name] alone",
+				         path, lineno);
 				goto out;
 			}
 			*close = 0;
@@ -327,7 +327,8 @@ static int read_file(struct mv_config *cfg, const char *path, char *why, size_t 
 				    distance(key, sec->keys[i].key) <= 2)
 					near = sec->keys[i].key;
 			snprintf(why, whylen, "%s:%d: unknown key '%.40s'%s%s%s", path, lineno, key,
-			         near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
+			         near ? " (did you mean '" : "", near ? near : "",
+			         near ? "'?)" : "");
 			goto out;
 		}
 		if (cfg->line[row]) {
@@ -473,8 +474,8 @@ int mv_config_load(struct mv_config *cfg, int argc, char **argv, char *why, size
 	cfg->op_timeout_ms = 10000;
 	cfg->log_level = MV_LOG_INFO;
 	for (size_t i = 0; i < NOPTS; i++) {
-		lo[n++] = (struct option){opts[i].opt, opts[i].arg ? required_argument : no_argument,
-		                          NULL, 256 + (int)i};
+		lo[n++] = (struct option){
+		    opts[i].opt, opts[i].arg ? required_argument : no_argument, NULL, 256 + (int)i};
 		if (opts[i].shortopt)
 			shorts[strlen(shorts)] = (char)opts[i].shortopt;
 	}

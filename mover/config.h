@@ -37,8 +37,8 @@
 
 #include <stddef.h>
 
-#define MV_EX_USAGE  2  /* a bad command line (getopt's convention) */
-#define MV_EX_CONFIG 78 /* EX_CONFIG: a bad config file or environment */
+#define MV_EX_USAGE       2  /* a bad command line (getopt's convention) */
+#define MV_EX_CONFIG      78 /* EX_CONFIG: a bad config file or environment */
 #define MV_CONFIG_DEFAULT "/etc/mover.conf"
 
 struct mv_config {
@@ -75,9 +75,9 @@ enum mv_key_type {
 /* One setting. For a top-section key, opt is its long option; fixed makes
  * the option a flag that sets the key to that value (-v: log_level debug). */
 struct mv_key {
-	const char *key;   /* in the config file */
-	const char *opt;   /* long option without "--", or NULL */
-	int shortopt;      /* 'v', or 0 */
+	const char *key; /* in the config file */
+	const char *opt; /* long option without "--", or NULL */
+	int shortopt;    /* 'v', or 0 */
 	enum mv_key_type type;
 	size_t off;        /* of the field in the section's struct */
 	double min, max;   /* MV_KEY_INT, MV_KEY_SECONDS */

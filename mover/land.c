@@ -221,7 +221,7 @@ int mv_land_progress(struct mv_shard *s)
 		n++;
 		if (ret) {
 			mv_warn("shard %d: acking a landing message: %s", s->id,
-			       fi_strerror((int)-ret));
+			        fi_strerror((int)-ret));
 			s->nland_busy--;
 			land_post(s, lb);
 		}

@@ -50,6 +50,8 @@ int mv_level_parse(const char *s)
 	return -1;
 }
 
+static int on_journal(void);
+
 void mv_log_level(int l)
 {
 	level = l;
@@ -60,6 +62,7 @@ void mv_log_id(uint64_t id)
 {
 	log_id = id;
 	have_id = 1;
+	journal = on_journal(); /* here, before the threads: they only read it */
 }
 
 /* $JOURNAL_STREAM names the device and inode of the stream systemd gave
@@ -155,10 +158,10 @@ struct rl_slot {
 	uint64_t who;
 	const char *fmt;
 	int level;
-	int64_t start;   /* of the window, s */
-	uint32_t count;  /* lines written in it */
-	uint32_t held;   /* lines held back */
-	char last[120];  /* the last held back, to say at close */
+	int64_t start;  /* of the window, s */
+	uint32_t count; /* lines written in it */
+	uint32_t held;  /* lines held back */
+	char last[120]; /* the last held back, to say at close */
 };
 static struct rl_slot rl[RL_SLOTS];
 static pthread_mutex_t rl_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -90,7 +90,9 @@ int mv_check_addr_blob(const struct mv_addr_blob *b, size_t len, const char *pro
 		else
 			snprintf(why, whylen,
 			         "peer is mover %s (protocol %u); this is mover %s (protocol %u)",
-			         b->version == 4 ? "0.1.x" : b->version < 4 ? "< 0.1" : "?",
+			         b->version == 4  ? "0.1.x"
+			         : b->version < 4 ? "< 0.1"
+			                          : "?",
 			         b->version, MVC_VERSION, MV_WIRE_VERSION);
 		return -EPROTO;
 	}

@@ -87,7 +87,7 @@ static inline void mover_start(struct mvproc *m, const char *name, int shards)
 	snprintf(ns, sizeof(ns), "%d", shards);
 	/* A short deadline so a dead peer fails writes within the test. */
 	/* --no-config: the host's /etc/mover.conf is not the test's. */
-	const char *argv[16] = {bin, "--provider", prov,    "--shards", ns,         "--op-timeout",
+	const char *argv[16] = {bin, "--provider", prov,    "--shards",   ns, "--op-timeout",
 	                        "3", "--socket",   m->sock, "--no-config"};
 	int n = 10;
 	if (!strcmp(prov, "tcp")) {

@@ -383,7 +383,8 @@ START_TEST(test_peer_of_another_release_is_refused_naming_both)
 	strcpy(ab->release, "9.9.9");
 	ck_assert_int_eq(mvc_peer_add(p.a, blob, len, &peer), -EPROTO);
 	char want[128];
-	snprintf(want, sizeof(want), "peer is mover 9.9.9 (protocol %u); this is mover %s (protocol %u)",
+	snprintf(want, sizeof(want),
+	         "peer is mover 9.9.9 (protocol %u); this is mover %s (protocol %u)",
 	         MV_WIRE_VERSION + 1, MVC_VERSION, MV_WIRE_VERSION);
 	ck_assert_msg(strstr(mvc_error(p.a), want), "%s", mvc_error(p.a));
 	/* An 0.1.x mover's address: version 4, the mover id where the release is. */

@@ -940,8 +940,8 @@ static void trace_mover_spawn(struct mvproc *m, const char *name, const char *tr
 	snprintf(m->log, sizeof(m->log), "%s/%s.log", dir, name);
 	snprintf(bin, sizeof(bin), "%s/mover", bindir);
 	mover_spawn(m, (const char *const[]){bin, "--provider", "tcp", "--iface", "lo", "--shards",
-	                                     "2", "--op-timeout", "5", "--socket", m->sock, "--no-config",
-	                                     trace ? "--trace" : NULL, trace, NULL});
+	                                     "2", "--op-timeout", "5", "--socket", m->sock,
+	                                     "--no-config", trace ? "--trace" : NULL, trace, NULL});
 }
 
 static void movers_up(const char *trace_a)

@@ -72,7 +72,8 @@ START_TEST(test_write_longer_than_one_descriptor_carries_is_refused)
 	ck_assert_int_eq(mv_check_write(&d, &big, &far, 7, why, sizeof(why), &cause), 0);
 	for (uint64_t len = MV_MAX_WRITE + 1; len; len = len < (1ull << 63) ? len * 2 : 0) {
 		d.len = len;
-		ck_assert_int_eq(mv_check_write(&d, &big, &far, 7, why, sizeof(why), &cause), -EINVAL);
+		ck_assert_int_eq(mv_check_write(&d, &big, &far, 7, why, sizeof(why), &cause),
+		                 -EINVAL);
 		ck_assert_int_eq(cause, MV_CAUSE_BAD_DESC);
 	}
 	d.len = UINT64_MAX;
@@ -182,7 +183,8 @@ START_TEST(test_address_blob_of_another_release_names_both)
 	b.version = MV_WIRE_VERSION + 1;
 	strcpy(b.release, "0.3.0");
 	ck_assert_int_eq(mv_check_addr_blob(&b, full, "tcp;ofi_rxm", why, sizeof(why)), -EPROTO);
-	snprintf(want, sizeof(want), "peer is mover 0.3.0 (protocol %u); this is mover %s (protocol %u)",
+	snprintf(want, sizeof(want),
+	         "peer is mover 0.3.0 (protocol %u); this is mover %s (protocol %u)",
 	         MV_WIRE_VERSION + 1, MVC_VERSION, MV_WIRE_VERSION);
 	ck_assert_str_eq(why, want);
 	/* A newer blob may be laid out otherwise past the release: 24 bytes do. */

@@ -160,9 +160,12 @@ int main(int argc, char **argv)
 	int nsizes = 5;
 
 	static const struct option lo[] = {
-	    {"provider", required_argument, 0, 'p'}, {"shards", required_argument, 0, 'n'},
-	    {"seconds", required_argument, 0, 't'},  {"quick", no_argument, 0, 'q'},
-	    {"help", no_argument, 0, 'h'},           {"version", no_argument, 0, 'V'},
+	    {"provider", required_argument, 0, 'p'},
+	    {"shards", required_argument, 0, 'n'},
+	    {"seconds", required_argument, 0, 't'},
+	    {"quick", no_argument, 0, 'q'},
+	    {"help", no_argument, 0, 'h'},
+	    {"version", no_argument, 0, 'V'},
 	    {0, 0, 0, 0},
 	};
 	while ((c = getopt_long(argc, argv, "p:n:t:qhV", lo, NULL)) != -1) {

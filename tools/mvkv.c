@@ -324,16 +324,17 @@ int main(int argc, char **argv)
 			return 0;
 		case 'h':
 		default:
-			fprintf(c == 'h' ? stdout : stderr,
-			        "usage: mvkv --send SOCK --recv SOCK [--pages N] [--pool N]"
-			        " [--page-size B] [--seconds S]\n"
-			        "The demo transfer: a client of the mover at --send writes --pages\n"
-			        "scattered pages of --page-size bytes (default 16384) a round, drawn\n"
-			        "from a pool of --pool pages (default 8192), into a client of the\n"
-			        "mover at --recv, which checks every page, for --seconds S (default\n"
-			        "3); --pages defaults to 4096. Prints throughput and a RESULT line.\n"
-			        "  --help       print this help and exit\n"
-			        "  --version    print the version and exit\n");
+			fprintf(
+			    c == 'h' ? stdout : stderr,
+			    "usage: mvkv --send SOCK --recv SOCK [--pages N] [--pool N]"
+			    " [--page-size B] [--seconds S]\n"
+			    "The demo transfer: a client of the mover at --send writes --pages\n"
+			    "scattered pages of --page-size bytes (default 16384) a round, drawn\n"
+			    "from a pool of --pool pages (default 8192), into a client of the\n"
+			    "mover at --recv, which checks every page, for --seconds S (default\n"
+			    "3); --pages defaults to 4096. Prints throughput and a RESULT line.\n"
+			    "  --help       print this help and exit\n"
+			    "  --version    print the version and exit\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}

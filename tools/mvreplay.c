@@ -657,18 +657,12 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"trace", required_argument, 0, 't'},
-	    {"send", required_argument, 0, 's'},
-	    {"recv", required_argument, 0, 'r'},
-	    {"speed", required_argument, 0, 'x'},
-	    {"asap", no_argument, 0, 'a'},
-	    {"window", required_argument, 0, 'w'},
-	    {"pool-mib", required_argument, 0, 'p'},
-	    {"quiet", no_argument, 0, 'q'},
-	    {"contig", no_argument, 0, 'c'},
-	    {"help", no_argument, 0, 'h'},
-	    {"version", no_argument, 0, 'V'},
-	    {0, 0, 0, 0},
+	    {"trace", required_argument, 0, 't'},    {"send", required_argument, 0, 's'},
+	    {"recv", required_argument, 0, 'r'},     {"speed", required_argument, 0, 'x'},
+	    {"asap", no_argument, 0, 'a'},           {"window", required_argument, 0, 'w'},
+	    {"pool-mib", required_argument, 0, 'p'}, {"quiet", no_argument, 0, 'q'},
+	    {"contig", no_argument, 0, 'c'},         {"help", no_argument, 0, 'h'},
+	    {"version", no_argument, 0, 'V'},        {0, 0, 0, 0},
 	};
 	struct cfg cf = {.speed = 1, .window = 64, .pool = 256ull << 20};
 	int c, a[2], b[2], st;
