@@ -4,7 +4,20 @@
 # benchmarks. CFLAGS stays the user's; project flags go in with override.
 
 PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+# The mover reads /etc/mover.conf: the example goes there for the system
+# prefixes, under PREFIX otherwise (pass it with --config).
+SYSCONFDIR ?= $(if $(filter /usr /usr/local,$(PREFIX)),/etc,$(PREFIX)/etc)
 B ?= build
+
+# The release, written once: MVC_VERSION_* in libclient/mvc.h.
+VERSION := $(shell sed -n 's/^\#define MVC_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9][0-9]*\).*/\2/p' libclient/mvc.h | paste -sd. -)
+MAN_DATE ?= $(shell git log -1 --format=%cs 2>/dev/null || date +%F)
 CC ?= cc
 CFLAGS ?= -O2 -g
 SANITIZE ?=
@@ -35,7 +48,7 @@ DEPS_STAMP := $(B)/.deps-ok
 
 SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c
-MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/fabric.c mover/topo.c \
+MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/registry.c mover/fabric.c mover/topo.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
 	mover/access.c mover/quota.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/land.c mover/post.c \
@@ -44,9 +57,9 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c \
 	tools/bench/rows_lat.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
-TESTS := test_shmring test_validate test_client test_mover test_lists test_hostile test_trace test_gpu \
-	test_tenants
-SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh
+TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
+	test_trace test_gpu test_tenants
+SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh tests/operate.sh
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
 
@@ -56,8 +69,31 @@ CLIENT_SO := $(B)/libmvc.so
 BINS := $(B)/bin/mover $(addprefix $(B)/bin/,$(TOOLS) $(BENCHES))
 TEST_BINS := $(addprefix $(B)/tests/,$(TESTS) $(TEST_HELPERS))
 
-.PHONY: all demo check check-unit check-tsan check-scripts bench replay install clean format deps
-all: $(SHMRING_LIB) $(CLIENT_LIB) $(CLIENT_SO) $(BINS) $(TEST_BINS)
+# Man pages: man/*.N with the release and date filled in; one page per call
+# family of libmvc, and a .so page for each other call of the family.
+MAN_SRC := $(wildcard man/*.[1-8])
+MAN_PAGES := $(MAN_SRC:man/%=$(B)/man/%)
+MAN_LINKS := mvc_connect_opts:mvc_connect mvc_disconnect:mvc_connect \
+	mvc_connect_error:mvc_connect mvc_error:mvc_connect mvc_info:mvc_connect \
+	mvc_register_fd:mvc_alloc mvc_free:mvc_alloc mvc_region_blob:mvc_address \
+	mvc_peer_remove:mvc_peer_add mvc_import:mvc_peer_add mvc_unimport:mvc_peer_add \
+	mvc_writev:mvc_write mvc_write_imm:mvc_write mvc_abort:mvc_submit \
+	mvc_inflight:mvc_submit mvc_wait:mvc_poll mvc_shard_bytes:mvc_latency \
+	mvc_shard_descs:mvc_latency
+MAN_LINK_PAGES := $(foreach l,$(MAN_LINKS),$(B)/man/$(firstword $(subst :, ,$(l))).3)
+
+.PHONY: all man demo check check-unit check-tsan check-scripts bench replay install clean format deps
+all: $(SHMRING_LIB) $(CLIENT_LIB) $(CLIENT_SO) $(BINS) $(TEST_BINS) man
+
+man: $(MAN_PAGES) $(MAN_LINK_PAGES)
+
+$(B)/man/%: man/% libclient/mvc.h
+	@mkdir -p $(@D)
+	sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@DATE@|$(MAN_DATE)|g' $< > $@
+
+$(MAN_LINK_PAGES): Makefile
+	@mkdir -p $(@D)
+	@for l in $(MAN_LINKS); do [ "$(B)/man/$${l%%:*}.3" = "$@" ] && echo ".so man3/$${l#*:}.3" > $@; done; true
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): tools/install-deps
@@ -117,6 +153,11 @@ $(B)/bin/shmring_bench: $(B)/shmring/shmring_bench.o $(SHMRING_LIB)
 $(B)/tests/test_shmring: $(B)/tests/test_shmring.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+# test_config drives the mover's settings and log (config.c, log.c) alone.
+$(B)/tests/test_config: $(B)/tests/test_config.o $(B)/mover/config.o $(B)/mover/log.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) -lm $(LDLIBS)
 
 $(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o
 	@mkdir -p $(@D)
@@ -192,15 +233,31 @@ bench: all
 replay: all
 	MV_BUILD=$(B) tools/replay_traces.sh $(TRACES)
 
+# Headers, libraries, mvc.pc, binaries, man pages, the systemd units, the
+# sysusers.d line for the mover's user, and the example /etc/mover.conf
+# (never over one that is there: then it goes beside it as mover.conf.dist).
 install: all
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR) \
+		$(addprefix $(DESTDIR)$(MANDIR)/man,1 3 5 8) $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(SYSCONFDIR)
 	install -m 644 libclient/mvc.h shmring/shmring.h shmring/shmring_layout.h \
-		$(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(SHMRING_LIB) $(CLIENT_LIB) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(CLIENT_SO) $(DESTDIR)$(PREFIX)/lib/libmvc.so.1
-	ln -sf libmvc.so.1 $(DESTDIR)$(PREFIX)/lib/libmvc.so
-	sed -e 's|@PREFIX@|$(PREFIX)|g' libclient/mvc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mvc.pc
-	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+		$(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 $(SHMRING_LIB) $(CLIENT_LIB) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(CLIENT_SO) $(DESTDIR)$(LIBDIR)/libmvc.so.1
+	ln -sf libmvc.so.1 $(DESTDIR)$(LIBDIR)/libmvc.so
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
+		libclient/mvc.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/mvc.pc
+	install -m 755 $(BINS) $(DESTDIR)$(BINDIR)/
+	for n in 1 3 5 8; do for p in $(B)/man/*.$$n; do \
+		install -m 644 $$p $(DESTDIR)$(MANDIR)/man$$n/ || exit 1; done; done
+	for u in mover mover-metrics; do \
+		sed -e 's|@BINDIR@|$(BINDIR)|g' dist/$$u.service.in > $(DESTDIR)$(UNITDIR)/$$u.service || exit 1; done
+	install -m 644 dist/mover.sysusers $(DESTDIR)$(SYSUSERSDIR)/mover.conf
+	if [ -e $(DESTDIR)$(SYSCONFDIR)/mover.conf ]; then \
+		install -m 644 dist/mover.conf $(DESTDIR)$(SYSCONFDIR)/mover.conf.dist; \
+		echo "install: kept $(DESTDIR)$(SYSCONFDIR)/mover.conf; the example is mover.conf.dist"; \
+	else install -m 644 dist/mover.conf $(DESTDIR)$(SYSCONFDIR)/mover.conf; fi
 
 format:
 	clang-format -i $(wildcard */*.c */*.h tools/bench/*.c tools/bench/*.h)

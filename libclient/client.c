@@ -34,6 +34,11 @@ int mvc_fail(struct mvc *c, int err, const char *fmt, ...)
 	return err;
 }
 
+const char *mvc_version(void)
+{
+	return MVC_VERSION;
+}
+
 const char *mvc_error(const struct mvc *c)
 {
 	return c->err;
@@ -257,6 +262,13 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 	}
 	ret = call(c, MV_MSG_HELLO, NULL, 0, NULL, 0, &hello, sizeof(hello), fds, MV_MAX_SHARDS,
 	           &nfds);
+	if (ret == -EPROTONOSUPPORT) {
+		/* The mover names its protocol; we name ours and our release. */
+		char m[sizeof(c->err)];
+		snprintf(m, sizeof(m), "%s", c->err);
+		snprintf(c->err, sizeof(c->err), "%s (this is libmvc %s, protocol %u)", m,
+		         MVC_VERSION, MV_WIRE_VERSION);
+	}
 	if (ret)
 		goto err_sock;
 	if (hello.nshards == 0 || hello.nshards > MV_MAX_SHARDS ||

@@ -26,6 +26,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mvc.h" /* MVC_VERSION: the release */
+
+/*
+ * The wire version: what the client, the mover and peer movers must agree
+ * on. Bumped with every change to a format below; releases map onto it
+ * (4: mover 0.1.x; 5: 0.2.0, which added the release to the address blob).
+ */
 #define MV_WIRE_MAGIC   0x3143564du /* "MVC1" */
 #define MV_WIRE_VERSION 5u
 #define MV_MAX_MSG      65536u
@@ -187,10 +194,18 @@ struct mv_gpu_fd_rep {
 	struct mv_gpu_desc gpu;
 };
 
+/*
+ * A mover's address. magic, version and release stay where they are in
+ * every wire version from 5 on, so that a mover refusing a peer of another
+ * version names both releases (a blob of version 4 or older has no release:
+ * it is mover 0.1.x or older).
+ */
+#define MV_RELEASE_LEN 16u
 struct mv_addr_blob {
 	uint32_t magic; /* MV_BLOB_MAGIC_ADDR */
 	uint16_t version;
 	uint16_t nshards;
+	char release[MV_RELEASE_LEN]; /* MVC_VERSION of the mover, NUL-padded */
 	uint64_t mover_id;
 	char provider[32];
 	uint32_t addrlen; /* bytes of each shard's fabric address */
@@ -209,7 +224,9 @@ struct mv_addr_blob {
 	} bell[MV_MAX_SHARDS];
 	uint8_t addr[MV_MAX_SHARDS][MV_MAX_ADDRLEN];
 };
-#define MV_BLOB_MAGIC_ADDR 0x52444441u /* "ADDR" */
+#define MV_BLOB_MAGIC_ADDR  0x52444441u /* "ADDR" */
+#define MV_ADDR_RELEASE_END (offsetof(struct mv_addr_blob, release) + MV_RELEASE_LEN)
+static_assert(offsetof(struct mv_addr_blob, release) == 8, "the release stays at byte 8");
 static_assert(sizeof(struct mv_addr_blob) <= 8192, "an address blob fits MVC_BLOB_MAX");
 
 struct mv_addr_rep {

@@ -24,9 +24,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * The release: the one place the project's version is written. The Makefile
+ * reads these three lines (pkg-config, man pages), every binary prints it
+ * for --version, and the mover logs it at start, shows it in mvstat and
+ * carries it in its address blob. MVC_VERSION is the string "MAJOR.MINOR.PATCH";
+ * MVC_CHECK_VERSION(0, 2, 0) is true when building against 0.2.0 or later.
+ */
+#define MVC_VERSION_MAJOR 0
+#define MVC_VERSION_MINOR 2
+#define MVC_VERSION_PATCH 0
+#define MVC_STR_(x)       #x
+#define MVC_STR(x)        MVC_STR_(x)
+#define MVC_VERSION                                                                                \
+	MVC_STR(MVC_VERSION_MAJOR) "." MVC_STR(MVC_VERSION_MINOR) "." MVC_STR(MVC_VERSION_PATCH)
+#define MVC_VERSION_NUM (MVC_VERSION_MAJOR * 10000 + MVC_VERSION_MINOR * 100 + MVC_VERSION_PATCH)
+#define MVC_CHECK_VERSION(major, minor, patch)                                                     \
+	(MVC_VERSION_NUM >= (major)*10000 + (minor)*100 + (patch))
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The version of the libmvc the program runs with (MVC_VERSION is the one
+ * it was built against). */
+const char *mvc_version(void);
 
 struct mvc;
 
@@ -155,7 +177,9 @@ int mvc_address(struct mvc *c, void *buf, size_t *len);
 int mvc_region_blob(struct mvc *c, uint32_t region, void *buf, size_t *len);
 #define MVC_BLOB_MAX 8192 /* enough for either blob of a 64-shard mover */
 
-/* Peers and their regions; any time, also while transfers run. */
+/* Peers and their regions; any time, also while transfers run. A peer
+ * mover of another wire protocol is refused with -EPROTO, and mvc_error()
+ * names both movers' releases. */
 int mvc_peer_add(struct mvc *c, const void *addr, size_t len, uint32_t *peer);
 int mvc_peer_remove(struct mvc *c, uint32_t peer);
 int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint32_t *handle);

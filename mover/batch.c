@@ -44,8 +44,10 @@ void mv_push_cqe(struct mv_attach *at, const struct mv_cqe *c)
 	if (at->ovf_tail - at->ovf_head == at->ovf_cap) {
 		uint32_t cap = at->ovf_cap ? at->ovf_cap * 2 : 64;
 		if (cap > OVF_MAX) {
-			mv_log("client %u: %u completions waiting and none read; dropping one",
-			       at->cl->id, OVF_MAX);
+			mv_log_client(MV_LOG_WARN, (uint64_t)at->cl->pid,
+			              "client %u (pid %d): %u completions waiting and none read; "
+			              "dropping one",
+			              at->cl->id, (int)at->cl->pid, OVF_MAX);
 			return;
 		}
 		struct mv_cqe *n = malloc(sizeof(*n) * cap);
@@ -83,10 +85,12 @@ void mv_cut_off(struct mv_shard *s, struct mv_attach *at, const char *why)
 	 * is seen. */
 	atomic_store_explicit(&cl->cut, 2, memory_order_release);
 	if (s)
-		mv_log("client %u (pid %d) cut off by shard %d: %s", cl->id, (int)cl->pid, s->id,
-		       why);
+		mv_log_client(MV_LOG_WARN, (uint64_t)cl->pid,
+		              "client %u (pid %d) cut off by shard %d: %s", cl->id, (int)cl->pid,
+		              s->id, why);
 	else
-		mv_log("client %u (pid %d) cut off: %s", cl->id, (int)cl->pid, why);
+		mv_log_client(MV_LOG_WARN, (uint64_t)cl->pid, "client %u (pid %d) cut off: %s",
+		              cl->id, (int)cl->pid, why);
 	mv_cut(at);
 }
 

@@ -76,13 +76,16 @@ int mv_reap(struct mv_shard *s)
 			const char *pe =
 			    fi_cq_strerror(s->fab.cq, e.prov_errno, e.err_data, buf, sizeof(buf));
 			if (!e.op_context || (e.flags & FI_REMOTE_WRITE)) {
-				mv_log("shard %d: remote write error: %s", s->id, pe ? pe : "?");
+				mv_log_client(MV_LOG_WARN, MV_WHO_SHARD | (uint64_t)s->id,
+				              "shard %d: remote write error: %s", s->id,
+				              pe ? pe : "?");
 				continue;
 			}
 			struct mv_land_buf *elb = mv_land_of(s, e.op_context);
 			if (elb) {
-				mv_log("shard %d: landing buffer: %s", s->id,
-				       pe ? pe : fi_strerror(e.err));
+				mv_log_client(MV_LOG_WARN, MV_WHO_SHARD | (uint64_t)s->id,
+				              "shard %d: landing buffer: %s", s->id,
+				              pe ? pe : fi_strerror(e.err));
 				mv_land_event(s, elb, e.op_context, 0, -(int)e.err);
 				continue;
 			}
@@ -99,7 +102,7 @@ int mv_reap(struct mv_shard *s)
 			continue;
 		}
 		if (n < 0) {
-			mv_log("shard %d: fi_cq_read: %s", s->id, fi_strerror((int)-n));
+			mv_error("shard %d: fi_cq_read: %s", s->id, fi_strerror((int)-n));
 			break;
 		}
 		for (ssize_t i = 0; i < n; i++) {

@@ -383,8 +383,8 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 			return ret;
 		r = mv_region_get(mv, req->id);
 		if (r && r->secret != req->secret) {
-			snprintf(why, whylen, "GPU region %u: the request's secret is not its blob's",
-			         req->id);
+			snprintf(why, whylen,
+			         "GPU region %u: the request's secret is not its blob's", req->id);
 			mv_log("refused GPU_FD for region %u from pid %d uid %u: wrong secret",
 			       req->id, cl->pid, (unsigned)cl->uid);
 			return -EACCES;
@@ -475,8 +475,9 @@ static struct mv_client *client_new(struct mover *mv, int sock, int ep)
 	uint32_t roles = mv_access_roles(mv, sock, &cred);
 	if (!roles) {
 		struct mv_msg_hdr h = {.type = MV_MSG_HELLO};
-		mv_log("refusing client pid %d: uid %u is not the mover's uid %u", cred.pid,
-		       cred.uid, geteuid());
+		mv_log_client(MV_LOG_WARN, MV_WHO_UID | cred.uid,
+		              "refusing client pid %d: uid %u is not the mover's uid %u", cred.pid,
+		              cred.uid, geteuid());
 		send_error(sock, &h, -EACCES,
 		           "the mover serves its own uid only (--allow-any-uid serves all)");
 		return NULL;
@@ -519,7 +520,8 @@ static void client_leave(struct mover *mv, struct mv_client *cl, int ep, const c
 	if (cl->state == MV_CL_NEW)
 		mv_dbg("connection %u (pid %d): %s", cl->id, cl->pid, why);
 	else
-		mv_log("client %u (pid %d): %s", cl->id, cl->pid, why);
+		mv_log_client(MV_LOG_INFO, (uint64_t)cl->pid, "client %u (pid %d): %s", cl->id,
+		              cl->pid, why);
 	epoll_ctl(ep, EPOLL_CTL_DEL, cl->sock, NULL);
 	if (cl->pidfd >= 0)
 		epoll_ctl(ep, EPOLL_CTL_DEL, cl->pidfd, NULL);
@@ -695,6 +697,7 @@ int mv_control_run(struct mover *mv)
 	ev.data.u32 = TAG_SHARDS;
 	epoll_ctl(ep, EPOLL_CTL_ADD, mv->efd, &ev);
 	mv_log("listening on %s", mv->cfg.socket_path);
+	mv_sd_notify("READY=1");
 
 	while (!atomic_load(&mv->stopping)) {
 		struct epoll_event evs[32];

@@ -155,14 +155,17 @@ void mv_land_event(struct mv_shard *s, struct mv_land_buf *lb, void *ctx, size_t
 	}
 	memcpy(&h, lb->buf, sizeof(h));
 	if (len < MV_LAND_HDR || h.magic != MV_LAND_MAGIC || h.len != len - MV_LAND_HDR) {
-		mv_log("shard %d: a landing message of %zu bytes is malformed; dropped", s->id,
-		       len);
+		mv_log_client(MV_LOG_WARN, MV_WHO_SHARD | (uint64_t)s->id,
+		              "shard %d: a landing message of %zu bytes is malformed; dropped",
+		              s->id, len);
 		land_post(s, lb);
 		return;
 	}
 	lb->ack_to = land_sender(s, &h);
 	if (lb->ack_to == FI_ADDR_NOTAVAIL) {
-		mv_log("shard %d: cannot answer the sender of a landing message; dropped", s->id);
+		mv_log_client(MV_LOG_WARN, MV_WHO_SHARD | (uint64_t)s->id,
+		              "shard %d: cannot answer the sender of a landing message; dropped",
+		              s->id);
 		land_post(s, lb);
 		return;
 	}
@@ -217,8 +220,8 @@ int mv_land_progress(struct mv_shard *s)
 			s->lq_tail = NULL;
 		n++;
 		if (ret) {
-			mv_log("shard %d: acking a landing message: %s", s->id,
-			       fi_strerror((int)-ret));
+			mv_warn("shard %d: acking a landing message: %s", s->id,
+			        fi_strerror((int)-ret));
 			s->nland_busy--;
 			land_post(s, lb);
 		}

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * mover: the daemon. Parses the command line, finds the NICs of the best
+ * mover: the daemon. Takes its settings (config.c), finds the NICs of the best
  * provider, places one shard per NIC (or --shards N) on a core near it,
  * starts the shard threads, logs one line per shard, and serves the control
  * socket until SIGTERM, when it drains what clients committed and exits.
@@ -10,11 +10,9 @@
 #include "mv_sock.h"
 
 #include <fcntl.h>
-#include <getopt.h>
 #include <glob.h>
 #include <stdalign.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,189 +26,52 @@
 
 #include <rdma/fi_errno.h>
 
-int mv_verbose;
-
-static void vlog(const char *fmt, va_list ap)
+/* A failure before the shards started: what was set up goes. */
+static int fail_early(struct mover *mv)
 {
-	struct timespec ts;
-	char buf[512];
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	fprintf(stderr, "mover[%d] %ld.%03ld %s\n", getpid(), (long)ts.tv_sec, ts.tv_nsec / 1000000,
-	        buf);
-}
-
-void mv_log(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vlog(fmt, ap);
-	va_end(ap);
-}
-
-void mv_dbg(const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!mv_verbose)
-		return;
-	va_start(ap, fmt);
-	vlog(fmt, ap);
-	va_end(ap);
-}
-
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: mover [options]\n"
-	           "  --socket PATH     control socket (default $MOVER_SOCKET, else\n"
-	           "                    $XDG_RUNTIME_DIR/mover.sock,\n"
-	           "                    else /tmp/mover-UID.sock), mode 0600\n"
-	           "  --provider P      auto|efa|verbs|tcp|shm (default auto: efa, verbs, tcp)\n"
-	           "  --iface NAME      use this interface/domain only (e.g. lo, veth0)\n"
-	           "  --shards N        N shards; NICs are reused round-robin when fewer\n"
-	           "                    (default: one shard per NIC)\n"
-	           "  --cpus LIST       pin shard i to the i-th CPU of LIST (default: hwloc)\n"
-	           "  --op-timeout S    fail a write the fabric has not completed in S seconds\n"
-	           "                    (default 10: a peer that died or never answered)\n"
-	           "  --trace FILE      record every batch to FILE (see mvtrace; also switched\n"
-	           "                    at run time with 'mvtrace start|stop')\n"
-	           "  --trace-hops      each batch's record followed by its hops: when its END\n"
-	           "                    was taken, its last write posted, its data done, its\n"
-	           "                    immediate done, its completion published\n"
-	           "  --no-gpu-copy     never copy into a same-host peer's GPU memory with CUDA;\n"
-	           "                    send it as landing messages, as to another host\n"
-	           "  --no-cma-peers    do not let same-uid processes (peer movers) ptrace-attach\n"
-	           "                    where Yama's ptrace_scope is 1: shm then cannot copy\n"
-	           "                    a large write straight into this mover's memory and\n"
-	           "                    stages it through shared buffers\n"
-	           "  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
-	           "  --admin-group G   members of group G may read stats and start traces\n"
-	           "                    (always: the mover's own uid and root)\n"
-	           "  --quota KEY=VALUE what one client (client.X) or one uid's clients\n"
-	           "                    together (uid.X) may hold; X: bytes, regions, peers,\n"
-	           "                    imports, batches (in flight), arena (list-arena\n"
-	           "                    bytes); VALUE a count, a size (K, M, G, T) or\n"
-	           "                    'unlimited' (the default); repeatable\n"
-	           "  -v, --verbose     log client events\n");
+	if (mv->shards)
+		for (uint32_t s = 0; s < mv->nshards; s++)
+			if (mv->shards[s].efd > 0)
+				close(mv->shards[s].efd);
+	if (mv->efd > 0)
+		close(mv->efd);
+	free(mv->shards);
+	mv_config_free(&mv->cfg);
+	free(mv);
+	mv_log_close();
+	return 1;
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	    {"socket", required_argument, 0, 's'},
-	    {"provider", required_argument, 0, 'p'},
-	    {"iface", required_argument, 0, 'i'},
-	    {"shards", required_argument, 0, 'n'},
-	    {"cpus", required_argument, 0, 'c'},
-	    {"allow-any-uid", no_argument, 0, 'u'},
-	    {"admin-group", required_argument, 0, 'A'},
-	    {"quota", required_argument, 0, 'Q'},
-	    {"verbose", no_argument, 0, 'v'},
-	    {"op-timeout", required_argument, 0, 't'},
-	    {"trace", required_argument, 0, 'T'},
-	    {"no-gpu-copy", no_argument, 0, 'G'},
-	    {"no-cma-peers", no_argument, 0, 'M'},
-	    {"trace-hops", no_argument, 0, 'O'},
-	    {"help", no_argument, 0, 'h'},
-	    {0, 0, 0, 0},
-	};
 	struct mover *mv = calloc(1, sizeof(*mv));
-	char sockbuf[256], why[MV_ERRLEN] = "";
+	char why[MV_ERRLEN] = "", cwhy[300] = "";
 	char names[MV_MAX_SHARDS][64], pci[MV_MAX_SHARDS][32];
-	int c, ret, nnic;
+	int ret, nnic;
 
 	if (!mv)
 		return 1;
-	mv->cfg.provider = "auto";
-	mv_quota_defaults(&mv->cfg.quota);
-	mv->cfg.op_timeout_ms = 10000;
-	while ((c = getopt_long(argc, argv, "s:p:i:n:c:t:T:A:Q:GMuvh", opts, NULL)) != -1) {
-		switch (c) {
-		case 's':
-			mv->cfg.socket_path = optarg;
-			break;
-		case 'p':
-			mv->cfg.provider = optarg;
-			break;
-		case 'i':
-			mv->cfg.iface = optarg;
-			break;
-		case 'n':
-			mv->cfg.nshards = atoi(optarg);
-			if (mv->cfg.nshards < 1 || mv->cfg.nshards > (int)MV_MAX_SHARDS) {
-				fprintf(stderr, "mover: --shards %s: give 1 to %u\n", optarg,
-				        MV_MAX_SHARDS);
-				return 2;
-			}
-			break;
-		case 'c':
-			mv->cfg.cpus = optarg;
-			break;
-		case 't':
-			mv->cfg.op_timeout_ms = (int)(atof(optarg) * 1000);
-			if (mv->cfg.op_timeout_ms <= 0) {
-				fprintf(stderr, "mover: --op-timeout %s: give seconds > 0\n",
-				        optarg);
-				return 2;
-			}
-			break;
-		case 'O':
-			mv->cfg.trace_hops = 1;
-			break;
-		case 'T':
-			mv->cfg.trace = optarg;
-			break;
-		case 'G':
-			mv->cfg.no_gpu_copy = 1;
-			break;
-		case 'M':
-			mv->cfg.no_cma_peers = 1;
-			break;
-		case 'u':
-			mv->cfg.allow_any_uid = 1;
-			break;
-		case 'A':
-			mv->cfg.admin_group = optarg;
-			break;
-		case 'Q': {
-			char key[64], *eq = strchr(optarg, '=');
-			if (!eq || (size_t)(eq - optarg) >= sizeof(key)) {
-				fprintf(stderr, "mover: --quota %s: give KEY=VALUE\n", optarg);
-				return 2;
-			}
-			snprintf(key, sizeof(key), "%.*s", (int)(eq - optarg), optarg);
-			if (mv_quota_set(&mv->cfg.quota, key, eq + 1, why, sizeof(why))) {
-				fprintf(stderr, "mover: --quota: %s\n", why);
-				return 2;
-			}
-			break;
-		}
-		case 'v':
-			mv_verbose = 1;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
+	/* Settings: config.c (command line, config file, environment). */
+	ret = mv_config_load(&mv->cfg, argc, argv, cwhy, sizeof(cwhy));
+	if (ret != MV_CONFIG_RUN) {
+		if (ret)
+			fprintf(stderr, "mover: %s\n", cwhy);
+		mv_config_free(&mv->cfg);
+		free(mv);
+		return ret;
 	}
-	if (!mv->cfg.socket_path)
-		mv->cfg.socket_path = mv_default_socket(sockbuf, sizeof(sockbuf));
-	/* shm copies a write of more than 4 KiB straight between the two
-	 * processes (process_vm_writev), which needs ptrace access to the
-	 * target; Yama's ptrace_scope 1 denies it between processes that do not
-	 * descend from each other, such as two movers, and shm then falls back
-	 * to staging through shared buffers that the receiver must drain. Let
-	 * any process of our uid attach (the kernel still requires the uid). */
-	if (!mv->cfg.no_cma_peers && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
-		mv_dbg("same-uid peers may copy into this mover (PR_SET_PTRACER_ANY)");
-	if (mv_access_init(mv, why, sizeof(why))) {
-		fprintf(stderr, "mover: %s\n", why);
-		return 2;
+	if (mv_access_init(mv, cwhy, sizeof(cwhy))) {
+		fprintf(stderr, "mover: %s\n", cwhy);
+		mv_config_free(&mv->cfg);
+		free(mv);
+		return MV_EX_CONFIG;
+	}
+	mv_log_level(mv->cfg.log_level);
+	if (mv->cfg.log && mv_log_file(mv->cfg.log, cwhy, sizeof(cwhy))) {
+		fprintf(stderr, "mover: --log: %s\n", cwhy);
+		mv_config_free(&mv->cfg);
+		free(mv);
+		return MV_EX_CONFIG;
 	}
 
 	/* Signals go to the control thread's signalfd, never to a shard. */
@@ -219,22 +80,36 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGPIPE);
+	sigaddset(&sigs, SIGHUP); /* the log's thread takes it: reopen */
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
 	if (getrandom(&mv->mover_id, sizeof(mv->mover_id), 0) != sizeof(mv->mover_id))
 		mv->mover_id = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
 	srandom((unsigned)(mv->mover_id ^ (mv->mover_id >> 32)));
+	mv_log_id(mv->mover_id);
+	mv_log_hup_start();
+	mv_log("mover %s (wire protocol %u) starting: provider %s%s%s, config %s", MVC_VERSION,
+	       MV_WIRE_VERSION, mv->cfg.provider, mv->cfg.iface ? ", interface " : "",
+	       mv->cfg.iface ? mv->cfg.iface : "", mv->cfg.file ? mv->cfg.file : "none");
+
+	/* shm copies a write of more than 4 KiB straight between the two
+	 * processes (process_vm_writev), which needs ptrace access to the
+	 * target; Yama's ptrace_scope 1 denies it between processes that do not
+	 * descend from each other, such as two movers, and shm then falls back
+	 * to staging through shared buffers that the receiver must drain. Let
+	 * any process of our uid attach (the kernel still requires the uid). */
+	if (!mv->cfg.no_cma_peers && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
+		mv_dbg("same-uid peers may copy into this mover (PR_SET_PTRACER_ANY)");
 
 	nnic = mv_fabric_list(mv->cfg.provider, mv->cfg.iface, names, pci, MV_MAX_SHARDS, mv->prov,
 	                      sizeof(mv->prov));
 	if (nnic <= 0) {
-		fprintf(stderr,
-		        "mover: no usable provider for --provider %s%s%s: %s\n"
-		        "mover: it needs RDM endpoints with RMA writes and remote CQ data; "
-		        "'fi_info -l' lists what this host has\n",
-		        mv->cfg.provider, mv->cfg.iface ? " --iface " : "",
-		        mv->cfg.iface ? mv->cfg.iface : "", fi_strerror(-nnic));
-		return 1;
+		mv_error("no usable provider for --provider %s%s%s: %s; it needs RDM endpoints "
+		         "with RMA writes and remote CQ data ('fi_info -l' lists what this host "
+		         "has)",
+		         mv->cfg.provider, mv->cfg.iface ? " --iface " : "",
+		         mv->cfg.iface ? mv->cfg.iface : "", fi_strerror(-nnic));
+		return fail_early(mv);
 	}
 	mv->nshards = mv->cfg.nshards ? (uint32_t)mv->cfg.nshards : (uint32_t)nnic;
 	mv->shards = aligned_alloc(alignof(struct mv_shard), mv->nshards * sizeof(*mv->shards));
@@ -242,7 +117,7 @@ int main(int argc, char **argv)
 		memset(mv->shards, 0, mv->nshards * sizeof(*mv->shards));
 	mv->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (!mv->shards || mv->efd < 0)
-		return 1;
+		return fail_early(mv);
 	for (uint32_t s = 0; s < mv->nshards; s++) {
 		struct mv_shard *sh = &mv->shards[s];
 		sh->id = (int)s;
@@ -252,7 +127,7 @@ int main(int argc, char **argv)
 		sh->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		sh->wake_fd = -1;
 		if (sh->efd < 0)
-			return 1;
+			return fail_early(mv);
 	}
 	/* shm names its endpoints PID:N:M under /dev/shm. One left there by a
 	 * killed process whose pid we now have would make our endpoint fail
@@ -279,14 +154,14 @@ int main(int argc, char **argv)
 	mv_log("GPU memory: %s", mv->hmem ? "the provider registers it (FI_HMEM, path 1)" : why);
 	ret = mv_topo_place(mv, why, sizeof(why));
 	if (ret) {
-		fprintf(stderr, "mover: topology: %s\n", why);
-		return 1;
+		mv_error("topology: %s", why);
+		return fail_early(mv);
 	}
 
 	ret = mv_stats_init(mv);
 	if (ret) {
-		fprintf(stderr, "mover: stats segment: %s\n", strerror(-ret));
-		return 1;
+		mv_error("stats segment: %s", strerror(-ret));
+		return fail_early(mv);
 	}
 	/* Before the shards start: they read their wake FIFO when idle. */
 	if (mv_wake_open(mv, why, sizeof(why)))
@@ -296,7 +171,7 @@ int main(int argc, char **argv)
 		struct mv_shard *sh = &mv->shards[started];
 		ret = mv_shard_start(sh);
 		if (ret) {
-			mv_log("shard %u: %s", started, sh->start_msg);
+			mv_error("shard %u: %s", started, sh->start_msg);
 			pthread_join(sh->thread, NULL);
 			break;
 		}
@@ -315,7 +190,8 @@ int main(int argc, char **argv)
 		ret = 0;
 		if (mv->cfg.trace) {
 			/* The operator's own path, so the mover opens it itself. */
-			int tfd = open(mv->cfg.trace, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+			int tfd =
+			    open(mv->cfg.trace, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 			if (tfd < 0) {
 				ret = -errno;
 				snprintf(why, sizeof(why), "cannot create %s: %s", mv->cfg.trace,
@@ -327,7 +203,7 @@ int main(int argc, char **argv)
 			}
 		}
 		if (ret)
-			mv_log("--trace: %s", why);
+			mv_error("--trace: %s", why);
 		else
 			ret = mv_control_run(mv);
 	} else {
@@ -362,7 +238,9 @@ int main(int argc, char **argv)
 		close(mv->shards[s].efd);
 	close(mv->efd);
 	free(mv->shards);
+	mv_config_free(&mv->cfg);
 	free(mv);
 	mv_log("stopped");
+	mv_log_close();
 	return ret ? 1 : 0;
 }

@@ -31,6 +31,8 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
+#include "config.h" /* struct mv_config */
+#include "log.h"
 #include "mv_wire.h"
 #include "shmring.h"
 
@@ -61,9 +63,7 @@ static_assert(MV_MAX_WRITE / MV_CHUNK + 1 + MV_IOV_MAX < MV_OPS_PER_SHARD, "a WR
 #define MV_BOUNCE_CHUNKS 8 /* pinned MV_CHUNK bounce buffers per shard (path 3) */
 #define MV_LAND_BUFS     8 /* receive buffers per shard for landing messages */
 
-extern int mv_verbose;
-void mv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void mv_dbg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* log.c: mv_log (info), mv_dbg, mv_warn, mv_error, mv_log_client */
 
 /* One shard's fabric objects: fabric.c. */
 struct mv_fabric {
@@ -424,38 +424,6 @@ struct mv_shard {
 	_Atomic uint64_t trace_dropped_pub;
 };
 
-/* quota.c: what a client, and a uid's clients together, may hold. */
-enum mv_quota_res {
-	MV_Q_BYTES,   /* bytes registered */
-	MV_Q_REGIONS, /* regions */
-	MV_Q_PEERS,   /* peers added */
-	MV_Q_IMPORTS, /* regions imported */
-	MV_Q_BATCHES, /* batches in flight */
-	MV_Q_ARENA,   /* list-arena bytes */
-	MV_Q_N,
-};
-struct mv_quotas {
-	uint64_t client[MV_Q_N]; /* UINT64_MAX: unlimited */
-	uint64_t uid[MV_Q_N];
-};
-
-struct mv_config {
-	const char *socket_path;
-	const char *provider; /* auto, efa, verbs, tcp, shm */
-	const char *iface;    /* domain/interface name, e.g. lo or veth0 */
-	const char *cpus;     /* comma list overriding topology */
-	int nshards;          /* 0: one per NIC */
-	int allow_any_uid;
-	const char *admin_group; /* --admin-group: its members administer the mover */
-	gid_t admin_gid;         /* admin_group resolved at start-up */
-	struct mv_quotas quota;  /* --quota KEY=VALUE */
-	int op_timeout_ms; /* a write not completed by then fails its batch */
-	int no_gpu_copy;   /* never path 2: same-host GPU regions land as messages */
-	int no_cma_peers;  /* --no-cma-peers: no PR_SET_PTRACER_ANY */
-	const char *trace; /* --trace FILE */
-	int trace_hops;    /* --trace-hops */
-};
-
 struct mover {
 	struct mv_config cfg;
 	uint64_t mover_id;
@@ -597,8 +565,12 @@ void mv_client_release_all(struct mover *mv, struct mv_client *cl);
 int mv_check_write(const struct mv_desc *d, const struct mv_region *src,
                    const struct mv_import *dst, uint32_t owner, char *why, size_t whylen,
                    uint8_t *cause);
+/* A peer's address blob; a peer of another wire version is refused with
+ * -EPROTO, naming both releases. */
 int mv_check_addr_blob(const struct mv_addr_blob *b, size_t len, const char *prov, char *why,
                        size_t whylen);
+/* A release field of a blob (untrusted) as printable text. */
+void mv_release_text(const char *raw, char out[MV_RELEASE_LEN + 1]);
 int mv_check_region_blob(const struct mv_region_blob *b, size_t len, char *why, size_t whylen);
 /* A LIST descriptor against its client's arena: copies the list's header
  * into *h and checks it and the entries the descriptor names. */
@@ -659,11 +631,6 @@ int mv_access_check(struct mover *mv, struct mv_client *cl, uint16_t type, char 
 int mv_access_init(struct mover *mv, char *why, size_t whylen);
 
 /* quota.c (main thread only) */
-void mv_quota_defaults(struct mv_quotas *q);
-/* key: client.X or uid.X, X one of bytes, regions, peers, imports, batches,
- * arena; value: a count or size (K, M, G, T) or "unlimited". 0 or -EINVAL. */
-int mv_quota_set(struct mv_quotas *q, const char *key, const char *value, char *why,
-                 size_t whylen);
 /* 0 when cl (and its uid) may hold more of res, else -EDQUOT with why. */
 int mv_quota_take(struct mover *mv, struct mv_client *cl, enum mv_quota_res res, uint64_t more,
                   char *why, size_t whylen);

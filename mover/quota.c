@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Quotas: how much one client, and all the clients of one uid together,
- * may hold of the mover: registered bytes, regions, peers, imports, batches
+ * may hold of the mover (the quota_client_X and quota_uid_X settings,
+ * config.c): registered bytes, regions, peers, imports, batches
  * in flight and list-arena bytes. Each is read off what the clients hold
  * now (their own counts, summed over the uid's connections when asked), so
  * nothing needs giving back: a freed region or a departed client stops
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* As the settings name them: quota_client_regions, quota_uid_bytes. */
 static const char *const res_name[MV_Q_N] = {
     [MV_Q_BYTES] = "bytes",     [MV_Q_REGIONS] = "regions", [MV_Q_PEERS] = "peers",
     [MV_Q_IMPORTS] = "imports", [MV_Q_BATCHES] = "batches", [MV_Q_ARENA] = "arena",
@@ -33,85 +35,6 @@ static const char *const res_words[MV_Q_N] = {
     [MV_Q_BATCHES] = "batches in flight",
     [MV_Q_ARENA] = "list-arena bytes",
 };
-
-void mv_quota_defaults(struct mv_quotas *q)
-{
-	for (int i = 0; i < MV_Q_N; i++)
-		q->client[i] = q->uid[i] = UINT64_MAX;
-}
-
-/* A count or a size with K, M, G or T (powers of 1024); 0 or -EINVAL. */
-static int parse_amount(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	unsigned shift = 0;
-
-	if (end == s || errno || *s == '-')
-		return -EINVAL;
-	switch (*end) {
-	case 'K':
-	case 'k':
-		shift = 10;
-		end++;
-		break;
-	case 'M':
-	case 'm':
-		shift = 20;
-		end++;
-		break;
-	case 'G':
-	case 'g':
-		shift = 30;
-		end++;
-		break;
-	case 'T':
-	case 't':
-		shift = 40;
-		end++;
-		break;
-	}
-	if (*end || (shift && v > UINT64_MAX >> shift))
-		return -EINVAL;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
-int mv_quota_set(struct mv_quotas *q, const char *key, const char *value, char *why, size_t whylen)
-{
-	uint64_t *set = NULL;
-	const char *res = NULL;
-
-	if (!strncmp(key, "client.", 7)) {
-		set = q->client;
-		res = key + 7;
-	} else if (!strncmp(key, "uid.", 4)) {
-		set = q->uid;
-		res = key + 4;
-	}
-	for (int i = 0; set && i < MV_Q_N; i++) {
-		if (strcmp(res, res_name[i]))
-			continue;
-		uint64_t v;
-		if (!strcmp(value, "unlimited")) {
-			v = UINT64_MAX;
-		} else if (parse_amount(value, &v) || v == 0) {
-			snprintf(why, whylen,
-			         "quota %s = %s: give a number above 0 (sizes take K, M, G, T) "
-			         "or 'unlimited'",
-			         key, value);
-			return -EINVAL;
-		}
-		set[i] = v;
-		return 0;
-	}
-	snprintf(why, whylen,
-	         "unknown quota '%s': client.X or uid.X, X one of bytes, regions, peers, "
-	         "imports, batches, arena",
-	         key);
-	return -EINVAL;
-}
 
 /* What cl holds of res now. */
 static uint64_t held(const struct mv_client *cl, enum mv_quota_res res)
@@ -158,7 +81,7 @@ static int refuse(struct mv_client *cl, enum mv_quota_res res, const char *scope
 {
 	snprintf(why, whylen,
 	         "quota: %s holds %" PRIu64 " %s and asks for %" PRIu64
-	         " more; its limit is %" PRIu64 " (quota %s.%s)",
+	         " more; its limit is %" PRIu64 " (quota_%s_%s)",
 	         scope, have, res_words[res], more, limit, scope[0] == 'u' ? "uid" : "client",
 	         res_name[res]);
 	if (cl->refusals++ < 5)

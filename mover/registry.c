@@ -301,6 +301,7 @@ void mv_addr_blob(struct mover *mv, struct mv_addr_blob *b)
 	b->magic = MV_BLOB_MAGIC_ADDR;
 	b->version = MV_WIRE_VERSION;
 	b->nshards = (uint16_t)mv->nshards;
+	snprintf(b->release, sizeof(b->release), "%s", MVC_VERSION);
 	b->mover_id = mv->mover_id;
 	snprintf(b->provider, sizeof(b->provider), "%s", mv->prov);
 	b->addrlen = (uint32_t)mv->shards[0].fab.addrlen;

@@ -322,7 +322,7 @@ void *mv_shard_main(void *arg)
 	s->gpu_open_dev = -1;
 	ret = mv_topo_pin(s->cpu);
 	if (ret)
-		mv_log("shard %d: pinning to CPU %d failed: %s", s->id, s->cpu, strerror(-ret));
+		mv_warn("shard %d: pinning to CPU %d failed: %s", s->id, s->cpu, strerror(-ret));
 	/* The idle shard's short sleeps (20 us on shm, where nothing wakes a
 	 * receiver) last what they say, not the 50 us of default slack more:
 	 * a write arriving during one waits for its end. */

@@ -58,6 +58,7 @@ int mv_stats_init(struct mover *mv)
 	h->started_ns = (uint64_t)mv_now_ns();
 	snprintf(h->provider, sizeof(h->provider), "%s", mv->prov);
 	snprintf(h->socket, sizeof(h->socket), "%s", mv->cfg.socket_path);
+	snprintf(h->release, sizeof(h->release), "%s", MVC_VERSION);
 	atomic_store_explicit(&h->heartbeat_ns, (uint64_t)mv_now_ns(), memory_order_relaxed);
 	for (uint32_t s = 0; s < mv->nshards; s++) {
 		struct mv_shard *sh = &mv->shards[s];

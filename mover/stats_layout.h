@@ -45,6 +45,7 @@ struct mv_stats_hdr {
 	char provider[32];
 	char socket[108];
 	uint32_t rsvd;
+	char release[16]; /* MVC_VERSION; empty from movers before 0.2.0 (same ABI) */
 	/* written by the main thread as it runs */
 	alignas(64) _Atomic uint64_t heartbeat_ns;
 	_Atomic uint32_t stopped;
@@ -55,6 +56,8 @@ struct mv_stats_hdr {
 	_Atomic uint64_t trace_dropped;
 	char trace_path[256];
 };
+static_assert(offsetof(struct mv_stats_hdr, heartbeat_ns) == 256,
+              "the release took padding: ABI 4 keeps its offsets");
 
 /*
  * Where a batch's time goes, hop by hop, as per-shard histograms of

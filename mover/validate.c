@@ -60,17 +60,45 @@ int mv_check_write(const struct mv_desc *d, const struct mv_region *src,
 	return 0;
 }
 
+void mv_release_text(const char *raw, char out[MV_RELEASE_LEN + 1])
+{
+	size_t i;
+
+	for (i = 0; i < MV_RELEASE_LEN && raw[i]; i++)
+		out[i] = raw[i] > ' ' && raw[i] < 127 ? raw[i] : '?';
+	out[i] = 0;
+}
+
 int mv_check_addr_blob(const struct mv_addr_blob *b, size_t len, const char *prov, char *why,
                        size_t whylen)
 {
+	/* The version first, from the bytes every version keeps in place, so a
+	 * peer of another release is named as such and not as a bad blob. */
+	if (len < offsetof(struct mv_addr_blob, nshards) || b->magic != MV_BLOB_MAGIC_ADDR) {
+		snprintf(why, whylen, "not a mover address blob (%zu bytes, magic %#x)", len,
+		         len >= sizeof(b->magic) ? b->magic : 0);
+		return -EINVAL;
+	}
+	if (b->version != MV_WIRE_VERSION) {
+		char rel[MV_RELEASE_LEN + 1] = "";
+		if (b->version >= 5 && len >= MV_ADDR_RELEASE_END)
+			mv_release_text(b->release, rel);
+		if (rel[0])
+			snprintf(why, whylen,
+			         "peer is mover %s (protocol %u); this is mover %s (protocol %u)",
+			         rel, b->version, MVC_VERSION, MV_WIRE_VERSION);
+		else
+			snprintf(why, whylen,
+			         "peer is mover %s (protocol %u); this is mover %s (protocol %u)",
+			         b->version == 4  ? "0.1.x"
+			         : b->version < 4 ? "< 0.1"
+			                          : "?",
+			         b->version, MVC_VERSION, MV_WIRE_VERSION);
+		return -EPROTO;
+	}
 	if (len < offsetof(struct mv_addr_blob, addr)) {
 		snprintf(why, whylen, "address blob is %zu bytes, shorter than its header (%zu)",
 		         len, offsetof(struct mv_addr_blob, addr));
-		return -EINVAL;
-	}
-	if (b->magic != MV_BLOB_MAGIC_ADDR || b->version != MV_WIRE_VERSION) {
-		snprintf(why, whylen, "not a mover address blob (magic %#x version %u)", b->magic,
-		         b->version);
 		return -EINVAL;
 	}
 	if (b->nshards == 0 || b->nshards > MV_MAX_SHARDS || b->addrlen == 0 ||
@@ -98,10 +126,14 @@ int mv_check_region_blob(const struct mv_region_blob *b, size_t len, char *why, 
 		snprintf(why, whylen, "region blob is %zu bytes, shorter than its header", len);
 		return -EINVAL;
 	}
-	if (b->magic != MV_BLOB_MAGIC_REGION || b->version != MV_WIRE_VERSION) {
-		snprintf(why, whylen, "not a mover region blob (magic %#x version %u)", b->magic,
-		         b->version);
+	if (b->magic != MV_BLOB_MAGIC_REGION) {
+		snprintf(why, whylen, "not a mover region blob (magic %#x)", b->magic);
 		return -EINVAL;
+	}
+	if (b->version != MV_WIRE_VERSION) {
+		snprintf(why, whylen, "region blob of protocol %u; this is mover %s (protocol %u)",
+		         b->version, MVC_VERSION, MV_WIRE_VERSION);
+		return -EPROTO;
 	}
 	if (b->nshards == 0 || b->nshards > MV_MAX_SHARDS ||
 	    len < MV_REGION_BLOB_SIZE(b->nshards)) {

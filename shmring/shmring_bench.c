@@ -16,6 +16,7 @@
  *
  *   shmring_bench [--quick]     --quick: fewer descriptors and runs (about 5 s)
  */
+#include "mvc.h" /* MVC_VERSION */
 #include "shmring.h"
 
 #include <fcntl.h>
@@ -501,9 +502,19 @@ int main(int argc, char **argv)
 			cfg.count = 1u << 19;
 			cfg.runs = 5;
 			cfg.rounds = 5000;
+		} else if (!strcmp(argv[i], "--version")) {
+			printf("shmring_bench %s\n", MVC_VERSION);
+			return 0;
 		} else {
-			fprintf(stderr, "usage: shmring_bench [--quick]\n");
-			return 2;
+			int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+			fprintf(help ? stdout : stderr,
+			        "usage: shmring_bench [--quick]\n"
+			        "The ring across two pinned processes at batch 1, 8, 32 and 256\n"
+			        "(against DPDK's rte_ring where built with it).\n"
+			        "  --quick      fewer and shorter runs\n"
+			        "  --help       print this help and exit\n"
+			        "  --version    print the version and exit\n");
+			return help ? 0 : 2;
 		}
 	}
 

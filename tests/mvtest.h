@@ -86,9 +86,10 @@ static inline void mover_start(struct mvproc *m, const char *name, int shards)
 	snprintf(bin, sizeof(bin), "%s/bin/mover", b);
 	snprintf(ns, sizeof(ns), "%d", shards);
 	/* A short deadline so a dead peer fails writes within the test. */
-	const char *argv[16] = {bin, "--provider", prov,   "--shards", ns, "--op-timeout",
-	                        "3", "--socket",   m->sock};
-	int n = 9;
+	/* --no-config: the host's /etc/mover.conf is not the test's. */
+	const char *argv[16] = {bin, "--provider", prov,    "--shards",   ns, "--op-timeout",
+	                        "3", "--socket",   m->sock, "--no-config"};
+	int n = 10;
 	if (!strcmp(prov, "tcp")) {
 		argv[n++] = "--iface";
 		argv[n++] = "lo";

@@ -364,6 +364,44 @@ START_TEST(test_unknown_handles_are_named)
 }
 END_TEST
 
+/* A peer mover of another release: refused with both releases named, by
+ * a mover that goes on serving the client. Blobs of wire version 5 on keep
+ * magic, version and release in place; version 4 (0.1.x) had no release. */
+START_TEST(test_peer_of_another_release_is_refused_naming_both)
+{
+	struct pair p;
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+	uint32_t peer;
+
+	pair_open(&p, 4096, 4096);
+	ck_assert_int_eq(mvc_address(p.b, blob, &len), 0);
+	struct mv_addr_blob *ab = (struct mv_addr_blob *)blob;
+	ck_assert_str_eq(ab->release, MVC_VERSION);
+	ab->version = MV_WIRE_VERSION + 1;
+	memset(ab->release, 0, sizeof(ab->release));
+	strcpy(ab->release, "9.9.9");
+	ck_assert_int_eq(mvc_peer_add(p.a, blob, len, &peer), -EPROTO);
+	char want[128];
+	snprintf(want, sizeof(want),
+	         "peer is mover 9.9.9 (protocol %u); this is mover %s (protocol %u)",
+	         MV_WIRE_VERSION + 1, MVC_VERSION, MV_WIRE_VERSION);
+	ck_assert_msg(strstr(mvc_error(p.a), want), "%s", mvc_error(p.a));
+	/* An 0.1.x mover's address: version 4, the mover id where the release is. */
+	ab->version = 4;
+	memset(ab->release, 0x7f, sizeof(ab->release));
+	ck_assert_int_eq(mvc_peer_add(p.a, blob, len, &peer), -EPROTO);
+	snprintf(want, sizeof(want), "peer is mover 0.1.x (protocol 4); this is mover %s",
+	         MVC_VERSION);
+	ck_assert_msg(strstr(mvc_error(p.a), want), "%s", mvc_error(p.a));
+	/* The connection is whole: the same release is taken. */
+	len = sizeof(blob);
+	ck_assert_int_eq(mvc_address(p.b, blob, &len), 0);
+	ck_assert_msg(mvc_peer_add(p.a, blob, len, &peer) == 0, "%s", mvc_error(p.a));
+	pair_close(&p);
+}
+END_TEST
+
 static int raw_connect(const char *path)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
@@ -889,6 +927,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_out_of_bounds_write_names_sizes);
 	tcase_add_test(tc, test_unknown_handles_are_named);
+	tcase_add_test(tc, test_peer_of_another_release_is_refused_naming_both);
 	tcase_add_test(tc, test_malformed_messages_close_only_that_client);
 	tcase_add_test(tc, test_register_existing_memfd_range);
 	suite_add_tcase(s, ops("ops_tcp", setup_tcp));

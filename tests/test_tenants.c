@@ -422,10 +422,9 @@ static void quota_mover(const char *const *quotas)
 	snprintf(bin, sizeof(bin), "%s/bin/mover", b);
 	snprintf(C.sock, sizeof(C.sock), "/tmp/mvt.%d.c.sock", getpid());
 	snprintf(C.log, sizeof(C.log), "/tmp/mvt.%d.c.log", getpid());
-	for (int i = 0; quotas[i]; i++) {
-		argv[n++] = "--quota";
+	argv[n++] = "--no-config";
+	for (int i = 0; quotas[i]; i++)
 		argv[n++] = quotas[i];
-	}
 	mover_spawn(&C, argv);
 	mover_listening(&C, "c", 30);
 }
@@ -440,9 +439,10 @@ static void ck_refused(int ret, struct mvc *c, const char *what)
 
 START_TEST(test_quotas_refuse_with_their_limit_and_free_on_release)
 {
-	static const char *const q[] = {
-	    "client.regions=2", "uid.bytes=192K", "client.peers=1",  "client.imports=1",
-	    "client.batches=4", "uid.batches=6",  "client.arena=1M", NULL};
+	static const char *const q[] = {"--quota-client-regions=2", "--quota-uid-bytes=192K",
+	                                "--quota-client-peers=1",   "--quota-client-imports=1",
+	                                "--quota-client-batches=4", "--quota-uid-batches=6",
+	                                "--quota-client-arena=1M",  NULL};
 	struct mvc_opts small = {.list_arena = 1 << 20};
 	struct mvc *c1, *c2, *c3;
 	struct mvc_mem m[4];
@@ -452,26 +452,26 @@ START_TEST(test_quotas_refuse_with_their_limit_and_free_on_release)
 
 	quota_mover(q);
 	/* The default 64 MiB arena is over client.arena. */
-	ck_refused(mvc_connect(&c1, C.sock), NULL, "quota client.arena");
+	ck_refused(mvc_connect(&c1, C.sock), NULL, "(quota_client_arena)");
 	ck_assert_int_eq(mvc_connect_opts(&c1, C.sock, &small), 0);
 	ck_assert_int_eq(mvc_connect_opts(&c2, C.sock, &small), 0);
 
 	ck_assert_int_eq(mvc_alloc(c1, 64 << 10, &m[0]), 0);
 	ck_assert_int_eq(mvc_alloc(c1, 64 << 10, &m[1]), 0);
-	ck_refused(mvc_alloc(c1, 4096, &m[2]), c1, "its limit is 2 (quota client.regions)");
+	ck_refused(mvc_alloc(c1, 4096, &m[2]), c1, "its limit is 2 (quota_client_regions)");
 	ck_assert_int_eq(mvc_alloc(c2, 64 << 10, &m[2]), 0);
-	ck_refused(mvc_alloc(c2, 4096, &m[3]), c2, "(quota uid.bytes)");
+	ck_refused(mvc_alloc(c2, 4096, &m[3]), c2, "(quota_uid_bytes)");
 	/* What a client frees stops counting at once. */
 	ck_assert_int_eq(mvc_free(c1, &m[1]), 0);
 	ck_assert_msg(mvc_alloc(c2, 64 << 10, &m[3]) == 0, "%s", mvc_error(c2));
 
 	ck_assert_int_eq(mvc_address(c1, blob, &len), 0);
 	ck_assert_int_eq(mvc_peer_add(c1, blob, len, &peer), 0);
-	ck_refused(mvc_peer_add(c1, blob, len, &peer), c1, "(quota client.peers)");
+	ck_refused(mvc_peer_add(c1, blob, len, &peer), c1, "(quota_client_peers)");
 	len = sizeof(blob);
 	ck_assert_int_eq(mvc_region_blob(c1, m[0].region, blob, &len), 0);
 	ck_assert_int_eq(mvc_import(c1, peer, blob, len, &imp), 0);
-	ck_refused(mvc_import(c1, peer, blob, len, &imp), c1, "(quota client.imports)");
+	ck_refused(mvc_import(c1, peer, blob, len, &imp), c1, "(quota_client_imports)");
 
 	/* Batches: c1 and c2 were granted 4 and 2 of the uid's 6; a third
 	 * connection of the uid gets none and is refused. */
@@ -480,7 +480,7 @@ START_TEST(test_quotas_refuse_with_their_limit_and_free_on_release)
 	ck_assert_int_eq(mvc_info(c2, &i2), 0);
 	ck_assert_uint_eq(i1.max_batches, 4);
 	ck_assert_uint_eq(i2.max_batches, 2);
-	ck_refused(mvc_connect_opts(&c3, C.sock, &small), NULL, "(quota uid.batches)");
+	ck_refused(mvc_connect_opts(&c3, C.sock, &small), NULL, "(quota_uid_batches)");
 	for (uint64_t b = 0; b < 4; b++) {
 		ck_assert_int_eq(mvc_write(c1, m[0].region, 0, imp, 4096 * b, 4096), 0);
 		ck_assert_msg(mvc_submit(c1, b) == 0, "%s", mvc_error(c1));
@@ -500,7 +500,7 @@ START_TEST(test_quotas_refuse_with_their_limit_and_free_on_release)
 		ck_assert_msg(now_s() < end, "the departed client's batches never came back");
 	mvc_disconnect(c3);
 	mvc_disconnect(c1);
-	ck_assert_msg(log_has(&C, "(quota client.regions)"), "no log line for a refusal");
+	ck_assert_msg(log_has(&C, "(quota_client_regions)"), "no log line for a refusal");
 }
 END_TEST
 

@@ -963,7 +963,7 @@ static void trace_mover_spawn(struct mvproc *m, const char *name, const char *tr
 	snprintf(bin, sizeof(bin), "%s/mover", bindir);
 	mover_spawn(m, (const char *const[]){bin, "--provider", "tcp", "--iface", "lo", "--shards",
 	                                     "2", "--op-timeout", "5", "--socket", m->sock,
-	                                     trace ? "--trace" : NULL, trace, NULL});
+	                                     "--no-config", trace ? "--trace" : NULL, trace, NULL});
 }
 
 static void movers_up(const char *trace_a)

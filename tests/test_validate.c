@@ -8,6 +8,7 @@
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "mover.h"
@@ -18,6 +19,16 @@ void mv_log(const char *fmt, ...)
 }
 
 void mv_dbg(const char *fmt, ...)
+{
+	(void)fmt;
+}
+
+void mv_warn(const char *fmt, ...)
+{
+	(void)fmt;
+}
+
+void mv_error(const char *fmt, ...)
 {
 	(void)fmt;
 }
@@ -61,7 +72,8 @@ START_TEST(test_write_longer_than_one_descriptor_carries_is_refused)
 	ck_assert_int_eq(mv_check_write(&d, &big, &far, 7, why, sizeof(why), &cause), 0);
 	for (uint64_t len = MV_MAX_WRITE + 1; len; len = len < (1ull << 63) ? len * 2 : 0) {
 		d.len = len;
-		ck_assert_int_eq(mv_check_write(&d, &big, &far, 7, why, sizeof(why), &cause), -EINVAL);
+		ck_assert_int_eq(mv_check_write(&d, &big, &far, 7, why, sizeof(why), &cause),
+		                 -EINVAL);
 		ck_assert_int_eq(cause, MV_CAUSE_BAD_DESC);
 	}
 	d.len = UINT64_MAX;
@@ -157,6 +169,43 @@ START_TEST(test_address_blob_checks)
 	b.magic ^= 1;
 	ck_assert_int_eq(mv_check_addr_blob(&b, full, "tcp;ofi_rxm", why, sizeof(why)), -EINVAL);
 	ck_assert_msg(strstr(why, "not a mover address blob"), "%s", why);
+}
+END_TEST
+
+/* Movers of another wire version refuse each other naming both releases,
+ * read from the bytes every version from 5 keeps in place. */
+START_TEST(test_address_blob_of_another_release_names_both)
+{
+	char why[MV_ERRLEN], want[MV_ERRLEN];
+	struct mv_addr_blob b = good_addr();
+	size_t full = offsetof(struct mv_addr_blob, addr) + 2 * MV_MAX_ADDRLEN;
+
+	b.version = MV_WIRE_VERSION + 1;
+	strcpy(b.release, "0.3.0");
+	ck_assert_int_eq(mv_check_addr_blob(&b, full, "tcp;ofi_rxm", why, sizeof(why)), -EPROTO);
+	snprintf(want, sizeof(want),
+	         "peer is mover 0.3.0 (protocol %u); this is mover %s (protocol %u)",
+	         MV_WIRE_VERSION + 1, MVC_VERSION, MV_WIRE_VERSION);
+	ck_assert_str_eq(why, want);
+	/* A newer blob may be laid out otherwise past the release: 24 bytes do. */
+	ck_assert_int_eq(mv_check_addr_blob(&b, 24, "tcp;ofi_rxm", why, sizeof(why)), -EPROTO);
+	ck_assert_str_eq(why, want);
+	/* An older one (0.1.x: version 4) has the mover id where the release is. */
+	b.version = 4;
+	memcpy(b.release, "\x01\x02garbage\xff", 11);
+	ck_assert_int_eq(mv_check_addr_blob(&b, full, "tcp;ofi_rxm", why, sizeof(why)), -EPROTO);
+	ck_assert_msg(strstr(why, "peer is mover 0.1.x (protocol 4)") && strstr(why, MVC_VERSION),
+	              "%s", why);
+	/* A release of a newer peer is someone else's bytes: printed safely. */
+	b.version = MV_WIRE_VERSION + 1;
+	memset(b.release, '\n', sizeof(b.release));
+	ck_assert_int_eq(mv_check_addr_blob(&b, full, "tcp;ofi_rxm", why, sizeof(why)), -EPROTO);
+	ck_assert_msg(!strchr(why, '\n') && strstr(why, "????????????????"), "%s", why);
+	/* Region blobs name the protocol too. */
+	struct mv_region_blob r = {
+	    .magic = MV_BLOB_MAGIC_REGION, .version = 4, .nshards = 1, .len = 100};
+	ck_assert_int_eq(mv_check_region_blob(&r, sizeof(r), why, sizeof(why)), -EPROTO);
+	ck_assert_msg(strstr(why, "protocol 4") && strstr(why, MVC_VERSION), "%s", why);
 }
 END_TEST
 
@@ -288,6 +337,7 @@ int main(void)
 	tcase_add_test(tw, test_wrapping_offsets_are_refused);
 	tcase_add_test(tw, test_zero_length_and_foreign_regions_are_refused);
 	tcase_add_test(tb, test_address_blob_checks);
+	tcase_add_test(tb, test_address_blob_of_another_release_names_both);
 	tcase_add_test(tb, test_region_blob_checks);
 	suite_add_tcase(s, tw);
 	tcase_add_test(tl, test_list_inside_the_arena_passes);

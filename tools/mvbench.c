@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "bench/harness.h"
+#include "mvc.h"
 
 /* ---- command line ---- */
 
@@ -127,22 +128,34 @@ static void usage(FILE *f)
 	        "  --pool SIZE       pages are drawn from this much memory per side (default 4G,\n"
 	        "                    256M with --quick; at least two batches)\n"
 
-	        "  -v, --verbose     every run's figures\n");
+	        "  -v, --verbose     every run's figures\n"
+	        "  --version         print the version and exit\n");
 }
 
 static void parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option lo[] = {
-	    {"provider", required_argument, 0, 'p'}, {"iface", required_argument, 0, 'i'},
-	    {"shards", required_argument, 0, 'n'},   {"sizes", required_argument, 0, 's'},
-	    {"seconds", required_argument, 0, 't'},  {"reps", required_argument, 0, 'r'},
-	    {"quick", no_argument, 0, 'q'},          {"csv", required_argument, 0, 'c'},
-	    {"mover", required_argument, 0, 'm'},    {"check-bars", no_argument, 0, 'b'},
-	    {"verbose", no_argument, 0, 'v'},        {"threads", no_argument, 0, 'T'},
-	    {"wait", no_argument, 0, 'W'},           {"window", required_argument, 0, 'w'},
-	    {"pattern", required_argument, 0, 'P'},  {"pages", required_argument, 0, 'g'},
-	    {"pool", required_argument, 0, 'o'},     {"lat-sizes", required_argument, 0, 'L'},
-	    {"help", no_argument, 0, 'h'},           {0, 0, 0, 0},
+	    {"provider", required_argument, 0, 'p'},
+	    {"iface", required_argument, 0, 'i'},
+	    {"shards", required_argument, 0, 'n'},
+	    {"sizes", required_argument, 0, 's'},
+	    {"seconds", required_argument, 0, 't'},
+	    {"reps", required_argument, 0, 'r'},
+	    {"quick", no_argument, 0, 'q'},
+	    {"csv", required_argument, 0, 'c'},
+	    {"mover", required_argument, 0, 'm'},
+	    {"check-bars", no_argument, 0, 'b'},
+	    {"verbose", no_argument, 0, 'v'},
+	    {"threads", no_argument, 0, 'T'},
+	    {"wait", no_argument, 0, 'W'},
+	    {"window", required_argument, 0, 'w'},
+	    {"pattern", required_argument, 0, 'P'},
+	    {"pages", required_argument, 0, 'g'},
+	    {"pool", required_argument, 0, 'o'},
+	    {"lat-sizes", required_argument, 0, 'L'},
+	    {"help", no_argument, 0, 'h'},
+	    {"version", no_argument, 0, 'V'},
+	    {0, 0, 0, 0},
 	};
 	uint64_t v[MAX_LIST];
 	char *provs = NULL;
@@ -312,6 +325,9 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'h':
 			usage(stdout);
+			exit(0);
+		case 'V':
+			printf("mvbench %s\n", MVC_VERSION);
 			exit(0);
 		default:
 			usage(stderr);

@@ -45,10 +45,10 @@ static pid_t start_mover(const char *bin, const char *prov, int shards, const ch
 		freopen(log, "w", stderr);
 		if (!strcmp(prov, "tcp"))
 			execl(bin, bin, "--provider", "tcp", "--iface", "lo", "--shards", ns,
-			      "--socket", sock, (char *)NULL);
+			      "--socket", sock, "--no-config", (char *)NULL);
 		else
 			execl(bin, bin, "--provider", prov, "--shards", ns, "--socket", sock,
-			      (char *)NULL);
+			      "--no-config", (char *)NULL);
 		_exit(127);
 	}
 	for (int i = 0; i < 600; i++) {
@@ -159,7 +159,16 @@ int main(int argc, char **argv)
 	size_t sizes[] = {1u << 20, 4u << 20, 16u << 20, 64u << 20, 256u << 20};
 	int nsizes = 5;
 
-	while ((c = getopt(argc, argv, "p:n:t:q")) != -1) {
+	static const struct option lo[] = {
+	    {"provider", required_argument, 0, 'p'},
+	    {"shards", required_argument, 0, 'n'},
+	    {"seconds", required_argument, 0, 't'},
+	    {"quick", no_argument, 0, 'q'},
+	    {"help", no_argument, 0, 'h'},
+	    {"version", no_argument, 0, 'V'},
+	    {0, 0, 0, 0},
+	};
+	while ((c = getopt_long(argc, argv, "p:n:t:qhV", lo, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			prov = optarg;
@@ -174,10 +183,24 @@ int main(int argc, char **argv)
 			nsizes = 3;
 			secs = 0.25;
 			break;
+		case 'V':
+			printf("mvgpubench %s\n", MVC_VERSION);
+			return 0;
+		case 'h':
 		default:
-			fprintf(stderr,
-			        "usage: mvgpubench [-p tcp|shm] [-n shards] [-t seconds] [-q]\n");
-			return 2;
+			fprintf(c == 'h' ? stdout : stderr,
+			        "usage: mvgpubench [-p tcp|shm] [-n shards] [-t seconds] [-q]\n"
+			        "GPU memory through two movers on this host against what the\n"
+			        "hardware does without them (path 2: cuMemcpyDtoD; path 3: the\n"
+			        "lesser of the device-to-host copy and the fabric's host rate);\n"
+			        "says why and exits 0 without a CUDA device.\n"
+			        "  -p, --provider P   tcp or shm (default shm)\n"
+			        "  -n, --shards N     shards per mover (default 2)\n"
+			        "  -t, --seconds S    length of each run (default 0.5)\n"
+			        "  -q, --quick        three sizes, 0.25 s each\n"
+			        "  -h, --help         print this help and exit\n"
+			        "  -V, --version      print the version and exit\n");
+			return c == 'h' ? 0 : 2;
 		}
 	}
 	char bin[512], dir[] = "/tmp/mvgpu.XXXXXX", sa[600], sb[600], la[600], lb[600];

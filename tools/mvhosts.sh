@@ -54,10 +54,10 @@ up)
 	fi
 	iface_a="--iface $ifA" iface_b="--iface $ifB"
 	[ "$prov" = shm ] && iface_a="" iface_b=""
-	$pre_a "$B"/bin/mover --provider "$prov" $iface_a --shards "$shards" --socket "$dir"/a.sock \
+	$pre_a "$B"/bin/mover --no-config --provider "$prov" $iface_a --shards "$shards" --socket "$dir"/a.sock \
 		>"$dir"/a.log 2>&1 &
 	pa=$!
-	$pre_b "$B"/bin/mover --provider "$prov" $iface_b --shards "$shards" --socket "$dir"/b.sock \
+	$pre_b "$B"/bin/mover --no-config --provider "$prov" $iface_b --shards "$shards" --socket "$dir"/b.sock \
 		>"$dir"/b.log 2>&1 &
 	pb=$!
 	cat >"$dir"/env <<EOT

@@ -292,12 +292,14 @@ int main(int argc, char **argv)
 	    {"pool", required_argument, 0, 'P'},
 	    {"page-size", required_argument, 0, 'b'},
 	    {"seconds", required_argument, 0, 't'},
+	    {"help", no_argument, 0, 'h'},
+	    {"version", no_argument, 0, 'V'},
 	    {0, 0, 0, 0},
 	};
 	struct cfg cf = {.pages = 4096, .pool = 8192, .page_size = 16384, .seconds = 3};
 	int c, a[2], b[2], st;
 
-	while ((c = getopt_long(argc, argv, "s:r:n:P:b:t:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:r:n:P:b:t:hV", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			cf.send_sock = optarg;
@@ -317,10 +319,23 @@ int main(int argc, char **argv)
 		case 't':
 			cf.seconds = atof(optarg);
 			break;
+		case 'V':
+			printf("mvkv %s\n", MVC_VERSION);
+			return 0;
+		case 'h':
 		default:
-			fprintf(stderr, "usage: mvkv --send SOCK --recv SOCK [--pages N] [--pool N]"
-			                " [--page-size B] [--seconds S]\n");
-			return 2;
+			fprintf(
+			    c == 'h' ? stdout : stderr,
+			    "usage: mvkv --send SOCK --recv SOCK [--pages N] [--pool N]"
+			    " [--page-size B] [--seconds S]\n"
+			    "The demo transfer: a client of the mover at --send writes --pages\n"
+			    "scattered pages of --page-size bytes (default 16384) a round, drawn\n"
+			    "from a pool of --pool pages (default 8192), into a client of the\n"
+			    "mover at --recv, which checks every page, for --seconds S (default\n"
+			    "3); --pages defaults to 4096. Prints throughput and a RESULT line.\n"
+			    "  --help       print this help and exit\n"
+			    "  --version    print the version and exit\n");
+			return c == 'h' ? 0 : 2;
 		}
 	}
 	if (!cf.send_sock || !cf.recv_sock || cf.pages == 0 || cf.pool < cf.pages ||

@@ -645,6 +645,8 @@ static void usage(FILE *f)
 	        "                them into large writes); by default pages scatter, one\n"
 	        "                descriptor each, as in a paged KV cache\n"
 	        "  --quiet       no progress line (there is none when stderr is not a terminal)\n"
+	        "  --help        print this help and exit\n"
+	        "  --version     print the version and exit\n"
 	        "Prints trace against replay (batches, ops, bytes, immediates, duration,\n"
 	        "throughput), latency percentiles, lateness and errors by cause, then\n"
 	        "RESULT mvreplay batches=.. bytes=.. ops=.. errors=.. offered_gbps=..\n"
@@ -655,23 +657,18 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"trace", required_argument, 0, 't'},
-	    {"send", required_argument, 0, 's'},
-	    {"recv", required_argument, 0, 'r'},
-	    {"speed", required_argument, 0, 'x'},
-	    {"asap", no_argument, 0, 'a'},
-	    {"window", required_argument, 0, 'w'},
-	    {"pool-mib", required_argument, 0, 'p'},
-	    {"quiet", no_argument, 0, 'q'},
-	    {"contig", no_argument, 0, 'c'},
-	    {"help", no_argument, 0, 'h'},
-	    {0, 0, 0, 0},
+	    {"trace", required_argument, 0, 't'},    {"send", required_argument, 0, 's'},
+	    {"recv", required_argument, 0, 'r'},     {"speed", required_argument, 0, 'x'},
+	    {"asap", no_argument, 0, 'a'},           {"window", required_argument, 0, 'w'},
+	    {"pool-mib", required_argument, 0, 'p'}, {"quiet", no_argument, 0, 'q'},
+	    {"contig", no_argument, 0, 'c'},         {"help", no_argument, 0, 'h'},
+	    {"version", no_argument, 0, 'V'},        {0, 0, 0, 0},
 	};
 	struct cfg cf = {.speed = 1, .window = 64, .pool = 256ull << 20};
 	int c, a[2], b[2], st;
 	char *end;
 
-	while ((c = getopt_long(argc, argv, "t:s:r:x:aw:p:qch", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "t:s:r:x:aw:p:qchV", opts, NULL)) != -1) {
 		switch (c) {
 		case 't':
 			cf.trace = optarg;
@@ -721,6 +718,9 @@ int main(int argc, char **argv)
 		case 'c':
 			cf.contig = 1;
 			break;
+		case 'V':
+			printf("mvreplay %s\n", MVC_VERSION);
+			return 0;
 		case 'h':
 			usage(stdout);
 			return 0;

@@ -84,6 +84,20 @@ static const char *state(const struct view *v)
 	return "running";
 }
 
+/* The mover's release, from its segment (someone else's writing: only
+ * printable characters); "?" from a mover before 0.2.0, which had none. */
+static const char *release(const struct view *v, char *buf, size_t len)
+{
+	size_t i = 0;
+
+	for (; i < sizeof(v->h->release) && i + 1 < len && v->h->release[i]; i++) {
+		char ch = v->h->release[i];
+		buf[i] = ch > ' ' && ch < 127 && ch != '"' && ch != '\\' ? ch : '?';
+	}
+	buf[i] = 0;
+	return i ? buf : "?";
+}
+
 static double rate(uint64_t a, uint64_t b, double secs)
 {
 	return secs > 0 ? (double)(b - a) / secs : 0;
@@ -94,12 +108,13 @@ static void print_text(FILE *f, const struct view *v, const struct snap *a, cons
 	const struct mv_stats_hdr *h = v->h;
 	double secs = (double)(b->t_ns - a->t_ns) * 1e-9;
 	uint64_t age = (mono_ns() - GET(h->heartbeat_ns)) / 1000000;
+	char rel[32];
 
 	fprintf(f,
-	        "mover %016" PRIx64 " pid %d on %s: %s (heartbeat %" PRIu64 " ms ago), %u clients,"
-	        " %u shards, socket %s\n",
-	        h->mover_id, h->pid, h->provider, state(v), age, GET(h->clients), h->nshards,
-	        h->socket);
+	        "mover %016" PRIx64 " %s pid %d on %s: %s (heartbeat %" PRIu64
+	        " ms ago), %u clients, %u shards, socket %s\n",
+	        h->mover_id, release(v, rel, sizeof(rel)), h->pid, h->provider, state(v), age,
+	        GET(h->clients), h->nshards, h->socket);
 	if (GET(h->tracing))
 		fprintf(f, "tracing to %s: %" PRIu64 " records written\n", h->trace_path,
 		        GET(h->trace_records));
@@ -215,9 +230,11 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 {
 	const struct mv_stats_hdr *h = v->h;
 	double secs = (double)(b->t_ns - a->t_ns) * 1e-9;
+	char rel[32];
 
+	fprintf(f, "{\"version\":\"%s\",", release(v, rel, sizeof(rel)));
 	fprintf(f,
-	        "{\"mover_id\":\"%016" PRIx64 "\",\"pid\":%d,\"provider\":\"%s\",\"state\":\"%s\","
+	        "\"mover_id\":\"%016" PRIx64 "\",\"pid\":%d,\"provider\":\"%s\",\"state\":\"%s\","
 	        "\"heartbeat_age_ms\":%" PRIu64 ",\"clients\":%u,\"interval_s\":%.3f,"
 	        "\"tracing\":%s,\"trace_records\":%" PRIu64 ",\"shards\":[",
 	        h->mover_id, h->pid, h->provider, state(v),
@@ -324,6 +341,12 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 #undef M
 	};
 
+	char rel[32];
+
+	fprintf(f, "# HELP mover_build_info the mover's release (always 1)\n"
+	           "# TYPE mover_build_info gauge\n");
+	fprintf(f, "mover_build_info{mover=\"%016" PRIx64 "\",version=\"%s\",provider=\"%s\"} 1\n",
+	        h->mover_id, release(v, rel, sizeof(rel)), h->provider);
 	fprintf(f, "# HELP mover_up 1 while the mover runs and beats\n# TYPE mover_up gauge\n");
 	fprintf(f, "mover_up{mover=\"%016" PRIx64 "\",state=\"%s\"} %d\n", h->mover_id, state(v),
 	        !strcmp(state(v), "running"));
@@ -406,6 +429,60 @@ static void on_signal(int sig)
 	stop = 1;
 }
 
+static void usage(FILE *f)
+{
+	fputs("usage: mvstat [--socket PATH] [--watch [--count N]] [--hops]\n"
+	      "              [--json | --prometheus [--output FILE]] [--interval S]\n"
+	      "Shows a running mover's shards, client rings and peers.\n"
+	      "  --socket PATH   the mover's control socket (default $MOVER_SOCKET, else\n"
+	      "                  $XDG_RUNTIME_DIR/mover.sock, else /tmp/mover-UID.sock)\n"
+	      "  --interval S    rates are over S seconds (default 1; --json and\n"
+	      "                  --prometheus take one snapshot pair over it)\n"
+	      "  --watch         refresh every interval, like top (plain blocks when piped)\n"
+	      "  --count N       with --watch: stop after N refreshes\n"
+	      "  --hops          where batches' time went, per shard and hop: queue (submit\n"
+	      "                  to taken), post (taken to posted), fabric (posted to done),\n"
+	      "                  imm (the separate immediate), batch (submit to completion),\n"
+	      "                  deliver (an immediate read to its completion published);\n"
+	      "                  over the interval when it saw any, else since the start\n"
+	      "  --json          one snapshot as JSON (hops included)\n"
+	      "  --prometheus    the Prometheus text format (hops included)\n"
+	      "  --output FILE   write to FILE instead of standard output, replacing it\n"
+	      "                  whole each time (for node_exporter's textfile collector)\n"
+	      "  --version       print the version and exit\n"
+	      "Exit status: 0, 1 no mover to read, 2 usage, 3 the mover is not running.\n",
+	      f);
+}
+
+/* Where each snapshot goes: stdout, or FILE replaced atomically (a reader
+ * such as node_exporter never sees half a file). */
+static const char *out_path;
+static char out_tmp[4200];
+
+static FILE *out_open(void)
+{
+	if (!out_path)
+		return stdout;
+	snprintf(out_tmp, sizeof(out_tmp), "%s.tmp.%d", out_path, (int)getpid());
+	FILE *f = fopen(out_tmp, "we");
+	if (!f)
+		fprintf(stderr, "mvstat: %s: %s\n", out_tmp, strerror(errno));
+	return f;
+}
+
+static int out_close(FILE *f)
+{
+	if (f == stdout)
+		return fflush(f) ? -1 : 0;
+	int bad = ferror(f) | fclose(f);
+	if (bad || rename(out_tmp, out_path)) {
+		fprintf(stderr, "mvstat: writing %s: %s\n", out_path, strerror(errno));
+		unlink(out_tmp);
+		return -1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -416,7 +493,9 @@ int main(int argc, char **argv)
 	    {"interval", required_argument, 0, 'i'},
 	    {"count", required_argument, 0, 'n'},
 	    {"hops", no_argument, 0, 'H'},
+	    {"output", required_argument, 0, 'o'},
 	    {"help", no_argument, 0, 'h'},
+	    {"version", no_argument, 0, 'V'},
 	    {0, 0, 0, 0},
 	};
 	char sockbuf[256], why[256];
@@ -424,7 +503,7 @@ int main(int argc, char **argv)
 	int watch = 0, json = 0, prom = 0, hops = 0, c, count = -1;
 	double interval = 1.0;
 
-	while ((c = getopt_long(argc, argv, "s:wjpi:n:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:wjpi:n:o:hV", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			path = optarg;
@@ -447,28 +526,28 @@ int main(int argc, char **argv)
 		case 'H':
 			hops = 1;
 			break;
+		case 'o':
+			out_path = optarg;
+			break;
+		case 'V':
+			printf("mvstat %s\n", MVC_VERSION);
+			return 0;
 		case 'h':
+			usage(stdout);
+			return 0;
 		default:
-			fprintf(
-			    c == 'h' ? stdout : stderr,
-			    "usage: mvstat [--socket PATH] [--watch [--count N]] [--hops] [--json "
-			    "| "
-			    "--prometheus]"
-			    " [--interval S]\n"
-			    "  Shows a running mover's shards, client rings and peers. Rates are "
-			    "over"
-			    " --interval\n  (default 1 s; --json and --prometheus take one snapshot"
-			    " pair over it).\n"
-			    "  --hops adds where batches' time went, per shard and hop: queue "
-			    "(submit\n"
-			    "  to taken), post (taken to posted), fabric (posted to done), imm "
-			    "(the\n"
-			    "  separate immediate), batch (submit to completion), deliver (an\n"
-			    "  immediate read to its completion published); over the interval "
-			    "when\n"
-			    "  it saw any, else since the start. --prometheus always has them.\n");
-			return c == 'h' ? 0 : 2;
+			usage(stderr);
+			return 2;
 		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "mvstat: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (out_path && !json && !prom) {
+		fprintf(stderr, "mvstat: --output goes with --json or --prometheus\n");
+		return 2;
 	}
 	if (interval <= 0 || interval > 3600) {
 		fprintf(stderr, "mvstat: --interval %g: give seconds in (0, 3600]\n", interval);
@@ -496,11 +575,17 @@ int main(int argc, char **argv)
 	do {
 		nanosleep(&ts, NULL);
 		take(&v, b);
-		if (json)
-			print_json(stdout, &v, a, b);
-		else if (prom)
-			print_prometheus(stdout, &v, b);
-		else {
+		if (json || prom) {
+			FILE *f = out_open();
+			if (!f)
+				return 1;
+			if (json)
+				print_json(f, &v, a, b);
+			else
+				print_prometheus(f, &v, b);
+			if (out_close(f))
+				return 1;
+		} else {
 			if (watch && tty)
 				fputs("\033[H\033[2J", stdout); /* redraw in place, like top */
 			print_text(stdout, &v, a, b);

@@ -40,6 +40,7 @@ static const char usage_text[] =
     "               --head-dim D --dtype-bytes E --tokens-per-page T [--limit N]\n"
     "       mvtrace start --socket PATH [--hops] FILE\n"
     "       mvtrace stop --socket PATH\n"
+    "       mvtrace --help | --version\n"
     "\n"
     "dump     every record, one line each: time since the trace started, kind, ops,\n"
     "         page size, bytes, latency (complete - submit), parts, descriptors,\n"
@@ -597,6 +598,10 @@ int main(int argc, char **argv)
 	const char *cmd = argv[1];
 	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
 		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
+		printf("mvtrace %s\n", MVC_VERSION);
 		return 0;
 	}
 	if (!strcmp(cmd, "dump") || !strcmp(cmd, "summary")) {

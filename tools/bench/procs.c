@@ -331,6 +331,7 @@ void mover_start(struct mvproc *m, const char *bin, const char *name, const char
 	argv[argc++] = "--socket";
 	argv[argc++] = m->sock;
 	argv[argc++] = cpuarg;
+	argv[argc++] = "--no-config"; /* the host's /etc/mover.conf is not the row's */
 	argv[argc] = NULL;
 
 	fflush(NULL);
