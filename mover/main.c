@@ -80,25 +80,21 @@ static void usage(FILE *f)
 	           "  --no-gpu-copy     never copy into a same-host peer's GPU memory with CUDA;\n"
 	           "                    send it as landing messages, as to another host\n"
 	           "  --allow-any-uid   serve clients of every uid (default: own uid only)\n"
+	           "  --weight-uid UID:W  clients of UID get W shares of a shard (1-100,\n"
+	           "                    default 1) when several are active; repeatable\n"
 	           "  -v, --verbose     log client events\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"socket", required_argument, 0, 's'},
-	    {"provider", required_argument, 0, 'p'},
-	    {"iface", required_argument, 0, 'i'},
-	    {"shards", required_argument, 0, 'n'},
-	    {"cpus", required_argument, 0, 'c'},
-	    {"allow-any-uid", no_argument, 0, 'u'},
-	    {"verbose", no_argument, 0, 'v'},
-	    {"op-timeout", required_argument, 0, 't'},
-	    {"trace", required_argument, 0, 'T'},
-	    {"no-gpu-copy", no_argument, 0, 'G'},
-	    {"trace-hops", no_argument, 0, 'O'},
-	    {"help", no_argument, 0, 'h'},
-	    {0, 0, 0, 0},
+	    {"socket", required_argument, 0, 's'}, {"provider", required_argument, 0, 'p'},
+	    {"iface", required_argument, 0, 'i'},  {"shards", required_argument, 0, 'n'},
+	    {"cpus", required_argument, 0, 'c'},   {"allow-any-uid", no_argument, 0, 'u'},
+	    {"verbose", no_argument, 0, 'v'},      {"op-timeout", required_argument, 0, 't'},
+	    {"trace", required_argument, 0, 'T'},  {"no-gpu-copy", no_argument, 0, 'G'},
+	    {"trace-hops", no_argument, 0, 'O'},   {"weight-uid", required_argument, 0, 'W'},
+	    {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
 	};
 	struct mover *mv = calloc(1, sizeof(*mv));
 	char sockbuf[256], why[MV_ERRLEN] = "";
@@ -151,6 +147,23 @@ int main(int argc, char **argv)
 		case 'u':
 			mv->cfg.allow_any_uid = 1;
 			break;
+		case 'W': {
+			char *end;
+			unsigned long uid = strtoul(optarg, &end, 10), w = 0;
+			if (end != optarg && *end == ':')
+				w = strtoul(end + 1, &end, 10);
+			if (*end || w < 1 || w > MV_WEIGHT_MAX || uid > UINT32_MAX ||
+			    mv->cfg.nweights == MV_MAX_WEIGHTS) {
+				fprintf(stderr,
+				        "mover: --weight-uid %s: give UID:W, W from 1 to %u, at "
+				        "most %u times\n",
+				        optarg, MV_WEIGHT_MAX, MV_MAX_WEIGHTS);
+				return 2;
+			}
+			mv->cfg.weights[mv->cfg.nweights++] =
+			    (struct mv_uid_weight){(uint32_t)uid, (uint32_t)w};
+			break;
+		}
 		case 'v':
 			mv_verbose = 1;
 			break;
