@@ -41,9 +41,10 @@ MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/fabric.c mover/
 	mover/complete.c mover/batch.c mover/idle.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
 	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c \
-	tools/bench/rows_lat.c
+	tools/bench/rows_lat.c tools/bench/rows_fair.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
-TESTS := test_shmring test_validate test_client test_mover test_lists test_hostile test_trace test_gpu
+TESTS := test_shmring test_validate test_client test_mover test_lists test_hostile test_trace test_gpu \
+	test_fair
 SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
@@ -140,6 +141,10 @@ $(B)/tests/test_gpu: $(B)/tests/test_gpu.o $(CLIENT_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
 $(B)/tests/test_mover: $(B)/tests/test_mover.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+$(B)/tests/test_fair: $(B)/tests/test_fair.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 

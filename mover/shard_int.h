@@ -170,15 +170,17 @@ static inline void mv_hop(struct mv_shard *s, enum mv_hop h, int64_t ns)
 
 /* ---- the clients' queues of ops, and the round post.c serves them in ---- */
 
+/* A client whose queue was empty joins the round at its head, before the
+ * clients with a backlog (which keep their place and credit): a client that
+ * sends now and then is served at once, for one quantum, and one with a
+ * backlog never leaves the round to jump the queue this way. */
 static inline void mv_round_join(struct mv_shard *s, struct mv_attach *at)
 {
-	at->round_next = NULL;
 	at->in_round = 1;
-	if (s->round_tail)
-		s->round_tail->round_next = at;
-	else
-		s->round_head = at;
-	s->round_tail = at;
+	at->round_next = s->round_head;
+	s->round_head = at;
+	if (!s->round_tail)
+		s->round_tail = at;
 }
 
 /* Takes at off the round, wherever it stands (at the head in post.c: one
