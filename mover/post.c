@@ -48,21 +48,11 @@
  * each batch's immediate follows its own data's completions, or rides on
  * its one write (a write that is cut sends its immediate apart instead).
  */
-#ifndef FAIR_PIECE
 #define FAIR_PIECE     (32u << 10)  /* bytes a post carries at most while shared */
-#endif
-#ifndef FAIR_QUANTUM
 #define FAIR_QUANTUM   (32u << 10)  /* credit a turn gives a client of weight 1 */
-#endif
-#ifndef FAIR_BURST
 #define FAIR_BURST     (256u << 10) /* bytes one burst carries at most while shared */
-#endif
-#ifndef FAIR_INFLIGHT
-#define FAIR_INFLIGHT  (256u << 10)  /* bytes in flight, all clients, while shared */
-#endif
-#ifndef ALONE_INFLIGHT
+#define FAIR_INFLIGHT  (256u << 10) /* bytes in flight, all clients, while shared */
 #define ALONE_INFLIGHT (32u << 20)  /* bytes in flight of a client alone */
-#endif
 
 static uint64_t quantum(const struct mv_attach *at)
 {
