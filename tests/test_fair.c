@@ -238,6 +238,17 @@ START_TEST(test_share_pct_divides_bytes_by_weight)
 	flooder_open(&full, owner, dst.region, NULL);
 	flooder_open(&quarter, owner, dst.region, &q);
 	race(&full, &quarter, &bf, &bq);
+	/* mvstat shows each client's weight on the shard: 100 and 25. */
+	char cmd[300], json[1 << 16];
+	snprintf(cmd, sizeof(cmd), "%s/bin/mvstat --socket %s --json",
+	         getenv("MV_BUILD") ? getenv("MV_BUILD") : "build", A.sock);
+	FILE *p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	size_t n = fread(json, 1, sizeof(json) - 1, p);
+	json[n] = 0;
+	ck_assert_int_eq(pclose(p), 0);
+	ck_assert_msg(strstr(json, "\"weight\":100,") && strstr(json, "\"weight\":25,"),
+	              "mvstat --json shows no weights 100 and 25: %.300s", json);
 	flooder_close(&quarter);
 	double r = (double)bq / (double)bf;
 	ck_assert_msg(bf > 0 && r > 0.1 && r < 0.45,
