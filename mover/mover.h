@@ -461,6 +461,12 @@ struct mv_config {
 	int trace_hops;    /* --trace-hops */
 	struct mv_uid_weight weights[MV_MAX_WEIGHTS]; /* --weight-uid, in order given */
 	uint32_t nweights;
+	/* Fair share while a shard is shared (post.c), 0 for its defaults (32
+	 * KiB, 256 KiB): the bytes one post carries at most, which is also a
+	 * weight-1 client's credit per turn, and the bytes all clients may
+	 * have in flight, shared by weight. For a configuration file to set;
+	 * post.c keeps a piece within 4 KiB to MV_CHUNK. */
+	uint32_t fair_piece, fair_inflight;
 };
 
 struct mover {

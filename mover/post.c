@@ -25,15 +25,16 @@
  * its own queue of ops, and the clients with queued ops stand in a round.
  * While one client is active on the shard, the shard posts its queue as it
  * always did: bursts of up to MV_BURST_BYTES, with ALONE_INFLIGHT bytes in
- * flight at most (a stream's worth: a client that comes later waits behind
- * no more). Once two or more are active (ops queued or in flight, or a
+ * flight at most, or QUIET_INFLIGHT while other clients are attached (a
+ * client that comes back waits behind that much, until the shard is shared
+ * again). Once two or more are active (ops queued or in flight, or a
  * descriptor taken within MV_FAIR_LINGER_NS; mv_consume() counts them),
  * the shard is shared, and it
  *  - serves the round by deficit round robin on bytes: each turn gives a
- *    client FAIR_QUANTUM * weight / MV_SHARE_FULL bytes more credit, and it
+ *    client a piece * weight / MV_SHARE_FULL bytes more credit, and it
  *    posts from the head of its queue while its credit covers the op;
- *  - cuts a write longer than FAIR_PIECE, at the head of its queue, into a
- *    piece of FAIR_PIECE and the rest: where a post copies before it
+ *  - cuts a write longer than a piece (FAIR_PIECE), at the head of its
+ *    queue, into a piece and the rest: where a post copies before it
  *    returns (shm's one-segment writes), a 4 MiB post holds the shard for
  *    hundreds of microseconds, and where the fabric is a byte stream to the
  *    peer (tcp), whatever went before a small write delays it;
@@ -49,24 +50,37 @@
  * its one write (a write that is cut sends its immediate apart instead).
  */
 #define FAIR_PIECE     (32u << 10)  /* bytes a post carries at most while shared */
-#define FAIR_QUANTUM   (32u << 10)  /* credit a turn gives a client of weight 1 */
 #define FAIR_BURST     (256u << 10) /* bytes one burst carries at most while shared */
 #define FAIR_INFLIGHT  (256u << 10) /* bytes in flight, all clients, while shared */
-#define ALONE_INFLIGHT (32u << 20)  /* bytes in flight of a client alone */
+#define ALONE_INFLIGHT (32u << 20)  /* bytes in flight of the one client attached */
+#define QUIET_INFLIGHT (8u << 20)   /* of the one active client beside idle ones */
 
-static uint64_t quantum(const struct mv_attach *at)
+/* The piece: mv_config's, else FAIR_PIECE; a weight-1 client's credit per
+ * turn too, so such a client posts one piece a turn. */
+static uint64_t piece_of(const struct mv_shard *s)
 {
-	return (uint64_t)FAIR_QUANTUM * at->weight / MV_SHARE_FULL;
+	uint64_t p = s->mv->cfg.fair_piece ? s->mv->cfg.fair_piece : FAIR_PIECE;
+
+	return p < 4096 ? 4096 : p > MV_CHUNK ? MV_CHUNK : p;
+}
+
+static uint64_t quantum(uint64_t piece, const struct mv_attach *at)
+{
+	return piece * at->weight / MV_SHARE_FULL;
 }
 
 /* Bytes at may have in flight before its next op must wait. */
 static uint64_t inflight_cap(const struct mv_shard *s, const struct mv_attach *at)
 {
+	uint64_t all = s->mv->cfg.fair_inflight ? s->mv->cfg.fair_inflight : FAIR_INFLIGHT;
+
+	/* Alone: a stream's worth, and less where a client that is attached
+	 * may come back (whatever is in flight then, it waits behind). */
 	if (s->nactive < 2)
-		return ALONE_INFLIGHT;
+		return s->natt > 1 ? QUIET_INFLIGHT : ALONE_INFLIGHT;
 	if (s->wsum < at->weight) /* it came after the count: a share beside them */
-		return (uint64_t)FAIR_INFLIGHT * at->weight / (s->wsum + at->weight);
-	return (uint64_t)FAIR_INFLIGHT * at->weight / s->wsum;
+		return all * at->weight / (s->wsum + at->weight);
+	return all * at->weight / s->wsum;
 }
 
 /* Whether a client with nothing queued has descriptors in its ring: a hint
@@ -85,17 +99,18 @@ static int newcomer_waits(const struct mv_shard *s, const struct mv_attach *at)
 }
 
 /*
- * Cuts the first FAIR_PIECE bytes of op, the head of at's queue, into an op
+ * Cuts the first `piece` bytes of op, the head of at's queue, into an op
  * of their own, queued before it, and returns that piece; or op itself when
  * it cannot be cut (not a plain write, a bounce chunk's, or no op to spare).
  */
-static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct mv_wr *op)
+static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct mv_wr *op,
+                               uint64_t piece)
 {
 	struct mv_part *p = &at->parts[op->batch];
-	uint64_t left = FAIR_PIECE;
+	uint64_t left = piece;
 	struct mv_wr *pc;
 
-	if (op->kind != MV_OPK_WRITE || op->chunk >= 0 || op->bytes <= FAIR_PIECE ||
+	if (op->kind != MV_OPK_WRITE || op->chunk >= 0 || op->bytes <= piece ||
 	    s->nfree <= MV_IOV_MAX)
 		return op;
 	pc = mv_op_get(s);
@@ -125,8 +140,8 @@ static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct 
 			op->riov[0].len -= n;
 		}
 	}
-	pc->bytes = FAIR_PIECE;
-	op->bytes -= FAIR_PIECE;
+	pc->bytes = piece;
+	op->bytes -= piece;
 	/* The immediate rode on the whole write. Its data is two writes now,
 	 * which the provider need not deliver in order (shm): it goes apart,
 	 * once both completed, as any larger batch's does. */
@@ -174,7 +189,7 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 
 	if (!nx || s->nactive > 1 || burst + op->bytes >= MV_BURST_BYTES ||
 	    s->posted + 1 >= s->fab.tx_size ||
-	    op->at->inflight + op->bytes + nx->bytes > ALONE_INFLIGHT ||
+	    op->at->inflight + op->bytes + nx->bytes > inflight_cap(s, op->at) ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
 		return 0;
 	if (nx->kind == MV_OPK_LAND && s->land_inflight + (op->kind == MV_OPK_LAND) >= LAND_WINDOW)
@@ -212,7 +227,7 @@ int mv_post(struct mv_shard *s)
 	struct mv_peer *wake[4];         /* same-host peers written to: woken once, at the end */
 	struct mv_attach *capped = NULL; /* first of a run of turns ended by the share */
 	int shared = s->nactive > 1;
-	uint64_t burst = 0, limit = shared ? FAIR_BURST : MV_BURST_BYTES;
+	uint64_t burst = 0, limit = shared ? FAIR_BURST : MV_BURST_BYTES, piece = piece_of(s);
 	uint32_t nwake = 0;
 	int64_t t_post = 0; /* read once a burst, for the hops */
 	int n = 0;
@@ -227,16 +242,16 @@ int mv_post(struct mv_shard *s)
 
 		if (shared) {
 			if (!at->turn) {
-				at->deficit += (int64_t)quantum(at);
+				at->deficit += (int64_t)quantum(piece, at);
 				at->turn = 1;
 			}
-			op = cut_piece(s, at, op);
+			op = cut_piece(s, at, op, piece);
 			cost =
 			    op->bytes ? (int64_t)op->bytes : 64; /* an immediate: a small write */
 			if (at->inflight && at->inflight + op->bytes > inflight_cap(s, at)) {
 				/* Credit does not pile up while the share is full. */
-				if (at->deficit > (int64_t)quantum(at))
-					at->deficit = (int64_t)quantum(at);
+				if (at->deficit > (int64_t)quantum(piece, at))
+					at->deficit = (int64_t)quantum(piece, at);
 				if (capped == at)
 					break; /* a whole round, every client at its share */
 				if (!capped)
@@ -248,7 +263,7 @@ int mv_post(struct mv_shard *s)
 				round_next(s);
 				continue;
 			}
-		} else if (at->inflight && at->inflight + op->bytes > ALONE_INFLIGHT) {
+		} else if (at->inflight && at->inflight + op->bytes > inflight_cap(s, at)) {
 			break;
 		}
 		struct fi_msg_rma msg = {

@@ -474,6 +474,7 @@ struct frow {
 	double a_p50, a_p99, l_p50, l_p99; /* microseconds: alone, beside the flood */
 	double ratio;                      /* l_p99 / a_p99 */
 	double flood_bps, flood_alone_bps; /* the flood beside the small batches, and alone */
+	double i_p50, i_max; /* a small batch after 150 ms idle, the flood on: p50, max */
 	int pass;
 	int failed;
 	char err[200];

@@ -7,11 +7,14 @@
  * its completion; the owner checks that every immediate found its data in
  * place. A second client of A, a thread of its own, floods the same region
  * with 64 MiB writes, two batches in flight, through the same shards. Each
- * rep runs the small batches alone, then beside the flood, then the flood
- * alone; the row gives the p50 and p99 of both sets of small batches, the
- * ratio of the p99s (the bar: 2), and the flood's rate beside the small
- * batches and alone (how much the sharing costs it). At the end the
- * flood's bytes are compared where they landed.
+ * rep runs the small batches alone, then beside the flood (counted once a
+ * flood batch came back, the small batches going on meanwhile), then the
+ * flood alone, then one small batch after that idle spell; the row gives
+ * the p50 and p99 of both sets of small batches, the ratio of the p99s (the
+ * bar: 2), the flood's rate beside the small batches and alone (how much
+ * the sharing costs it), and the batches after an idle spell, apart: they
+ * find the shard serving the flood alone. At the end the flood's bytes are
+ * compared where they landed.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -160,6 +163,24 @@ static int flood_start(struct flood *f, char *why, size_t whylen)
 		return -ETIMEDOUT;
 	}
 	return 0;
+}
+
+static double small_round(struct cfg *x, struct fair *F, char *why, size_t whylen);
+
+/* Turns the flood on while the small batches go on, uncounted, until a
+ * flood batch came back: the shard has served both since the flood began,
+ * the steady state the loaded chunk measures. */
+static int flood_start_beside(struct cfg *x, struct fair *F, char *why, size_t whylen)
+{
+	struct flood *f = &F->fl;
+	uint64_t b0 = atomic_load(&f->bytes);
+	double end = now_s() + 4 * FAIR_WAIT_S;
+
+	atomic_store(&f->on, 1);
+	while (atomic_load(&f->bytes) == b0 && !atomic_load(&f->failed) && now_s() < end)
+		if (small_round(x, F, why, whylen) < 0)
+			return -EIO;
+	return flood_start(f, why, whylen); /* the flood's failure, or its timeout */
 }
 
 /* One small batch: microseconds from its submit to its completion, or < 0.
@@ -350,6 +371,7 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 	int reps = o->reps, na = 0, nl = 0;
 	double *va = calloc((size_t)reps * FAIR_ROUNDS, sizeof(double));
 	double *vl = calloc((size_t)reps * FAIR_LOADED_MAX, sizeof(double));
+	double vi[64]; /* the first small batch after an idle spell, per rep */
 	double loaded_s = 0, alone_s = 0;
 	uint64_t loaded_b = 0, alone_b = 0;
 	struct flood *f = &F->fl;
@@ -371,7 +393,7 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 		goto fail;
 	for (int rep = 0; rep < reps; rep++) {
 		if (chunk(x, F, va, &na, FAIR_ROUNDS, FAIR_ROUNDS, 0, r) ||
-		    flood_start(f, r->err, sizeof(r->err)))
+		    flood_start_beside(x, F, r->err, sizeof(r->err)))
 			goto fail;
 		/* Beside the flood: its rate over the same span. */
 		uint64_t b0 = atomic_load(&f->bytes);
@@ -387,7 +409,10 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 		usleep((useconds_t)(FAIR_ALONE_S * 1e6));
 		alone_b += atomic_load(&f->bytes) - b0;
 		alone_s += now_s() - t0;
-		if (flood_drain(f, r->err, sizeof(r->err)))
+		/* One small batch after that idle spell, the flood still on: it
+		 * finds the shard serving the flood alone. Shown apart. */
+		vi[rep] = small_round(x, F, r->err, sizeof(r->err));
+		if (vi[rep] < 0 || flood_drain(f, r->err, sizeof(r->err)))
 			goto fail;
 	}
 	/* Every flood batch wrote the same bytes to the same place. */
@@ -399,6 +424,9 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 	qsort(vl, (size_t)nl, sizeof(*vl), mv_cmp_double);
 	r->rounds_alone = na;
 	r->rounds_loaded = nl;
+	qsort(vi, (size_t)reps, sizeof(*vi), mv_cmp_double);
+	r->i_p50 = pct(vi, reps, 0.5);
+	r->i_max = vi[reps - 1];
 	r->a_p50 = pct(va, na, 0.5);
 	r->a_p99 = pct(va, na, 0.99);
 	r->l_p50 = pct(vl, nl, 0.5);
@@ -423,9 +451,11 @@ static void fair_print_row(const struct frow *r)
 		fflush(stdout);
 		return;
 	}
-	printf("%-5s %6u | %7.1f us %7.1f us | %7.1f us %7.1f us | %6.2f %-7s | %7.2f  %7.2f\n",
+	printf("%-5s %6u | %7.1f us %7.1f us | %7.1f us %7.1f us | %6.2f %-7s | %7.2f  %7.2f | "
+	       "%7.1f us %7.1f us\n",
 	       r->prov, r->shards, r->a_p50, r->a_p99, r->l_p50, r->l_p99, r->ratio,
-	       r->pass ? "ok" : "MISS", r->flood_bps * 8 / 1e9, r->flood_alone_bps * 8 / 1e9);
+	       r->pass ? "ok" : "MISS", r->flood_bps * 8 / 1e9, r->flood_alone_bps * 8 / 1e9,
+	       r->i_p50, r->i_max);
 	fflush(stdout);
 }
 
@@ -448,8 +478,9 @@ int fair_rows(struct cfg *x)
 	printf("   the small batches' client %s\n",
 	       x->o->wait || !x->cpu.pinned ? "sleeps in mvc_wait (--wait, or no core of its own)"
 	                                    : "polls (mvc_poll)");
-	printf("%-5s %6s | %10s %10s | %10s %10s | %6s %-7s | %s\n", "prov", "shards", "alone p50",
-	       "p99", "loaded p50", "p99", "ratio", "bar", "flood Gbit/s beside, alone");
+	printf("%-5s %6s | %10s %10s | %10s %10s | %6s %-7s | %-16s | %s\n", "prov", "shards",
+	       "alone p50", "p99", "loaded p50", "p99", "ratio", "bar", "flood Gbit/s b, a",
+	       "after 150 ms idle: p50, max");
 	if (fair_up(x, &F, why, sizeof(why))) {
 		memset(r, 0, sizeof(*r));
 		r->prov = x->prov;
@@ -469,10 +500,11 @@ void fair_print_bench(const struct frow *r)
 	printf("BENCH fairness prov=%s shards=%u size=%" PRIu64 " flood_size=%" PRIu64
 	       " rounds_alone=%d rounds_loaded=%d alone_p50_us=%.2f alone_p99_us=%.2f "
 	       "loaded_p50_us=%.2f loaded_p99_us=%.2f ratio=%.3f bar=%.1f flood_gbps=%.3f "
-	       "flood_alone_gbps=%.3f pass=%d failed=%d",
+	       "flood_alone_gbps=%.3f after_idle_p50_us=%.2f after_idle_max_us=%.2f pass=%d "
+	       "failed=%d",
 	       r->prov, r->shards, r->size, r->flood_size, r->rounds_alone, r->rounds_loaded,
 	       r->a_p50, r->a_p99, r->l_p50, r->l_p99, r->ratio, FAIR_BAR, r->flood_bps * 8 / 1e9,
-	       r->flood_alone_bps * 8 / 1e9, r->pass, r->failed);
+	       r->flood_alone_bps * 8 / 1e9, r->i_p50, r->i_max, r->pass, r->failed);
 	if (r->failed)
 		printf(" error=\"%s\"", r->err);
 	printf("\n");
