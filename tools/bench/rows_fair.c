@@ -47,6 +47,11 @@ struct flood {
 	_Atomic int failed;
 	_Atomic int inflight;   /* batches submitted and not completed */
 	_Atomic uint64_t bytes; /* completed, ever */
+	/* The flood's progress at its last completion, for rates taken from
+	 * one completion to another (a 64 MiB batch is a coarse unit). */
+	pthread_mutex_t mu;
+	uint64_t done_bytes, ndone;
+	double done_t;
 	char err[200];
 };
 
@@ -120,6 +125,11 @@ static void *flood_main(void *arg)
 				return NULL;
 			}
 			atomic_fetch_add(&f->bytes, ev[i].bytes);
+			pthread_mutex_lock(&f->mu);
+			f->done_bytes += ev[i].bytes;
+			f->ndone++;
+			f->done_t = now_s();
+			pthread_mutex_unlock(&f->mu);
 			atomic_fetch_sub(&f->inflight, 1);
 		}
 	}
@@ -260,6 +270,7 @@ static int fair_up(struct cfg *x, struct fair *F, char *why, size_t whylen)
 	int ret;
 
 	memset(F, 0, sizeof(*F));
+	pthread_mutex_init(&F->fl.mu, NULL);
 	/* Polling needs a core of its own: without one (or with --wait), the
 	 * client sleeps in mvc_wait, as the shards' threads need the CPUs. */
 	F->sleep = x->o->wait || !x->cpu.pinned;
@@ -318,6 +329,7 @@ static void fair_down(struct cfg *x, struct fair *F)
 		pthread_join(f->thread, NULL);
 		f->made = 0;
 	}
+	pthread_mutex_destroy(&f->mu);
 	if (f->c) {
 		mvc_disconnect(f->c); /* its region goes with it */
 		f->c = NULL;
@@ -342,16 +354,34 @@ static double pct(const double *sorted, int n, double q)
 	return sorted[i < 0 ? 0 : i >= n ? n - 1 : i];
 }
 
+/* The flood's bytes, completions and time at its last completion. */
+struct progress {
+	uint64_t bytes, n;
+	double t;
+};
+
+static struct progress progress_of(struct flood *f)
+{
+	struct progress p;
+
+	pthread_mutex_lock(&f->mu);
+	p = (struct progress){f->done_bytes, f->ndone, f->done_t};
+	pthread_mutex_unlock(&f->mu);
+	return p;
+}
+
 /* A chunk of small batches: at least `rounds` of them and min_s seconds,
- * at most max_rounds and FAIR_CHUNK_S; appended to v. */
+ * and until the flood has made `until_n` completions; at most max_rounds
+ * and FAIR_CHUNK_S; appended to v. */
 static int chunk(struct cfg *x, struct fair *F, double *v, int *nv, int rounds, int max_rounds,
-                 double min_s, struct frow *r)
+                 double min_s, uint64_t until_n, struct frow *r)
 {
 	double t0 = now_s();
 
 	for (int i = 0; i < max_rounds; i++) {
 		double el = now_s() - t0;
-		if ((i >= rounds && el >= min_s) || el > FAIR_CHUNK_S)
+		if ((i >= rounds && el >= min_s && progress_of(&F->fl).n >= until_n) ||
+		    el > FAIR_CHUNK_S)
 			break;
 		double us = small_round(x, F, r->err, sizeof(r->err));
 		if (us < 0)
@@ -388,27 +418,31 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 	/* Warm-up: connections (tcp connects on the first write), caches. */
 	double tmp[50];
 	int ntmp = 0;
-	if (chunk(x, F, tmp, &ntmp, 50, 50, 0, r) || flood_start(f, r->err, sizeof(r->err)) ||
+	if (chunk(x, F, tmp, &ntmp, 50, 50, 0, 0, r) || flood_start(f, r->err, sizeof(r->err)) ||
 	    flood_drain(f, r->err, sizeof(r->err)))
 		goto fail;
 	for (int rep = 0; rep < reps; rep++) {
-		if (chunk(x, F, va, &na, FAIR_ROUNDS, FAIR_ROUNDS, 0, r) ||
+		if (chunk(x, F, va, &na, FAIR_ROUNDS, FAIR_ROUNDS, 0, 0, r) ||
 		    flood_start_beside(x, F, r->err, sizeof(r->err)))
 			goto fail;
-		/* Beside the flood: its rate over the same span. */
-		uint64_t b0 = atomic_load(&f->bytes);
-		double t0 = now_s();
+		/* Beside the flood: its rate from one completion to another,
+		 * two or more of them (within FAIR_CHUNK_S). */
+		struct progress p0 = progress_of(f), p1;
 		if (chunk(x, F, vl, &nl, FAIR_ROUNDS, FAIR_LOADED_MAX * (rep + 1) - nl,
-		          FAIR_LOADED_S, r))
+		          FAIR_LOADED_S, p0.n + 2, r))
 			goto fail;
-		loaded_b += atomic_load(&f->bytes) - b0;
-		loaded_s += now_s() - t0;
-		/* The flood alone, right after. */
-		b0 = atomic_load(&f->bytes);
-		t0 = now_s();
-		usleep((useconds_t)(FAIR_ALONE_S * 1e6));
-		alone_b += atomic_load(&f->bytes) - b0;
-		alone_s += now_s() - t0;
+		p1 = progress_of(f);
+		loaded_b += p1.bytes - p0.bytes;
+		loaded_s += p1.t - p0.t;
+		/* The flood alone, right after, the same way. */
+		p0 = progress_of(f);
+		for (double t0 = now_s();
+		     (now_s() - t0 < FAIR_ALONE_S || progress_of(f).n < p0.n + 2) &&
+		     now_s() - t0 < FAIR_CHUNK_S && !atomic_load(&f->failed);)
+			usleep(1000);
+		p1 = progress_of(f);
+		alone_b += p1.bytes - p0.bytes;
+		alone_s += p1.t - p0.t;
 		/* One small batch after that idle spell, the flood still on: it
 		 * finds the shard serving the flood alone. Shown apart. */
 		vi[rep] = small_round(x, F, r->err, sizeof(r->err));
