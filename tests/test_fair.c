@@ -268,6 +268,58 @@ START_TEST(test_share_pct_divides_bytes_by_weight)
 }
 END_TEST
 
+/*
+ * A one-write batch carries its immediate on the write; beside a flood the
+ * shard cuts that write into pieces, and the immediate must then come once,
+ * after all of them: 1 MiB batches of a fresh pattern each, beside a
+ * flooder, every byte in place when the owner hears the immediate, and one
+ * immediate a batch. (Here an immediate left on the last piece would still
+ * arrive in order: shm's sender copies one-segment writes itself and rxm
+ * keeps write order; a NIC need not.)
+ */
+START_TEST(test_cut_write_keeps_its_imm_after_its_data)
+{
+	struct mvc *s, *owner;
+	struct mvc_mem src, dst;
+	struct mvc_event ev[16];
+	struct flooder fl;
+	const uint64_t n = 1u << 20;
+
+	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&s, A.sock), 0);
+	ck_assert_msg(mvc_alloc(owner, 16u << 20, &dst) == 0, "%s", mvc_error(owner));
+	ck_assert_msg(mvc_alloc(s, n, &src) == 0, "%s", mvc_error(s));
+	uint32_t imp = reach(s, owner, dst.region);
+	flooder_open(&fl, owner, dst.region, NULL); /* writes the first 4 MiB */
+	usleep(100000);
+	for (uint32_t round = 1; round <= 30; round++) {
+		fill(src.addr, n, round);
+		ck_assert_int_eq(mvc_write(s, src.region, 0, imp, 8u << 20, n), 0);
+		ck_assert_int_eq(mvc_write_imm(s, imp, round), 0);
+		ck_assert_int_eq(mvc_submit(s, round), 0);
+		int got = 0;
+		for (double end = now_s() + 20; !got && now_s() < end;) {
+			int k = mvc_wait(owner, ev, 16, 100);
+			ck_assert_int_ge(k, 0);
+			for (int i = 0; i < k; i++)
+				if (ev[i].type == MVC_EV_IMM) {
+					ck_assert_uint_eq(ev[i].imm, round);
+					got = 1;
+				}
+		}
+		ck_assert_msg(got, "no immediate in round %u", round);
+		ck_assert_msg(!memcmp((uint8_t *)dst.addr + (8u << 20), src.addr, n),
+		              "round %u: the immediate came before all of its data", round);
+		struct mvc_event e = wait_batch(s, round, 20);
+		ck_assert_msg(e.status == 0, "%s", e.msg);
+		ck_assert_uint_eq(e.bytes, n);
+	}
+	flooder_close(&fl);
+	mvc_disconnect(s);
+	mvc_disconnect(owner);
+}
+END_TEST
+
 /* A share outside 1..100 is refused at connect, naming the field. */
 START_TEST(test_share_pct_out_of_range_is_refused)
 {
@@ -423,6 +475,7 @@ static TCase *flows(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_small_batch_completes_before_a_flood_drains);
 	tcase_add_test(tc, test_share_pct_divides_bytes_by_weight);
 	tcase_add_test(tc, test_share_pct_out_of_range_is_refused);
+	tcase_add_test(tc, test_cut_write_keeps_its_imm_after_its_data);
 	return tc;
 }
 
