@@ -55,10 +55,10 @@ MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/regis
 	mover/complete.c mover/batch.c mover/idle.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
 	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c \
-	tools/bench/rows_lat.c
+	tools/bench/rows_lat.c tools/bench/rows_fair.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
-	test_trace test_gpu test_tenants
+	test_trace test_gpu test_tenants test_fair
 SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh tests/operate.sh
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
@@ -190,6 +190,10 @@ $(B)/tests/test_mover: $(B)/tests/test_mover.o $(CLIENT_LIB)
 $(B)/tests/test_tenants: $(B)/tests/test_tenants.o $(B)/mover/fabric.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
+
+$(B)/tests/test_fair: $(B)/tests/test_fair.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
 # test_trace runs the built mvtrace, mvreplay and mover (the check-unit rule builds all).
 $(B)/tests/test_trace: $(B)/tests/test_trace.o

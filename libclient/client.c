@@ -246,6 +246,14 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 	ret = wait_spin(c, c->err, sizeof(c->err));
 	if (ret)
 		goto err_free;
+	if (opts && opts->share_pct > MV_SHARE_FULL) {
+		snprintf(c->err, sizeof(c->err),
+		         "mvc_opts.share_pct %u: give a percent of the uid's weight, 1 to %u "
+		         "(0: all of it)",
+		         opts->share_pct, MV_SHARE_FULL);
+		ret = -EINVAL;
+		goto err_free;
+	}
 	if (!path)
 		path = mv_default_socket(buf, sizeof(buf));
 	if (strlen(path) >= sizeof(a.sun_path)) {
@@ -290,8 +298,12 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 	c->max_write = hello.max_write;
 
 	for (uint32_t s = 0; s < hello.nshards; s++) {
-		struct shmring_opts so = {
-		    .capacity = hello.sub_capacity, .slot_size = 64, .name = "mvc-sub"};
+		/* hdr.user: the share this connection asks for (mv_wire.h). */
+		struct shmring_opts so = {.capacity = hello.sub_capacity,
+		                          .slot_size = 64,
+		                          .user = opts && opts->share_pct ? opts->share_pct
+		                                                          : MV_SHARE_FULL,
+		                          .name = "mvc-sub"};
 		struct shmring_opts co = {
 		    .capacity = hello.comp_capacity, .slot_size = 128, .name = "mvc-comp"};
 		c->sh[s].doorbell = fds[s];

@@ -101,6 +101,14 @@ struct mv_attach_req {
 	uint32_t rsvd;
 };
 
+/* What a client asks of its share: each submission ring's hdr.user (set by
+ * its creator, libclient) is the percent of its uid's weight the client
+ * wants on that shard, MV_SHARE_MIN to MV_SHARE_FULL. The mover reads it
+ * once, at ATTACH, and takes anything outside that range as MV_SHARE_FULL:
+ * a client can lower its own weight, never raise it. */
+#define MV_SHARE_MIN  1u
+#define MV_SHARE_FULL 100u
+
 /* How GPU memory reaches the mover. */
 enum mv_gpu_kind {
 	MV_GPU_IPC = 1, /* cudaMalloc memory: a CUDA IPC handle of its allocation */

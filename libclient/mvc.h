@@ -147,7 +147,12 @@ int mvc_connect(struct mvc **out, const char *path);
  */
 struct mvc_opts {
 	uint64_t list_arena;
-	uint64_t rsvd[7];
+	/* The percent of its uid's weight this connection asks for on every
+	 * shard, 1 to 100 (0: 100). A mover serves its clients in shares by
+	 * weight (mover --weight-uid): a bulk sender can ask for less. */
+	uint32_t share_pct;
+	uint32_t rsvd32;
+	uint64_t rsvd[6];
 };
 int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *opts);
 const char *mvc_connect_error(void);

@@ -379,6 +379,7 @@ void mv_op_report(struct mv_shard *s, struct mv_wr *op, int err, const char *tex
 {
 	struct mv_attach *at = op->at;
 
+	mv_inflight_end(op);
 	if (op->peer && op->peer->index < 256) {
 		s->pst[op->peer->index].writes++;
 		if (err)

@@ -179,19 +179,18 @@ int mv_expire(struct mv_shard *s)
 	n += mv_expire_waits(s);
 	/* Never posted: the provider kept answering EAGAIN (rxm does while it
 	 * cannot connect). These are ours alone and end here. */
-	while (s->pend_head && now - s->pend_head->posted_at > limit) {
-		struct mv_wr *op = s->pend_head;
-		char text[MV_ERRLEN];
-		s->pend_head = op->next;
-		if (!s->pend_head)
-			s->pend_tail = NULL;
-		s->npend--;
-		snprintf(text, sizeof(text),
-		         "peer mover %016llx took no write for %d ms: unreachable or gone",
-		         (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
-		mv_op_report(s, op, -ETIMEDOUT, text);
-		mv_op_put(s, op);
-		n++;
+	for (struct mv_attach *at = s->round_head, *next; at; at = next) {
+		next = at->round_next; /* at leaves the round when its queue empties */
+		while (at->pq_head && now - at->pq_head->posted_at > limit) {
+			struct mv_wr *op = mv_pend_pop(s, at);
+			char text[MV_ERRLEN];
+			snprintf(text, sizeof(text),
+			         "peer mover %016llx took no write for %d ms: unreachable or gone",
+			         (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
+			mv_op_report(s, op, -ETIMEDOUT, text);
+			mv_op_put(s, op);
+			n++;
+		}
 	}
 	for (struct mv_wr *op = s->posted_head; op && now - op->posted_at > limit; op = op->pnext) {
 		char text[MV_ERRLEN];

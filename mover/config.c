@@ -60,6 +60,17 @@ static const struct mv_key opts[] = {
     {"admin_group", "admin-group", 0, MV_KEY_STR, F(admin_group), 0, 255, NULL, "G", "none",
      "members of group G (name or number) may read stats and\n"
      "start traces (always: the mover's own uid and root)"},
+    {"weight_uid", "weight-uid", 0, MV_KEY_WEIGHTS, F(weights), 0, 0, NULL, "UID:W,...", "1 each",
+     "clients of uid UID get W shares (1-100) of a shard that\n"
+     "several clients use at once (default 1 each)"},
+    {"fair_piece", "fair-piece", 0, MV_KEY_INT, F(fair_piece), 4096, 4 << 20, NULL, "BYTES",
+     "32768",
+     "bytes one post carries at most while a shard is shared,\n"
+     "a weight-1 client's credit per turn (default 32768)"},
+    {"fair_inflight", "fair-inflight", 0, MV_KEY_INT, F(fair_inflight), 65536, 1 << 30, NULL,
+     "BYTES", "262144",
+     "bytes all clients of a shared shard may have in flight,\n"
+     "shared by weight (default 262144)"},
 #define QUOTA(who, res, idx, what)                                                                 \
 	{                                                                                          \
 		"quota_" #who "_" #res, "quota-" #who "-" #res, 0, MV_KEY_AMOUNT,                  \
@@ -241,6 +252,35 @@ static int set_value(struct mv_config *cfg, void *base, const struct mv_key *k, 
 			return -1;
 		}
 		*(uint64_t *)field = (uint64_t)n << shift;
+		return 0;
+	}
+	case MV_KEY_WEIGHTS: {
+		struct mv_config *c = base;
+		const char *p = v;
+		c->nweights = 0;
+		while (*p) {
+			unsigned long uid, w = 0;
+			errno = 0;
+			uid = strtoul(p, &end, 10);
+			if (end != p && *end == ':')
+				w = strtoul(end + 1, &end, 10);
+			while (*end == ' ')
+				end++;
+			if (errno || w < 1 || w > MV_WEIGHT_MAX || uid > UINT32_MAX ||
+			    (*end && *end != ',') || c->nweights == MV_MAX_WEIGHTS) {
+				snprintf(
+				    why, whylen,
+				    "give UID:W pairs split by commas, W from 1 to %u, at most "
+				    "%u of them",
+				    MV_WEIGHT_MAX, MV_MAX_WEIGHTS);
+				return -1;
+			}
+			c->weights[c->nweights++] =
+			    (struct mv_uid_weight){(uint32_t)uid, (uint32_t)w};
+			p = *end ? end + 1 : end;
+			while (*p == ' ')
+				p++;
+		}
 		return 0;
 	}
 	case MV_KEY_LEVEL: {
@@ -515,6 +555,16 @@ static void mv_config_print(const struct mv_config *cfg, void *file)
 		case MV_KEY_LEVEL:
 			snprintf(val, sizeof(val), "%s", mv_level_name(*(const int *)field));
 			break;
+		case MV_KEY_WEIGHTS: {
+			size_t o = 0;
+			val[0] = 0;
+			set = cfg->nweights > 0;
+			for (uint32_t w = 0; w < cfg->nweights && o < sizeof(val) - 32; w++)
+				o += (size_t)snprintf(val + o, sizeof(val) - o, "%s%u:%u",
+				                      w ? "," : "", cfg->weights[w].uid,
+				                      cfg->weights[w].weight);
+			break;
+		}
 		case MV_KEY_AMOUNT: {
 			uint64_t a = *(const uint64_t *)field;
 			if (a == UINT64_MAX)

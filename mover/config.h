@@ -58,6 +58,14 @@ struct mv_quotas {
 	uint64_t uid[MV_Q_N];
 };
 
+/* The weight of a uid's clients on a shard they share (weight_uid). */
+struct mv_uid_weight {
+	uint32_t uid;
+	uint32_t weight; /* 1 to MV_WEIGHT_MAX; uids not listed weigh 1 */
+};
+#define MV_WEIGHT_MAX  100u
+#define MV_MAX_WEIGHTS 64u
+
 struct mv_config {
 	const char *socket_path;
 	const char *provider; /* auto, efa, verbs, tcp, shm */
@@ -71,6 +79,14 @@ struct mv_config {
 	int op_timeout_ms; /* a write not completed by then fails its batch */
 	int no_gpu_copy;   /* never path 2: same-host GPU regions land as messages */
 	int no_cma_peers;  /* --no-cma-peers: no PR_SET_PTRACER_ANY */
+	struct mv_uid_weight weights[MV_MAX_WEIGHTS]; /* weight_uid = UID:W, ... */
+	uint32_t nweights;
+	/* Fair share while a shard is shared (post.c), 0 for its defaults (32
+	 * KiB, 256 KiB): the bytes one post carries at most, which is also a
+	 * weight-1 client's credit per turn, and the bytes all clients may
+	 * have in flight, shared by weight. post.c keeps a piece within 4 KiB
+	 * to MV_CHUNK. */
+	int fair_piece, fair_inflight;
 	const char *trace; /* --trace FILE */
 	int trace_hops;    /* --trace-hops */
 	int log_level;     /* enum mv_level (log.h) */
@@ -92,6 +108,7 @@ enum mv_key_type {
 	MV_KEY_BOOL,    /* yes/no, true/false, on/off, 1/0 */
 	MV_KEY_LEVEL,   /* error, warn, info, debug */
 	MV_KEY_AMOUNT,  /* a uint64_t count or size above 0 (K, M, G, T), or "unlimited" */
+	MV_KEY_WEIGHTS, /* UID:W[,UID:W...] into weights[] and nweights */
 };
 
 /* One setting. For a top-section key, opt is its long option; fixed makes

@@ -2,8 +2,8 @@
 /*
  * Lists by reference: a LIST descriptor names a slice of a page or segment
  * list in its client's arena (format in mv_wire.h), and the shard expands
- * it into fabric writes lazily, only as far as its pending queue and op
- * pool have room, resuming on later turns. While a list is being expanded
+ * it into fabric writes lazily, only as far as its client's queue and the
+ * op pool have room, resuming on later turns. While a list is being expanded
  * nothing after it in the same ring is taken, so its END still comes last.
  * The header is copied and checked once; each index is copied into shard
  * memory before it is checked and used, so a client rewriting its list
@@ -19,10 +19,11 @@
 
 #define LIST_STEP 256u /* entries copied out of the arena at a time */
 
-/* Room for one more run: pending queue and op pool, as consume() keeps. */
-static int room_for(const struct mv_shard *s, uint64_t len)
+/* Room for one more run: the client's queue and the op pool, as consume()
+ * keeps them. */
+static int room_for(const struct mv_shard *s, const struct mv_attach *at, uint64_t len)
 {
-	return s->npend <= s->fab.tx_size * 2 &&
+	return at->npq <= s->fab.tx_size * 2 &&
 	       s->nfree > MV_IOV_MAX + (len + MV_CHUNK - 1) / MV_CHUNK + 1;
 }
 
@@ -131,7 +132,7 @@ int mv_list_expand(struct mv_shard *s, struct mv_attach *at)
 		uint32_t k =
 		    c->end - c->next < LIST_STEP ? (uint32_t)(c->end - c->next) : LIST_STEP;
 
-		if (!room_for(s, c->run_len + (pages ? c->h.page_size : MV_CHUNK)))
+		if (!room_for(s, at, c->run_len + (pages ? c->h.page_size : MV_CHUNK)))
 			break;
 		/* The copy is the list from here on: nothing below reads the
 		 * arena again for these entries. */
@@ -162,7 +163,7 @@ int mv_list_expand(struct mv_shard *s, struct mv_attach *at)
 			/* Adjacent on both sides: one longer write. */
 			if (!c->run_len || c->run_so + c->run_len != so ||
 			    c->run_doff + c->run_len != doff || c->run_len + piece > MV_CHUNK) {
-				if (!room_for(s, c->run_len))
+				if (!room_for(s, at, c->run_len))
 					break;
 				flush_run(s, at, src, dst);
 				c->run_so = so;

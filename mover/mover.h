@@ -267,6 +267,22 @@ struct mv_attach {
 	uint32_t open_parts; /* parts with descriptors taken and no END yet */
 	uint64_t descs, batches;
 	uint32_t sub_hwm, comp_hwm; /* highest occupancy seen, for the stats */
+	/* Fair share (post.c): the client's own queue of ops for the fabric,
+	 * its place in the shard's round of clients with queued ops, and
+	 * what deficit round robin and the in-flight share count for it. */
+	struct mv_wr *pq_head, *pq_tail;
+	uint32_t npq;                 /* ops on its queue */
+	struct mv_attach *round_next; /* the next client with queued ops */
+	uint8_t in_round;             /* on the shard's round */
+	uint8_t turn;                 /* its quantum for this turn was added */
+	int64_t deficit;              /* bytes it may still post this turn */
+	uint64_t inflight;            /* bytes posted and not yet completed */
+	uint64_t posted_bytes;        /* bytes handed to the fabric, ever */
+	int64_t last_take;            /* when this shard last took a descriptor of it */
+	/* Its share against the shard's other clients: the weight its uid
+	 * has (mv_config.weights, default 1) times the percent it asked for
+	 * (its submission ring's hdr.user, mv_wire.h), so 1 to 100 * 100. */
+	uint32_t weight;
 };
 
 enum mv_client_state { MV_CL_NEW, MV_CL_READY, MV_CL_DETACHING };
@@ -375,8 +391,15 @@ struct mv_shard {
 	struct mv_wr *ops;
 	struct mv_wr *free_ops;
 	uint32_t nfree;
-	struct mv_wr *pend_head, *pend_tail;
-	uint32_t npend;
+	uint32_t npend; /* ops on the clients' queues (at->pq_head), all together */
+	/* Clients with queued ops, in deficit round robin order (post.c). */
+	struct mv_attach *round_head, *round_tail;
+	/* Clients active on this shard (ops queued or in flight, or a
+	 * descriptor taken within MV_FAIR_LINGER_NS), as the last consume
+	 * found them, and the sum of their weights: with two or more, the
+	 * shard is shared and posts in fair shares (post.c). */
+	uint32_t nactive;
+	uint64_t wsum;
 	uint32_t posted;    /* ops handed to the provider, not yet completed */
 	uint32_t abandoned; /* of those, failed at their deadline */
 	struct mv_wr *posted_head, *posted_tail;

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Posting: the pending FIFO goes to the fabric in bursts, lazily (FI_MORE on
- * all but the last post of a burst; -FI_EAGAIN just ends the burst), and the
- * same-host peers written to are woken once a burst. Ops whose connection
- * broke wait on the retry list and are posted again while their deadline
- * allows.
+ * Posting: the clients' queues of ops go to the fabric in bursts, lazily
+ * (FI_MORE on all but the last post of a burst; -FI_EAGAIN just ends the
+ * burst), in fair shares when the shard serves more than one client (see
+ * "Fair share" below), and the same-host peers written to are woken once a
+ * burst. Ops whose connection broke wait on the retry list and are posted
+ * again while their deadline allows.
  */
 #include "shard_int.h"
 
@@ -19,9 +20,167 @@
 #define LAND_WINDOW (MV_LAND_BUFS / 2)
 
 /*
- * Whether op's post may carry FI_MORE: only while the next op surely
- * follows in this burst. A burst cut short (a full queue, the landing
- * window, a next op whose peer is gone, the burst's byte budget) must not
+ * Fair share. A shard serves every client attached to it, and one that
+ * floods it must not make another wait behind the flood. Each client has
+ * its own queue of ops, and the clients with queued ops stand in a round.
+ * While one client is active on the shard, the shard posts its queue as it
+ * always did: bursts of up to MV_BURST_BYTES, with ALONE_INFLIGHT bytes in
+ * flight at most, or QUIET_INFLIGHT while other clients are attached (a
+ * client that comes back waits behind that much, until the shard is shared
+ * again). Once two or more are active (ops queued or in flight, or a
+ * descriptor taken within MV_FAIR_LINGER_NS; mv_consume() counts them),
+ * the shard is shared, and it
+ *  - serves the round by deficit round robin on bytes: each turn gives a
+ *    client a piece * weight / MV_SHARE_FULL bytes more credit, and it
+ *    posts from the head of its queue while its credit covers the op;
+ *  - cuts a write longer than a piece (FAIR_PIECE), at the head of its
+ *    queue, into a piece and the rest: where a post copies before it
+ *    returns (shm's one-segment writes), a 4 MiB post holds the shard for
+ *    hundreds of microseconds, and where the fabric is a byte stream to the
+ *    peer (tcp), whatever went before a small write delays it;
+ *  - keeps each client within its weighted share of FAIR_INFLIGHT bytes in
+ *    flight (one op may always go), so that on a stream a small write
+ *    waits behind that much of a flood at most, and floods share by weight
+ *    there too;
+ *  - ends a burst after FAIR_BURST bytes, or at once when a client with
+ *    nothing queued has a descriptor in its ring, so the loop takes it.
+ * Order within a client is kept: its queue is FIFO, and a piece goes before
+ * the rest of its write. Clients' ops interleave, which no client can see:
+ * each batch's immediate follows its own data's completions, or rides on
+ * its one write (a write that is cut sends its immediate apart instead).
+ */
+#define FAIR_PIECE     (32u << 10)  /* bytes a post carries at most while shared */
+#define FAIR_BURST     (256u << 10) /* bytes one burst carries at most while shared */
+#define FAIR_INFLIGHT  (256u << 10) /* bytes in flight, all clients, while shared */
+#define ALONE_INFLIGHT (32u << 20)  /* bytes in flight of the one client attached */
+#define QUIET_INFLIGHT (8u << 20)   /* of the one active client beside idle ones */
+
+/* The piece: mv_config's, else FAIR_PIECE; a weight-1 client's credit per
+ * turn too, so such a client posts one piece a turn. */
+static uint64_t piece_of(const struct mv_shard *s)
+{
+	uint64_t p = s->mv->cfg.fair_piece > 0 ? (uint64_t)s->mv->cfg.fair_piece : FAIR_PIECE;
+
+	return p < 4096 ? 4096 : p > MV_CHUNK ? MV_CHUNK : p;
+}
+
+static uint64_t quantum(uint64_t piece, const struct mv_attach *at)
+{
+	return piece * at->weight / MV_SHARE_FULL;
+}
+
+/* Bytes at may have in flight before its next op must wait. */
+static uint64_t inflight_cap(const struct mv_shard *s, const struct mv_attach *at)
+{
+	uint64_t all =
+	    s->mv->cfg.fair_inflight > 0 ? (uint64_t)s->mv->cfg.fair_inflight : FAIR_INFLIGHT;
+
+	/* Alone: a stream's worth, and less where a client that is attached
+	 * may come back (whatever is in flight then, it waits behind). */
+	if (s->nactive < 2)
+		return s->natt > 1 ? QUIET_INFLIGHT : ALONE_INFLIGHT;
+	if (s->wsum < at->weight) /* it came after the count: a share beside them */
+		return all * at->weight / (s->wsum + at->weight);
+	return all * at->weight / s->wsum;
+}
+
+/* Whether a client with nothing queued has descriptors in its ring: a hint
+ * (relaxed; mv_consume() checks what it takes). */
+static int newcomer_waits(const struct mv_shard *s, const struct mv_attach *at)
+{
+	for (uint32_t i = 0; i < s->natt; i++) {
+		struct mv_attach *o = s->att[i];
+		if (o == at || o->npq || o->cur.active || !mv_serving(o))
+			continue;
+		if (atomic_load_explicit(&o->sub.lay->prod.idx, memory_order_relaxed) !=
+		    o->sub.local)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Cuts the first `piece` bytes of op, the head of at's queue, into an op
+ * of their own, queued before it, and returns that piece; or op itself when
+ * it cannot be cut (not a plain write, a bounce chunk's, or no op to spare).
+ */
+static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct mv_wr *op,
+                               uint64_t piece)
+{
+	struct mv_part *p = &at->parts[op->batch];
+	uint64_t left = piece;
+	struct mv_wr *pc;
+
+	if (op->kind != MV_OPK_WRITE || op->chunk >= 0 || op->bytes <= piece ||
+	    s->nfree <= MV_IOV_MAX)
+		return op;
+	pc = mv_op_get(s);
+	pc->kind = MV_OPK_WRITE;
+	pc->path = op->path;
+	pc->at = at;
+	pc->batch = op->batch;
+	pc->peer = op->peer;
+	/* Each iov's local and remote sides have the same length (take.c). */
+	while (left) {
+		uint64_t n = op->iov[0].iov_len < left ? op->iov[0].iov_len : left;
+		pc->iov[pc->niov] = (struct iovec){op->iov[0].iov_base, n};
+		pc->desc[pc->niov] = op->desc[0];
+		pc->riov[pc->niov] = op->riov[0];
+		pc->riov[pc->niov].len = n;
+		pc->niov++;
+		left -= n;
+		if (n == op->iov[0].iov_len) {
+			op->niov--;
+			memmove(op->iov, op->iov + 1, op->niov * sizeof(op->iov[0]));
+			memmove(op->desc, op->desc + 1, op->niov * sizeof(op->desc[0]));
+			memmove(op->riov, op->riov + 1, op->niov * sizeof(op->riov[0]));
+		} else {
+			op->iov[0].iov_base = (uint8_t *)op->iov[0].iov_base + n;
+			op->iov[0].iov_len -= n;
+			op->riov[0].addr += n;
+			op->riov[0].len -= n;
+		}
+	}
+	pc->bytes = piece;
+	op->bytes -= piece;
+	/* The immediate rode on the whole write. Its data is two writes now,
+	 * which the provider need not deliver in order (shm): it goes apart,
+	 * once both completed, as any larger batch's does. */
+	if (op->with_imm) {
+		op->with_imm = 0;
+		p->imm_sent = 0;
+	}
+	p->outstanding++;
+	at->outstanding++;
+	/* The piece is queued since the write was: the same deadline. */
+	pc->born = op->born;
+	pc->next = op;
+	at->pq_head = pc;
+	at->npq++;
+	s->npend++;
+	pc->posted_at = op->posted_at;
+	return pc;
+}
+
+/* The round's head client had its turn: the next one's begins. */
+static void round_next(struct mv_shard *s)
+{
+	struct mv_attach *at = s->round_head;
+
+	at->turn = 0;
+	if (!at->round_next)
+		return;
+	s->round_head = at->round_next;
+	at->round_next = NULL;
+	s->round_tail->round_next = at;
+	s->round_tail = at;
+}
+
+/*
+ * Whether op's post may carry FI_MORE: only while the shard posts for one
+ * client and that client's next op surely follows in this burst. A burst
+ * cut short (a full queue, the landing window, a next op whose peer is
+ * gone, the burst's byte budget, the client's bytes in flight) must not
  * leave the doorbell unrung. A post that fails for another reason can
  * still end a burst early.
  */
@@ -29,7 +188,9 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 {
 	const struct mv_wr *nx = op->next;
 
-	if (!nx || burst + op->bytes >= MV_BURST_BYTES || s->posted + 1 >= s->fab.tx_size ||
+	if (!nx || s->nactive > 1 || burst + op->bytes >= MV_BURST_BYTES ||
+	    s->posted + 1 >= s->fab.tx_size ||
+	    op->at->inflight + op->bytes + nx->bytes > inflight_cap(s, op->at) ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
 		return 0;
 	if (nx->kind == MV_OPK_LAND && s->land_inflight + (op->kind == MV_OPK_LAND) >= LAND_WINDOW)
@@ -64,17 +225,48 @@ static void wake_add(struct mv_shard *s, struct mv_peer **wake, uint32_t *nwake,
 
 int mv_post(struct mv_shard *s)
 {
-	struct mv_peer *wake[4]; /* same-host peers written to: woken once, at the end */
-	uint64_t burst = 0;
+	struct mv_peer *wake[4];         /* same-host peers written to: woken once, at the end */
+	struct mv_attach *capped = NULL; /* first of a run of turns ended by the share */
+	int shared = s->nactive > 1;
+	uint64_t burst = 0, limit = shared ? FAIR_BURST : MV_BURST_BYTES, piece = piece_of(s);
 	uint32_t nwake = 0;
 	int64_t t_post = 0; /* read once a burst, for the hops */
 	int n = 0;
 
 	if (s->post_hold && s->now < s->post_hold)
 		return 0;
-	while (s->pend_head && burst < MV_BURST_BYTES) {
-		struct mv_wr *op = s->pend_head;
+	while (s->round_head && burst < limit) {
+		struct mv_attach *at = s->round_head;
+		struct mv_wr *op = at->pq_head;
 		uint64_t flags = FI_COMPLETION | s->fab.dc_flag;
+		int64_t cost = 0;
+
+		if (shared) {
+			if (!at->turn) {
+				at->deficit += (int64_t)quantum(piece, at);
+				at->turn = 1;
+			}
+			op = cut_piece(s, at, op, piece);
+			cost =
+			    op->bytes ? (int64_t)op->bytes : 64; /* an immediate: a small write */
+			if (at->inflight && at->inflight + op->bytes > inflight_cap(s, at)) {
+				/* Credit does not pile up while the share is full. */
+				if (at->deficit > (int64_t)quantum(piece, at))
+					at->deficit = (int64_t)quantum(piece, at);
+				if (capped == at)
+					break; /* a whole round, every client at its share */
+				if (!capped)
+					capped = at;
+				round_next(s);
+				continue;
+			}
+			if (cost > at->deficit) {
+				round_next(s);
+				continue;
+			}
+		} else if (at->inflight && at->inflight + op->bytes > inflight_cap(s, at)) {
+			break;
+		}
 		struct fi_msg_rma msg = {
 		    .msg_iov = op->iov,
 		    .desc = op->desc,
@@ -128,10 +320,9 @@ int mv_post(struct mv_shard *s)
 				break;
 			}
 		}
-		s->pend_head = op->next;
-		if (!s->pend_head)
-			s->pend_tail = NULL;
-		s->npend--;
+		at->deficit -= cost;
+		capped = NULL;
+		mv_pend_pop(s, at);
 		if (ret) {
 			char text[MV_ERRLEN];
 			if (mv_retry(s, op, (int)-ret))
@@ -146,7 +337,8 @@ int mv_post(struct mv_shard *s)
 		}
 		mv_posted_add(s, op);
 		if (op->kind != MV_OPK_IMM)
-			op->at->parts[op->batch].t_posted = t_post ? t_post : (t_post = mv_now_ns());
+			op->at->parts[op->batch].t_posted =
+			    t_post ? t_post : (t_post = mv_now_ns());
 		s->hold_ns = 0;
 		wake_add(s, wake, &nwake, op->peer);
 		burst += op->bytes;
@@ -156,6 +348,8 @@ int mv_post(struct mv_shard *s)
 		}
 		s->st.posted++;
 		n++;
+		if (shared && newcomer_waits(s, at))
+			break;
 	}
 	for (uint32_t i = 0; i < nwake; i++)
 		mv_wake_ring(s, wake[i]);
@@ -192,7 +386,7 @@ int mv_retry(struct mv_shard *s, struct mv_wr *op, int err)
 	return 1;
 }
 
-/* Ops whose retry is due go back to the front of the pending queue. */
+/* Ops whose retry is due go back to the front of their client's queue. */
 int mv_retry_due(struct mv_shard *s)
 {
 	struct mv_wr **pp = &s->rq_head, *tail = NULL;
@@ -208,11 +402,7 @@ int mv_retry_due(struct mv_shard *s)
 		*pp = op->next;
 		s->nretry--;
 		op->posted_at = s->now;
-		op->next = s->pend_head;
-		s->pend_head = op;
-		if (!s->pend_tail)
-			s->pend_tail = op;
-		s->npend++;
+		mv_pend_push_front(s, op);
 		n++;
 	}
 	s->rq_tail = tail;

@@ -2,10 +2,11 @@
 /*
  * The shard loop: one thread per NIC shard, pinned near its NIC, owning its
  * fabric objects. Each turn it runs mailbox commands, consumes descriptors
- * from the submission rings of its clients (fairly, a budget per ring),
- * validates them and turns them into fabric writes on a pending FIFO, posts
- * that FIFO as the provider has room (FI_MORE on all but the last of a
- * burst, -FI_EAGAIN just ends the burst), reads the CQ in batches, and
+ * from the submission rings of its clients (a budget per ring), validates
+ * them and turns them into fabric writes on each client's queue, posts the
+ * queues as the provider has room, in fair shares by weight when several
+ * clients are active (FI_MORE on all but the last of a burst, -FI_EAGAIN
+ * just ends the burst), reads the CQ in batches, and
  * publishes completions. Idle, it spins briefly, then sleeps on its doorbell
  * eventfd and, where the provider has one, the CQ's wait fd. This file holds
  * the loop, the mailbox, start-up and the clients' attachments; the stages
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <rdma/fi_eq.h>
@@ -97,8 +99,30 @@ static void cancel_pending(struct mv_shard *s, struct mv_attach *at)
 	s->ngpu -= drop_queued(s, &s->sq_head, &s->sq_tail, at, 0);
 	/* Writes waiting to be retried: nothing of them is in the provider. */
 	s->nretry -= drop_queued(s, &s->rq_head, &s->rq_tail, at, 1);
-	s->npend -= drop_queued(s, &s->pend_head, &s->pend_tail, at, 0);
+	while (at->pq_head) {
+		mv_op_put(s, mv_pend_pop(s, at));
+		at->outstanding--;
+	}
 	at->cur.active = 0; /* the rest of a list being expanded: never taken */
+}
+
+/*
+ * A client's weight on this shard: its uid's (mv_config.weights: weight_uid,
+ * default 1) times the percent of it the client asked for in its submission
+ * ring's header (mv_wire.h; anything outside 1..100 counts as 100, so a
+ * client can only lower its own weight).
+ */
+static uint32_t weight_of(const struct mover *mv, const struct mv_attach *at)
+{
+	uint64_t asked = at->sub.lay->hdr.user; /* the client's word: one read */
+	uint32_t w = 1;
+
+	if (asked < MV_SHARE_MIN || asked > MV_SHARE_FULL)
+		asked = MV_SHARE_FULL;
+	for (uint32_t i = 0; i < mv->cfg.nweights; i++)
+		if (mv->cfg.weights[i].uid == at->cl->uid)
+			w = mv->cfg.weights[i].weight; /* the last one given wins */
+	return w * (uint32_t)asked;
 }
 
 static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
@@ -117,6 +141,9 @@ static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 			break;
 		}
 		shmring_set_doorbell(&at->comp, at->cl->efd);
+		at->weight = weight_of(s->mv, at);
+		mv_dbg("shard %d: client %u (pid %d) weighs %u", s->id, at->cl->id, at->cl->pid,
+		       at->weight);
 		s->att[s->natt++] = at;
 		break;
 	case MV_CMD_DETACH:

@@ -9,11 +9,12 @@
  * A descriptor's way through a shard, file by file:
  *
  *   the client's submission ring
- *     -> take.c      descriptors, validated, become ops on the pending FIFO
- *                    (list.c: lists in the client's arena, expanded lazily)
+ *     -> take.c      descriptors, validated, become ops on their client's
+ *                    queue (list.c: lists in the client's arena, expanded lazily)
  *                    (gpu_path.c: CUDA copies and bounce staging; land.c:
  *                    landing messages into GPU memory the fabric cannot reach)
- *     -> post.c      the pending FIFO goes to the fabric, with retries
+ *     -> post.c      the clients' queues go to the fabric in fair shares
+ *                    (deficit round robin on bytes, by weight), with retries
  *     -> complete.c  fabric completions and deadlines end ops
  *     -> batch.c     ended ops finish batch parts; completions go back on the
  *                    client's completion ring
@@ -33,7 +34,7 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_rma.h>
 
-#define SPIN_NS     200000  /* busy-poll this long after the last work, */
+#define SPIN_NS     200000   /* busy-poll this long after the last work, */
 #define SPIN_MAX_NS 10000000 /* or up to this long while traffic has gaps */
 
 enum mv_op_kind {
@@ -62,7 +63,8 @@ struct mv_wr {
 	int acks;             /* landing: events still due, the send's and the ack */
 	uint32_t seq;         /* landing: matches the ack to this use of the op */
 	int land_err;
-	int land_counted; /* counted in the shard's landing messages in flight */
+	int land_counted;     /* counted in the shard's landing messages in flight */
+	int inflight_counted; /* counted in at->inflight (posted, not yet reported) */
 	struct mv_attach *at;
 	struct mv_peer *peer;
 	uint32_t batch;
@@ -95,6 +97,9 @@ static inline struct mv_wr *mv_op_get(struct mv_shard *s)
 
 static inline void mv_posted_add(struct mv_shard *s, struct mv_wr *op)
 {
+	op->inflight_counted = 1;
+	op->at->inflight += op->bytes;
+	op->at->posted_bytes += op->bytes;
 	op->posted_at = s->now;
 	op->pnext = NULL;
 	op->pprev = s->posted_tail;
@@ -106,8 +111,19 @@ static inline void mv_posted_add(struct mv_shard *s, struct mv_wr *op)
 	s->posted++;
 }
 
+/* Op's bytes leave its client's in flight: once, when it completes or is
+ * reported (an abandoned op is reported at its deadline, and its client may
+ * be gone by the time the provider lets the op go). */
+static inline void mv_inflight_end(struct mv_wr *op)
+{
+	if (op->inflight_counted)
+		op->at->inflight -= op->bytes;
+	op->inflight_counted = 0;
+}
+
 static inline void mv_posted_del(struct mv_shard *s, struct mv_wr *op)
 {
+	mv_inflight_end(op);
 	if (op->pprev)
 		op->pprev->pnext = op->pnext;
 	else
@@ -152,11 +168,83 @@ static inline void mv_hop(struct mv_shard *s, enum mv_hop h, int64_t ns)
 	s->st.hop_sum[h] += (uint64_t)ns;
 }
 
+/* ---- the clients' queues of ops, and the round post.c serves them in ---- */
+
+/* A client whose queue was empty joins the round at its head, before the
+ * clients with a backlog (which keep their place and credit): a client that
+ * sends now and then is served at once, for one quantum, and one with a
+ * backlog never leaves the round to jump the queue this way. */
+static inline void mv_round_join(struct mv_shard *s, struct mv_attach *at)
+{
+	at->in_round = 1;
+	at->round_next = s->round_head;
+	s->round_head = at;
+	if (!s->round_tail)
+		s->round_tail = at;
+}
+
+/* Takes at off the round, wherever it stands (at the head in post.c: one
+ * step; a walk only when deadlines or a detach empty a queue). */
+static inline void mv_round_leave(struct mv_shard *s, struct mv_attach *at)
+{
+	struct mv_attach **pp = &s->round_head, *prev = NULL;
+
+	while (*pp && *pp != at) {
+		prev = *pp;
+		pp = &(*pp)->round_next;
+	}
+	if (*pp) {
+		*pp = at->round_next;
+		if (s->round_tail == at)
+			s->round_tail = prev;
+	}
+	at->round_next = NULL;
+	at->in_round = 0;
+	at->turn = 0;
+	at->deficit = 0;
+}
+
+/* Queues op for the fabric behind its client's other ops. */
 static inline void mv_pend_push(struct mv_shard *s, struct mv_wr *op)
 {
+	struct mv_attach *at = op->at;
+
 	op->born = op->posted_at = s->now; /* queued at, until it is posted */
-	mv_wr_append(&s->pend_head, &s->pend_tail, op);
+	mv_wr_append(&at->pq_head, &at->pq_tail, op);
+	at->npq++;
 	s->npend++;
+	if (!at->in_round)
+		mv_round_join(s, at);
+}
+
+/* Queues op before its client's other ops (a retry, a piece cut off). */
+static inline void mv_pend_push_front(struct mv_shard *s, struct mv_wr *op)
+{
+	struct mv_attach *at = op->at;
+
+	op->next = at->pq_head;
+	at->pq_head = op;
+	if (!at->pq_tail)
+		at->pq_tail = op;
+	at->npq++;
+	s->npend++;
+	if (!at->in_round)
+		mv_round_join(s, at);
+}
+
+/* Takes the first op off at's queue; at leaves the round when it empties. */
+static inline struct mv_wr *mv_pend_pop(struct mv_shard *s, struct mv_attach *at)
+{
+	struct mv_wr *op = at->pq_head;
+
+	at->pq_head = op->next;
+	if (!at->pq_head)
+		at->pq_tail = NULL;
+	at->npq--;
+	s->npend--;
+	if (!at->pq_head)
+		mv_round_leave(s, at);
+	return op;
 }
 
 static inline struct mv_import *mv_import_get(struct mv_client *cl, uint32_t h)
@@ -230,6 +318,7 @@ void mv_land_event(struct mv_shard *s, struct mv_land_buf *lb, void *ctx, size_t
 int mv_land_progress(struct mv_shard *s);
 
 /* post.c */
+#define MV_FAIR_LINGER_NS 10000000ll /* a client counts as active this long after a take */
 int mv_post(struct mv_shard *s);
 int mv_retry(struct mv_shard *s, struct mv_wr *op, int err);
 int mv_retry_due(struct mv_shard *s);

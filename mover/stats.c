@@ -132,6 +132,8 @@ static void publish_rows(struct mv_shard *s)
 		       SHMRING_NEED_WAKEUP));
 		PUT(r->descs, at->descs);
 		PUT(r->batches, at->batches);
+		PUT(r->bytes_posted, at->posted_bytes);
+		PUT(r->weight, at->weight);
 		atomic_store_explicit(&r->used, 1, memory_order_release);
 	}
 	for (uint32_t slot = 0; slot < MV_STATS_RINGS; slot++)

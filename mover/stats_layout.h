@@ -134,7 +134,10 @@ struct mv_stats_ring {
 	_Atomic uint32_t client_sleeping; /* the client asked to be woken (comp ring) */
 	_Atomic uint64_t descs;
 	_Atomic uint64_t batches;
-	_Atomic uint64_t rsvd[3];
+	_Atomic uint64_t bytes_posted; /* its writes' bytes handed to the fabric */
+	_Atomic uint32_t weight;       /* its fair-share weight here (post.c); 0: older mover */
+	_Atomic uint32_t rsvd32;
+	_Atomic uint64_t rsvd[1];
 };
 
 /* Traffic to one peer from one shard. */

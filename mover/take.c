@@ -3,10 +3,13 @@
  * Taking descriptors, the start of a shard's data path. Each turn the shard
  * consumes descriptors from the submission ring of each client in turn, a
  * budget per ring, copies each out of shared memory before it looks, checks
- * it, and turns a WRITE into ops on the pending FIFO (contiguous pieces merged
- * into one op), a LIST into a cursor list.c expands, and an END into the
- * end of its batch part. Writes that GPU memory needs go to gpu_path.c or
- * land.c.
+ * it, and turns a WRITE into ops on its client's queue (contiguous pieces
+ * merged into one op), a LIST into a cursor list.c expands, and an END into
+ * the end of its batch part. Writes that GPU memory needs go to gpu_path.c
+ * or land.c. A client whose queue is full, or that holds more than its
+ * share of the op pool while others are active, is passed over for the
+ * turn, never the clients after it; the turn ends by counting the clients
+ * active on the shard, for post.c's fair shares.
  */
 #include "shard_int.h"
 
@@ -53,11 +56,12 @@ void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 		uint64_t n = d->len - off < MV_CHUNK ? d->len - off : MV_CHUNK;
 		uint8_t *la = src->base + d->src_off + off;
 		uint64_t ra = dst->addr[t] + d->dst_off + off;
-		struct mv_wr *tail = s->pend_tail;
+		struct mv_wr *tail = at->pq_tail;
 
-		/* Merge into the previous op of the same batch and peer: extend
-		 * its last iov when both sides are contiguous, else add an iov. */
-		if (tail && tail->kind == MV_OPK_WRITE && tail->path == path && tail->at == at &&
+		/* Merge into the client's previous op of the same batch and
+		 * peer: extend its last iov when both sides are contiguous, else
+		 * add an iov. */
+		if (tail && tail->kind == MV_OPK_WRITE && tail->path == path &&
 		    tail->batch == d->batch && tail->peer == dst->peer &&
 		    tail->bytes + n <= MV_CHUNK && tail->riov[0].key == dst->key[t]) {
 			struct iovec *li = &tail->iov[tail->niov - 1];
@@ -153,10 +157,10 @@ static int take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_
 static void imm_inline(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d)
 {
 	struct mv_part *p = &at->parts[d->batch];
-	struct mv_wr *op = s->pend_tail;
+	struct mv_wr *op = at->pq_tail;
 	struct mv_import *imp = mv_import_get(at->cl, d->dst);
 
-	if (d->nparts != 1 || p->outstanding != 1 || !op || op->at != at || op->batch != d->batch ||
+	if (d->nparts != 1 || p->outstanding != 1 || !op || op->batch != d->batch ||
 	    op->kind != MV_OPK_WRITE || !imp || imp->peer != op->peer)
 		return;
 	op->with_imm = 1;
@@ -247,6 +251,33 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 	return ret;
 }
 
+/* Ops of the pool a client may hold while others are active: its weighted
+ * share, so a flood of small writes cannot take every op. */
+static uint32_t pool_share(const struct mv_shard *s, const struct mv_attach *at)
+{
+	uint64_t w = s->wsum > at->weight ? s->wsum : (uint64_t)at->weight * 2;
+
+	return (uint32_t)((uint64_t)MV_OPS_PER_SHARD * at->weight / w);
+}
+
+/* Counts the clients active on the shard and their weights (post.c). */
+static void count_active(struct mv_shard *s)
+{
+	uint32_t n = 0;
+	uint64_t w = 0;
+
+	for (uint32_t i = 0; i < s->natt; i++) {
+		const struct mv_attach *at = s->att[i];
+		if (at->npq || at->inflight || at->cur.active ||
+		    s->now - at->last_take < MV_FAIR_LINGER_NS) {
+			n++;
+			w += at->weight;
+		}
+	}
+	s->nactive = n;
+	s->wsum = w;
+}
+
 int mv_consume(struct mv_shard *s)
 {
 	uint32_t total = 0, n = s->natt;
@@ -260,8 +291,11 @@ int mv_consume(struct mv_shard *s)
 			mv_cut(at); /* says so on this shard's ring, once */
 			continue;
 		}
-		if (s->npend > s->fab.tx_size * 2 || s->nfree <= MV_IOV_MAX)
+		if (s->nfree <= MV_IOV_MAX)
 			break;
+		if (at->npq > s->fab.tx_size * 2 ||
+		    (s->nactive > 1 && at->outstanding > pool_share(s, at)))
+			continue;
 		/* A list being expanded goes first; what follows it waits. */
 		if (at->cur.active) {
 			int n_exp = mv_list_expand(s, at);
@@ -298,7 +332,10 @@ int mv_consume(struct mv_shard *s)
 		at->descs += used;
 		s->st.descs += used;
 		total += used;
+		if (used)
+			at->last_take = s->now;
 	}
 	s->rr++;
+	count_active(s);
 	return (int)total;
 }

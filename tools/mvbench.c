@@ -120,9 +120,11 @@ static void usage(FILE *f)
 	        "  --pattern LIST    contig (writes of --sizes), scattered (batches of random\n"
 	        "                    4 KiB pages, one mvc_write_paged each), latency (round\n"
 	        "                    trips of one write and its immediate, clients polling\n"
-	        "                    and sleeping, then the movers' idle CPU), or all three\n"
-	        "                    (default); scattered rows bring the 4 KiB contiguous row\n"
-	        "                    they are compared with (vs_contig)\n"
+	        "                    and sleeping, then the movers' idle CPU), fairness (a\n"
+	        "                    client's 4 KiB batches alone and beside a second client\n"
+	        "                    flooding the same mover with 64 MiB writes), or all\n"
+	        "                    four (default); scattered rows bring the 4 KiB\n"
+	        "                    contiguous row they are compared with (vs_contig)\n"
 	        "  --pages LIST      pages per scattered batch (default 512,65536)\n"
 	        "  --lat-sizes LIST  write sizes of the latency rows (default 8,64,4K,64K)\n"
 	        "  --pool SIZE       pages are drawn from this much memory per side (default 4G,\n"
@@ -250,7 +252,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'P': {
 			char *dup = strdup(optarg), *save = NULL;
-			o->contig = o->scattered = o->latency = 0;
+			o->contig = o->scattered = o->latency = o->fairness = 0;
 			for (char *tok = dup ? strtok_r(dup, ",", &save) : NULL; tok;
 			     tok = strtok_r(NULL, ",", &save)) {
 				if (!strcmp(tok, "contig")) {
@@ -259,20 +261,21 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 					o->scattered = 1;
 				} else if (!strcmp(tok, "latency")) {
 					o->latency = 1;
+				} else if (!strcmp(tok, "fairness")) {
+					o->fairness = 1;
 				} else {
-					fprintf(
-					    stderr,
-					    "mvbench: --pattern: %s is not contig, scattered or "
-					    "latency\n",
-					    tok);
+					fprintf(stderr,
+					        "mvbench: --pattern: %s is not contig, scattered, "
+					        "latency or fairness\n",
+					        tok);
 					exit(2);
 				}
 			}
 			free(dup);
-			if (!o->contig && !o->scattered && !o->latency) {
+			if (!o->contig && !o->scattered && !o->latency && !o->fairness) {
 				fprintf(stderr,
-				        "mvbench: --pattern %s: give contig, scattered, latency or "
-				        "a list of them\n",
+				        "mvbench: --pattern %s: give contig, scattered, latency, "
+				        "fairness or a list of them\n",
 				        optarg);
 				exit(2);
 			}
@@ -353,7 +356,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	if (!o->reps)
 		o->reps = o->quick ? 3 : 15;
 	if (!patterns)
-		o->contig = o->scattered = o->latency = 1;
+		o->contig = o->scattered = o->latency = o->fairness = 1;
 	if (o->latency && !o->nlat) {
 		const uint64_t def[] = {8, 64, 4096, 65536};
 		memcpy(o->lat, def, sizeof(def));
@@ -463,6 +466,13 @@ int main(int argc, char **argv)
 		for (int i = 0; i < nidle_done; i++)
 			if (!strcmp(idle_done[i].prov, o.provs[pi]))
 				idle_print_bench(&idle_done[i]);
+		for (int i = 0; i < nfair_done; i++)
+			if (!strcmp(fair_done[i].prov, o.provs[pi]))
+				fair_print_bench(&fair_done[i]);
+	}
+	for (int i = 0; i < nfair_done; i++) {
+		missed += !fair_done[i].pass && !fair_done[i].failed;
+		failed += fair_done[i].failed;
 	}
 	for (int i = 0; i < nlat_done; i++) {
 		missed += !lat_done[i].pass && !lat_done[i].failed;

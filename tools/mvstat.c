@@ -151,19 +151,25 @@ static void print_text(FILE *f, const struct view *v, const struct snap *a, cons
 			if (!GET(r->used))
 				continue;
 			if (!any++)
-				fprintf(
-				    f, "%-5s %-8s %7s %5s %10s %10s %6s %6s %10s %10s %6s %6s %s\n",
-				    "shard", "client", "pid", "alive", "sub.tail", "sub.head",
-				    "occ", "hwm", "comp.tail", "comp.head", "occ", "hwm", "asleep");
+				fprintf(f,
+				        "%-5s %-8s %7s %5s %10s %10s %6s %6s %10s %10s %6s %6s %6s "
+				        "%14s %s\n",
+				        "shard", "client", "pid", "alive", "sub.tail", "sub.head",
+				        "occ", "hwm", "comp.tail", "comp.head", "occ", "hwm",
+				        "weight", "bytes posted", "asleep");
 			uint32_t so = GET(r->sub_tail) - GET(r->sub_head);
 			uint32_t co = GET(r->comp_tail) - GET(r->comp_head);
-			fprintf(f, "%-5u %-8u %7d %5s %10u %10u %6u %6u %10u %10u %6u %6u %s%s%s\n",
-			        s, GET(r->client), GET(r->pid), GET(r->alive) ? "yes" : "NO",
-			        GET(r->sub_tail), GET(r->sub_head), so, GET(r->sub_hwm),
-			        GET(r->comp_tail), GET(r->comp_head), co, GET(r->comp_hwm),
-			        GET(r->shard_sleeping) ? "shard " : "",
-			        GET(r->client_sleeping) ? "client" : "",
-			        !GET(r->shard_sleeping) && !GET(r->client_sleeping) ? "-" : "");
+			fprintf(
+			    f,
+			    "%-5u %-8u %7d %5s %10u %10u %6u %6u %10u %10u %6u %6u %6u %14" PRIu64
+			    " %s%s%s\n",
+			    s, GET(r->client), GET(r->pid), GET(r->alive) ? "yes" : "NO",
+			    GET(r->sub_tail), GET(r->sub_head), so, GET(r->sub_hwm),
+			    GET(r->comp_tail), GET(r->comp_head), co, GET(r->comp_hwm),
+			    GET(r->weight), GET(r->bytes_posted),
+			    GET(r->shard_sleeping) ? "shard " : "",
+			    GET(r->client_sleeping) ? "client" : "",
+			    !GET(r->shard_sleeping) && !GET(r->client_sleeping) ? "-" : "");
 		}
 	any = 0;
 	for (uint32_t p = 0; p < h->npeers; p++) {
@@ -293,14 +299,15 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 			    "\"sub_tail\":%u,\"sub_head\":%u,\"sub_capacity\":%u,\"sub_hwm\":%u,"
 			    "\"comp_tail\":%u,\"comp_head\":%u,\"comp_capacity\":%u,"
 			    "\"comp_hwm\":%u,\"shard_sleeping\":%s,\"client_sleeping\":%s,"
-			    "\"descs\":%" PRIu64 ",\"batches\":%" PRIu64 "}",
+			    "\"descs\":%" PRIu64 ",\"batches\":%" PRIu64 ",\"weight\":%u,"
+			    "\"bytes_posted\":%" PRIu64 "}",
 			    any++ ? "," : "", s, GET(r->client), GET(r->pid),
 			    GET(r->alive) ? "true" : "false", GET(r->sub_tail), GET(r->sub_head),
 			    GET(r->sub_cap), GET(r->sub_hwm), GET(r->comp_tail), GET(r->comp_head),
 			    GET(r->comp_cap), GET(r->comp_hwm),
 			    GET(r->shard_sleeping) ? "true" : "false",
 			    GET(r->client_sleeping) ? "true" : "false", GET(r->descs),
-			    GET(r->batches));
+			    GET(r->batches), GET(r->weight), GET(r->bytes_posted));
 		}
 	fprintf(f, "],\"peers\":[");
 	any = 0;

@@ -433,6 +433,8 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 	}
 	if (o->latency)
 		lat_rows(&x);
+	if (o->fairness)
+		fair_rows(&x);
 
 	direct_pool_stop(&x);
 	mvc_free(x.c, &x.src);

@@ -309,6 +309,7 @@ struct opts {
 	int latency;   /* round-trip rows at each of lat[] */
 	uint64_t lat[MAX_LIST];
 	int nlat;
+	int fairness; /* a client's small batches, alone and beside a flood */
 };
 
 struct plan {
@@ -422,8 +423,9 @@ struct lrow {
 	int gap_us;                 /* each round after a pause this long; 0: back to back */
 	int rounds;                 /* per side */
 	double m_p50, m_p99, m_min; /* microseconds */
-	double d_p50, d_p99, d_min;    /* direct, the writes the shards post */
-	double dp_p50, dp_p99, dp_min; /* direct, plain writes (tcp: no delivery-complete); 0: same */
+	double d_p50, d_p99, d_min; /* direct, the writes the shards post */
+	double dp_p50, dp_p99,
+	    dp_min;   /* direct, plain writes (tcp: no delivery-complete); 0: same */
 	double ratio; /* mover p50 / direct p50 */
 	double bar_p50;
 	double hop_p50[MV_HOPS + 1]; /* the movers' hops, then the ping's wait; < 0: none */
@@ -456,5 +458,34 @@ void lat_print_head(void);
 void lat_print_row(const struct lrow *r);
 void lat_print_bench(const struct lrow *r);
 void idle_print_bench(const struct idle_cpu *c);
+/* The first CPU after everything plan_cpus() gave out, or -1 (unpinned). */
+int spare_cpu(const struct cfg *x);
+/* Lets client `from` write into `region` of client `owner`: adds owner's
+ * mover as a peer of from's and imports the region. 0 or -errno. */
+int reach_region(struct mvc *from, struct mvc *owner, uint32_t region, uint32_t *handle);
+
+/* rows_fair.c: a client's small batches alone and beside a client that
+ * floods the same mover with 64 MiB writes */
+#define FAIR_BAR 2.0 /* loaded p99 over alone p99 */
+struct frow {
+	const char *prov;
+	uint32_t shards;
+	uint64_t size, flood_size;
+	int rounds_alone, rounds_loaded;
+	double a_p50, a_p99, l_p50, l_p99; /* microseconds: alone, beside the flood */
+	double ratio;                      /* l_p99 / a_p99 */
+	double flood_bps, flood_alone_bps; /* the flood beside the small batches, and alone */
+	double i_p50, i_max; /* a small batch after 150 ms idle, the flood on: p50, max */
+	int pass;
+	int failed;
+	char err[200];
+};
+#define FAIR_ROWS_MAX 64
+extern struct frow fair_done[FAIR_ROWS_MAX];
+extern int nfair_done;
+/* The fairness row of configuration x; appends to fair_done. < 0 when it
+ * failed. */
+int fair_rows(struct cfg *x);
+void fair_print_bench(const struct frow *r);
 
 #endif

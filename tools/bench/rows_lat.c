@@ -400,7 +400,7 @@ static int dside_pair(struct pong *a, struct pong *b, char *why, size_t whylen)
 /* ---- set-up ---- */
 
 /* The pong's CPU: the first one after everything plan_cpus() gave out. */
-static int pong_cpu(const struct cfg *x)
+int spare_cpu(const struct cfg *x)
 {
 	int base = navail >= (int)(2 * x->n + 2) ? 1 : 0;
 	int i = base + 2 * (int)x->n + 1;
@@ -411,7 +411,7 @@ static int pong_cpu(const struct cfg *x)
 /* Lets client `from` write into `region` of client `owner`: adds owner's
  * mover as a peer of from's and imports the region (the two blobs an
  * application would carry between hosts). */
-static int reach(struct mvc *from, struct mvc *owner, uint32_t region, uint32_t *handle)
+int reach_region(struct mvc *from, struct mvc *owner, uint32_t region, uint32_t *handle)
 {
 	uint8_t addr[MVC_BLOB_MAX], blob[MVC_BLOB_MAX];
 	size_t alen = sizeof(addr), blen = sizeof(blob);
@@ -446,11 +446,11 @@ static int lat_up(struct cfg *x, struct lat *L, char *why, size_t whylen)
 		snprintf(why, whylen, "latency regions: %s", mvc_error(ret ? x->c : p->c));
 		return ret;
 	}
-	if ((ret = reach(x->c, p->c, p->mem.region, &L->to_pong))) {
+	if ((ret = reach_region(x->c, p->c, p->mem.region, &L->to_pong))) {
 		snprintf(why, whylen, "ping: reaching the pong: %s", mvc_error(x->c));
 		return ret;
 	}
-	if ((ret = reach(p->c, x->c, L->mem.region, &p->back))) {
+	if ((ret = reach_region(p->c, x->c, L->mem.region, &p->back))) {
 		snprintf(why, whylen, "pong: reaching the ping: %s", mvc_error(p->c));
 		return ret;
 	}
@@ -459,7 +459,7 @@ static int lat_up(struct cfg *x, struct lat *L, char *why, size_t whylen)
 	if (!ret)
 		ret = mvc_alloc(L->stalled, LAT_REGION, &L->smem);
 	if (!ret)
-		ret = reach(L->stalled, p->c, p->mem.region, &L->sto);
+		ret = reach_region(L->stalled, p->c, p->mem.region, &L->sto);
 	if (ret) {
 		snprintf(why, whylen, "the stalled client: %s",
 		         L->stalled ? mvc_error(L->stalled) : strerror(-ret));
@@ -485,7 +485,7 @@ static int lat_up(struct cfg *x, struct lat *L, char *why, size_t whylen)
 		close(fa);
 	if (fb >= 0)
 		close(fb);
-	p->cpu = pong_cpu(x);
+	p->cpu = spare_cpu(x);
 	if (pthread_create(&p->thread, NULL, pong_main, p)) {
 		snprintf(why, whylen, "pong thread: %s", strerror(errno));
 		return -EAGAIN;

@@ -1,0 +1,509 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Fair share between the clients of one mover, end to end over tcp;ofi_rxm
+ * and shm with one shard per mover: a client's small batch is served while
+ * another client's flood is still in flight, not after it; two flooding
+ * clients get bytes in the proportion of their weights (the share a client
+ * asks for in mvc_opts, and its uid's --weight-uid); and --weight-uid
+ * refuses what it cannot use. Counted in batches and bytes, never in time:
+ * timed bars belong to mvbench's fairness row.
+ */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mvc.h"
+
+#include "mvtest.h"
+
+#define FLOOD (64u << 20) /* bytes of one flood batch */
+
+/* Lets client `from` write into `region` of `owner` (a client of B). */
+static uint32_t reach(struct mvc *from, struct mvc *owner, uint32_t region)
+{
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+	uint32_t peer, imp;
+
+	ck_assert_int_eq(mvc_address(owner, blob, &len), 0);
+	ck_assert_msg(mvc_peer_add(from, blob, len, &peer) == 0, "%s", mvc_error(from));
+	len = sizeof(blob);
+	ck_assert_int_eq(mvc_region_blob(owner, region, blob, &len), 0);
+	ck_assert_msg(mvc_import(from, peer, blob, len, &imp) == 0, "%s", mvc_error(from));
+	return imp;
+}
+
+static void setup_tcp1(void)
+{
+	prov = "tcp";
+	mover_start(&A, "a", 1);
+	mover_start(&B, "b", 1);
+}
+
+static void setup_shm1(void)
+{
+	prov = "shm";
+	mover_start(&A, "a", 1);
+	mover_start(&B, "b", 1);
+}
+
+/* ---- a small batch beside a flood ---- */
+
+/*
+ * Client F of A submits eight 64 MiB batches at once; then client S of the
+ * same mover and shard submits one 4 KiB write and its immediate. S's batch
+ * must complete, its data and immediate at the owner, while F's batches are
+ * still in flight: when S's completion is read, F must have fewer than all
+ * eight completions waiting. One FIFO for both clients would finish S last.
+ */
+START_TEST(test_small_batch_completes_before_a_flood_drains)
+{
+	struct mvc *f, *s, *owner;
+	struct mvc_mem fsrc, ssrc, dst;
+	struct mvc_event ev[16];
+	const int nflood = 8;
+
+	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&f, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&s, A.sock), 0);
+	ck_assert_msg(mvc_alloc(owner, FLOOD + 4096, &dst) == 0, "%s", mvc_error(owner));
+	ck_assert_msg(mvc_alloc(f, FLOOD, &fsrc) == 0, "%s", mvc_error(f));
+	ck_assert_msg(mvc_alloc(s, 4096, &ssrc) == 0, "%s", mvc_error(s));
+	uint32_t fimp = reach(f, owner, dst.region), simp = reach(s, owner, dst.region);
+	fill(fsrc.addr, FLOOD, 7);
+	fill(ssrc.addr, 4096, 8);
+	/* Connections up (tcp connects on the first write), before timing
+	 * matters: one small batch of each. */
+	ck_assert_int_eq(mvc_write(f, fsrc.region, 0, fimp, 0, 4096), 0);
+	submit_ok(f, 1000);
+	ck_assert_int_eq(mvc_write(s, ssrc.region, 0, simp, FLOOD, 4096), 0);
+	submit_ok(s, 1000);
+
+	for (int i = 0; i < nflood; i++) {
+		ck_assert_int_eq(mvc_write(f, fsrc.region, 0, fimp, 0, FLOOD), 0);
+		ck_assert_msg(mvc_submit(f, (uint64_t)i) == 0, "%s", mvc_error(f));
+	}
+	usleep(2000); /* the shard has taken the flood */
+	ck_assert_int_eq(mvc_write(s, ssrc.region, 0, simp, FLOOD, 4096), 0);
+	ck_assert_int_eq(mvc_write_imm(s, simp, 77), 0);
+	ck_assert_int_eq(mvc_submit(s, 1), 0);
+	struct mvc_event e = wait_batch(s, 1, 30);
+	ck_assert_msg(e.status == 0, "%s", e.msg);
+	int done = mvc_poll(f, ev, 16);
+	ck_assert_int_ge(done, 0);
+	ck_assert_msg(done < nflood,
+	              "the small batch completed after all %d flood batches: served behind "
+	              "the flood",
+	              nflood);
+
+	/* Its data and immediate reached the owner. */
+	int got = 0;
+	for (double end = now_s() + 20; !got && now_s() < end;) {
+		int k = mvc_wait(owner, ev, 16, 100);
+		ck_assert_int_ge(k, 0);
+		for (int i = 0; i < k; i++)
+			got |= ev[i].type == MVC_EV_IMM && ev[i].imm == 77;
+	}
+	ck_assert_msg(got, "the small batch's immediate did not arrive");
+	ck_assert(!memcmp((uint8_t *)dst.addr + FLOOD, ssrc.addr, 4096));
+
+	/* The flood finishes too, every byte in place. */
+	for (int left = nflood - done; left > 0;) {
+		int k = mvc_wait(f, ev, 16, 200);
+		ck_assert_int_ge(k, 0);
+		for (int i = 0; i < k; i++) {
+			ck_assert_msg(ev[i].status == 0, "%s", ev[i].msg);
+			left--;
+		}
+		ck_assert_msg(k || mvc_inflight(f), "flood batches lost");
+	}
+	for (int i = 0; i < done; i++)
+		ck_assert_msg(ev[i].status == 0, "%s", ev[i].msg);
+	ck_assert(!memcmp(dst.addr, fsrc.addr, FLOOD));
+	mvc_disconnect(s);
+	mvc_disconnect(f);
+	mvc_disconnect(owner);
+}
+END_TEST
+
+/* ---- two floods, by weight ---- */
+
+/* A client that keeps `window` batches of one `size` write in flight and
+ * counts the bytes that completed. */
+struct flooder {
+	struct mvc *c;
+	struct mvc_mem src;
+	uint32_t imp;
+	uint64_t size;
+	int window;
+	pthread_t thread;
+	_Atomic int stop;
+	_Atomic uint64_t bytes;
+	char err[160];
+};
+
+static void *flooder_main(void *arg)
+{
+	struct flooder *f = arg;
+	struct mvc_event ev[16];
+	uint64_t cookie = 0;
+	int inflight = 0;
+
+	while (!atomic_load(&f->stop) || inflight) {
+		if (!atomic_load(&f->stop) && inflight < f->window) {
+			int ret = mvc_write(f->c, f->src.region, 0, f->imp, 0, f->size);
+			if (!ret)
+				ret = mvc_submit(f->c, ++cookie);
+			if (!ret) {
+				inflight++;
+				continue;
+			}
+			if (ret != -EAGAIN) {
+				snprintf(f->err, sizeof(f->err), "submit: %s", mvc_error(f->c));
+				return NULL;
+			}
+			mvc_abort(f->c);
+		}
+		int n = mvc_wait(f->c, ev, 16, 50);
+		if (n < 0) {
+			snprintf(f->err, sizeof(f->err), "wait: %s", mvc_error(f->c));
+			return NULL;
+		}
+		for (int i = 0; i < n; i++) {
+			if (ev[i].type != MVC_EV_BATCH)
+				continue;
+			if (ev[i].status) {
+				snprintf(f->err, sizeof(f->err), "batch: %s", ev[i].msg);
+				return NULL;
+			}
+			atomic_fetch_add(&f->bytes, ev[i].bytes);
+			inflight--;
+		}
+	}
+	return NULL;
+}
+
+static void flooder_open(struct flooder *f, struct mvc *owner, uint32_t region,
+                         const struct mvc_opts *o)
+{
+	memset(f, 0, sizeof(*f));
+	ck_assert_msg(mvc_connect_opts(&f->c, A.sock, o) == 0, "%s", mvc_connect_error());
+	f->size = 4u << 20;
+	f->window = 8;
+	ck_assert_msg(mvc_alloc(f->c, f->size, &f->src) == 0, "%s", mvc_error(f->c));
+	fill(f->src.addr, f->size, 9);
+	f->imp = reach(f->c, owner, region);
+	ck_assert_int_eq(pthread_create(&f->thread, NULL, flooder_main, f), 0);
+}
+
+static void flooder_close(struct flooder *f)
+{
+	atomic_store(&f->stop, 1);
+	pthread_join(f->thread, NULL);
+	ck_assert_msg(!f->err[0], "flooder: %s", f->err);
+	mvc_disconnect(f->c);
+}
+
+/* Bytes each of two flooders completed over the same second, both busy. */
+static void race(struct flooder *x, struct flooder *y, uint64_t *bx, uint64_t *by)
+{
+	usleep(300000); /* both running, the shard shared */
+	uint64_t x0 = atomic_load(&x->bytes), y0 = atomic_load(&y->bytes);
+	usleep(1000000);
+	*bx = atomic_load(&x->bytes) - x0;
+	*by = atomic_load(&y->bytes) - y0;
+	ck_assert_msg(!x->err[0] && !y->err[0], "%s%s", x->err, y->err);
+}
+
+/* A flooder that asks for a quarter of its weight gets about a quarter of
+ * the other's bytes; beside an equal one, about as many. */
+START_TEST(test_share_pct_divides_bytes_by_weight)
+{
+	struct mvc *owner;
+	struct mvc_mem dst;
+	struct flooder full, quarter, equal;
+	struct mvc_opts q = {.share_pct = 25};
+	uint64_t bf, bq, be;
+
+	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
+	ck_assert_msg(mvc_alloc(owner, 8u << 20, &dst) == 0, "%s", mvc_error(owner));
+	flooder_open(&full, owner, dst.region, NULL);
+	flooder_open(&quarter, owner, dst.region, &q);
+	race(&full, &quarter, &bf, &bq);
+	/* mvstat shows each client's weight on the shard: 100 and 25. */
+	char cmd[300], json[1 << 16];
+	snprintf(cmd, sizeof(cmd), "%s/bin/mvstat --socket %s --json",
+	         getenv("MV_BUILD") ? getenv("MV_BUILD") : "build", A.sock);
+	FILE *p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	size_t n = fread(json, 1, sizeof(json) - 1, p);
+	json[n] = 0;
+	ck_assert_int_eq(pclose(p), 0);
+	ck_assert_msg(strstr(json, "\"weight\":100,") && strstr(json, "\"weight\":25,"),
+	              "mvstat --json shows no weights 100 and 25: %.300s", json);
+	flooder_close(&quarter);
+	double r = (double)bq / (double)bf;
+	ck_assert_msg(bf > 0 && r > 0.1 && r < 0.45,
+	              "share 25%% got %llu bytes beside %llu at 100%%: %.2f of them, want "
+	              "about 0.25",
+	              (unsigned long long)bq, (unsigned long long)bf, r);
+
+	flooder_open(&equal, owner, dst.region, NULL);
+	race(&full, &equal, &bf, &be);
+	flooder_close(&equal);
+	flooder_close(&full);
+	r = (double)be / (double)bf;
+	ck_assert_msg(bf > 0 && r > 0.6 && r < 1.6,
+	              "equal weights: %llu and %llu bytes (%.2f), want about 1",
+	              (unsigned long long)be, (unsigned long long)bf, r);
+	mvc_disconnect(owner);
+}
+END_TEST
+
+/*
+ * A one-write batch carries its immediate on the write; beside a flood the
+ * shard cuts that write into pieces, and the immediate must then come once,
+ * after all of them: 1 MiB batches of a fresh pattern each, beside a
+ * flooder, every byte in place when the owner hears the immediate, and one
+ * immediate a batch. (Here an immediate left on the last piece would still
+ * arrive in order: shm's sender copies one-segment writes itself and rxm
+ * keeps write order; a NIC need not.)
+ */
+START_TEST(test_cut_write_keeps_its_imm_after_its_data)
+{
+	struct mvc *s, *owner;
+	struct mvc_mem src, dst;
+	struct mvc_event ev[16];
+	struct flooder fl;
+	const uint64_t n = 1u << 20;
+
+	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&s, A.sock), 0);
+	ck_assert_msg(mvc_alloc(owner, 16u << 20, &dst) == 0, "%s", mvc_error(owner));
+	ck_assert_msg(mvc_alloc(s, n, &src) == 0, "%s", mvc_error(s));
+	uint32_t imp = reach(s, owner, dst.region);
+	flooder_open(&fl, owner, dst.region, NULL); /* writes the first 4 MiB */
+	usleep(100000);
+	for (uint32_t round = 1; round <= 30; round++) {
+		fill(src.addr, n, round);
+		ck_assert_int_eq(mvc_write(s, src.region, 0, imp, 8u << 20, n), 0);
+		ck_assert_int_eq(mvc_write_imm(s, imp, round), 0);
+		ck_assert_int_eq(mvc_submit(s, round), 0);
+		int got = 0;
+		for (double end = now_s() + 20; !got && now_s() < end;) {
+			int k = mvc_wait(owner, ev, 16, 100);
+			ck_assert_int_ge(k, 0);
+			for (int i = 0; i < k; i++)
+				if (ev[i].type == MVC_EV_IMM) {
+					ck_assert_uint_eq(ev[i].imm, round);
+					got = 1;
+				}
+		}
+		ck_assert_msg(got, "no immediate in round %u", round);
+		ck_assert_msg(!memcmp((uint8_t *)dst.addr + (8u << 20), src.addr, n),
+		              "round %u: the immediate came before all of its data", round);
+		struct mvc_event e = wait_batch(s, round, 20);
+		ck_assert_msg(e.status == 0, "%s", e.msg);
+		ck_assert_uint_eq(e.bytes, n);
+	}
+	flooder_close(&fl);
+	mvc_disconnect(s);
+	mvc_disconnect(owner);
+}
+END_TEST
+
+/* A share outside 1..100 is refused at connect, naming the field. */
+START_TEST(test_share_pct_out_of_range_is_refused)
+{
+	struct mvc *c;
+	struct mvc_opts o = {.share_pct = 101};
+
+	ck_assert_int_eq(mvc_connect_opts(&c, A.sock, &o), -EINVAL);
+	ck_assert_msg(strstr(mvc_connect_error(), "share_pct 101"), "%s", mvc_connect_error());
+}
+END_TEST
+
+/* ---- --weight-uid ---- */
+
+/* Runs the mover with one --weight-uid argument; its exit status, its
+ * first line of output in out. */
+static int mover_with(const char *arg, char *out, size_t outlen)
+{
+	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd),
+	         "%s/bin/mover --weight-uid '%s' --socket /tmp/mvt.%d.w.sock 2>&1", b, arg,
+	         getpid());
+	FILE *p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	out[0] = 0;
+	if (!fgets(out, (int)outlen, p))
+		out[0] = 0;
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(test_weight_uid_refuses_bad_values)
+{
+	const char *bad[] = {"1000", "1000:0", "1000:101", "x:2", "1000:2x", ":3"};
+	char out[256];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ck_assert_int_eq(mover_with(bad[i], out, sizeof(out)), 2);
+		ck_assert_msg(strstr(out, "--weight-uid") && strstr(out, "give UID:W"), "'%s': %s",
+		              bad[i], out);
+	}
+}
+END_TEST
+
+/*
+ * The uid's weight: with --weight-uid 65534:4 (and --allow-any-uid), a
+ * flooder running as uid 65534 gets about four times the bytes of one
+ * running as the test's own uid, weight 1. Needs root to switch uids.
+ */
+START_TEST(test_weight_uid_gives_that_uids_clients_more)
+{
+	if (geteuid() != 0) {
+		printf("test_weight_uid_gives_that_uids_clients_more: skipped, needs root to run "
+		       "a client as another uid\n");
+		return;
+	}
+	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
+	char bin[256];
+	snprintf(bin, sizeof(bin), "%s/bin/mover", b);
+	snprintf(A.sock, sizeof(A.sock), "/tmp/mvt.%d.a.sock", getpid());
+	snprintf(A.log, sizeof(A.log), "/tmp/mvt.%d.a.log", getpid());
+	const char *argv[] = {
+	    bin,    "--provider",      prov,           "--shards", "1",       "--socket",
+	    A.sock, "--allow-any-uid", "--weight-uid", "65534:4",  "--iface", "lo",
+	    NULL};
+	if (strcmp(prov, "tcp"))
+		argv[10] = NULL;
+	mover_spawn(&A, argv);
+	mover_listening(&A, "a", 30);
+	ck_assert_int_eq(chmod(A.sock, 0666), 0);
+
+	struct mvc *owner;
+	struct mvc_mem dst;
+	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
+	ck_assert_msg(mvc_alloc(owner, 8u << 20, &dst) == 0, "%s", mvc_error(owner));
+	uint8_t addr[MVC_BLOB_MAX], blob[MVC_BLOB_MAX];
+	size_t alen = sizeof(addr), blen = sizeof(blob);
+	ck_assert_int_eq(mvc_address(owner, addr, &alen), 0);
+	ck_assert_int_eq(mvc_region_blob(owner, dst.region, blob, &blen), 0);
+
+	/* The heavy flooder: a child as uid 65534, its byte count on a pipe. */
+	int pfd[2], go[2];
+	ck_assert_int_eq(pipe(pfd), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct flooder h;
+		uint32_t peer;
+		char c;
+		memset(&h, 0, sizeof(h));
+		if (setgid(65534) || setuid(65534) || mvc_connect(&h.c, A.sock) ||
+		    mvc_alloc(h.c, 4u << 20, &h.src) || mvc_peer_add(h.c, addr, alen, &peer) ||
+		    mvc_import(h.c, peer, blob, blen, &h.imp))
+			_exit(3);
+		h.size = 4u << 20;
+		h.window = 8;
+		if (pthread_create(&h.thread, NULL, flooder_main, &h))
+			_exit(4);
+		if (read(go[0], &c, 1) != 1) /* the parent's flooder runs */
+			_exit(5);
+		usleep(300000);
+		uint64_t b0 = atomic_load(&h.bytes);
+		usleep(1000000);
+		uint64_t n = atomic_load(&h.bytes) - b0;
+		if (write(pfd[1], &n, sizeof(n)) != sizeof(n))
+			_exit(6);
+		atomic_store(&h.stop, 1);
+		pthread_join(h.thread, NULL);
+		_exit(h.err[0] ? 7 : 0);
+	}
+	struct flooder light;
+	flooder_open(&light, owner, dst.region, NULL);
+	usleep(100000);
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	usleep(300000);
+	uint64_t l0 = atomic_load(&light.bytes), heavy = 0;
+	ck_assert_int_eq(read(pfd[0], &heavy, sizeof(heavy)), sizeof(heavy));
+	uint64_t lbytes = atomic_load(&light.bytes) - l0;
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the uid 65534 client failed (%d)",
+	              WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	flooder_close(&light);
+	double r = (double)lbytes / (double)heavy;
+	ck_assert_msg(heavy > 0 && r > 0.1 && r < 0.45,
+	              "weight 1 got %llu bytes beside %llu at weight 4: %.2f of them, want "
+	              "about 0.25",
+	              (unsigned long long)lbytes, (unsigned long long)heavy, r);
+	mvc_disconnect(owner);
+}
+END_TEST
+
+static void setup_b_only_tcp(void)
+{
+	prov = "tcp";
+	mover_start(&B, "b", 1);
+}
+
+static void setup_b_only_shm(void)
+{
+	prov = "shm";
+	mover_start(&B, "b", 1);
+}
+
+static TCase *flows(const char *name, void (*setup)(void))
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_small_batch_completes_before_a_flood_drains);
+	tcase_add_test(tc, test_share_pct_divides_bytes_by_weight);
+	tcase_add_test(tc, test_share_pct_out_of_range_is_refused);
+	tcase_add_test(tc, test_cut_write_keeps_its_imm_after_its_data);
+	return tc;
+}
+
+static TCase *uids(const char *name, void (*setup)(void))
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_weight_uid_gives_that_uids_clients_more);
+	return tc;
+}
+
+int main(void)
+{
+	Suite *s = suite_create("fair");
+	TCase *tc = tcase_create("options");
+
+	tcase_add_test(tc, test_weight_uid_refuses_bad_values);
+	suite_add_tcase(s, tc);
+	suite_add_tcase(s, flows("flows_tcp", setup_tcp1));
+	suite_add_tcase(s, flows("flows_shm", setup_shm1));
+	suite_add_tcase(s, uids("uids_tcp", setup_b_only_tcp));
+	suite_add_tcase(s, uids("uids_shm", setup_b_only_shm));
+
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
