@@ -144,46 +144,25 @@ const char *mvc_connect_error(void)
 	return connect_err;
 }
 
-/* Microseconds from the environment variable name, 0 to 1 s; def when unset. */
-static int env_us(const char *name, int64_t def_ns, int64_t *out, char *why, size_t whylen)
+/* How long mvc_wait() polls before it sleeps: $MVC_WAIT_SPIN_US
+ * (microseconds, 0 never), else MVC_WAIT_SPIN_DEFAULT_NS. */
+#define MVC_WAIT_SPIN_DEFAULT_NS 20000
+static int wait_spin(int64_t *out, char *why, size_t whylen)
 {
-	const char *env = getenv(name);
+	const char *env = getenv("MVC_WAIT_SPIN_US");
 	char *end;
 
-	*out = def_ns;
+	*out = MVC_WAIT_SPIN_DEFAULT_NS;
 	if (!env || !*env)
 		return 0;
 	errno = 0;
 	unsigned long v = strtoul(env, &end, 10);
 	if (errno || *end || v > 1000000) {
-		snprintf(why, whylen, "%s=%s: give microseconds, 0 to 1000000", name, env);
+		snprintf(why, whylen, "MVC_WAIT_SPIN_US=%s: give microseconds, 0 to 1000000", env);
 		return -EINVAL;
 	}
 	*out = (int64_t)v * 1000;
 	return 0;
-}
-
-/*
- * How long mvc_wait() polls before it sleeps: at least $MVC_WAIT_SPIN_US
- * (microseconds, 0 never polls), else MVC_WAIT_SPIN_DEFAULT_NS; while
- * completions come soon after a wait begins, up to twice that wait, to at
- * most $MVC_WAIT_SPIN_MAX_US (else MVC_WAIT_SPIN_MAX_DEFAULT_NS, never
- * below the first).
- */
-#define MVC_WAIT_SPIN_DEFAULT_NS     20000
-#define MVC_WAIT_SPIN_MAX_DEFAULT_NS 200000
-static int wait_spin(struct mvc *c, char *why, size_t whylen)
-{
-	int ret = env_us("MVC_WAIT_SPIN_US", MVC_WAIT_SPIN_DEFAULT_NS, &c->wait_spin_ns, why,
-	                 whylen);
-
-	if (!ret)
-		ret = env_us("MVC_WAIT_SPIN_MAX_US", MVC_WAIT_SPIN_MAX_DEFAULT_NS,
-		             &c->wait_spin_max_ns, why, whylen);
-	if (c->wait_spin_max_ns < c->wait_spin_ns || !c->wait_spin_ns)
-		c->wait_spin_max_ns = c->wait_spin_ns;
-	c->wait_spin_cur_ns = c->wait_spin_ns;
-	return ret;
 }
 
 /* The arena size: opts, else $MVC_LIST_ARENA (bytes, with an optional K, M
@@ -243,7 +222,7 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 	ret = arena_size(opts, &arena, c->err, sizeof(c->err));
 	if (ret)
 		goto err_free;
-	ret = wait_spin(c, c->err, sizeof(c->err));
+	ret = wait_spin(&c->wait_spin_ns, c->err, sizeof(c->err));
 	if (ret)
 		goto err_free;
 	if (opts && opts->share_pct > MV_SHARE_FULL) {

@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,49 +244,27 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* After a wait that began at t0 returned n events: how long the next one
- * polls before it sleeps (see mvc_wait()). Returns n. */
-static int spun(struct mvc *c, int64_t t0, int n)
-{
-	int64_t took = now_ns() - t0, spin = 2 * took;
-
-	if (n <= 0 || took > c->wait_spin_max_ns)
-		spin = c->wait_spin_ns;
-	c->wait_spin_cur_ns = spin < c->wait_spin_ns       ? c->wait_spin_ns
-	                      : spin > c->wait_spin_max_ns ? c->wait_spin_max_ns
-	                                                   : spin;
-	return n;
-}
-
 int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms)
 {
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
-	int64_t t0 = now_ns();
 
 	/* A completion due within a few us costs less polled for than slept
 	 * for: a sleep on the eventfd and the wake-up add several us (tens on
-	 * a virtual machine, hundreds in its tail) to every round trip. So
-	 * while completions come soon after a wait begins (a ping-pong, a
-	 * stream of small batches), poll for twice as long as the last wait
-	 * took, up to the max; a wait that ends later or not at all sets the
-	 * poll back to its least (spun()). Past the least, each turn yields
-	 * the CPU: on a crowded host the mover's shard may be waiting for it. */
-	if (timeout_ms != 0 && c->wait_spin_cur_ns > 0) {
-		int64_t end = t0 + c->wait_spin_cur_ns, least = t0 + c->wait_spin_ns, t = t0;
+	 * a virtual machine) to every round trip. */
+	if (timeout_ms != 0 && c->wait_spin_ns > 0) {
+		int64_t end = now_ns() + c->wait_spin_ns;
 		do {
 			int n = mvc_poll(c, ev, max);
 			if (n)
-				return spun(c, t0, n);
+				return n;
 			if (c->dead)
 				return mover_gone(c, ev, max);
-			if (t > least)
-				sched_yield();
-		} while ((t = now_ns()) < end);
+		} while (now_ns() < end);
 	}
 	for (;;) {
 		int n = mvc_poll(c, ev, max);
 		if (n)
-			return spun(c, t0, n);
+			return n;
 		if (c->dead)
 			return mover_gone(c, ev, max);
 
@@ -302,7 +279,7 @@ int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms)
 			if (left <= 0) {
 				for (uint32_t s = 0; s < armed; s++)
 					shmring_disarm(&c->sh[s].comp);
-				return spun(c, t0, 0);
+				return 0;
 			}
 			struct pollfd pf[2] = {{.fd = c->efd, .events = POLLIN},
 			                       {.fd = c->sock, .events = POLLRDHUP}};

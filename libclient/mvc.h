@@ -213,10 +213,8 @@ int mvc_submit(struct mvc *c, uint64_t cookie);
 void mvc_abort(struct mvc *c);
 
 /* Completions: non-blocking poll, and a wait that sleeps (timeout ms, -1
- * forever) after polling for at least 20 us ($MVC_WAIT_SPIN_US: microseconds,
- * 0 never polls), and while completions come soon after waits begin, for
- * twice as long as the last wait took, up to 200 us ($MVC_WAIT_SPIN_MAX_US);
- * both read at connect. Both return the number of events written to ev, or -errno
+ * forever) after polling for 20 us ($MVC_WAIT_SPIN_US: microseconds, 0 never;
+ * read at connect). Both return the number of events written to ev, or -errno
  * (-EPIPE: the mover is gone; in-flight batches then complete with
  * MVC_CAUSE_MOVER_GONE. -EPROTO: the mover cut this connection off because
  * what its rings held broke the protocol, a batch id out of range, a

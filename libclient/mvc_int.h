@@ -67,9 +67,7 @@ struct mvc {
 	int dead;
 	char cut[MV_ERRLEN];    /* why the mover cut this connection off; "" while it has not */
 	struct mvc_latency lat; /* immediates' wait in our rings: mvc_latency() */
-	int64_t wait_spin_ns;   /* mvc_wait() polls at least this long before it sleeps */
-	int64_t wait_spin_max_ns; /* and at most this long */
-	int64_t wait_spin_cur_ns; /* now: twice the last wait that ended within the max */
+	int64_t wait_spin_ns;   /* mvc_wait() polls this long before it sleeps */
 	struct mvc_info info;
 	uint32_t flags; /* MV_HELLO_* */
 	uint64_t max_write;
