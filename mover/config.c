@@ -50,11 +50,6 @@ static const struct mv_key opts[] = {
     {"no_gpu_copy", "no-gpu-copy", 0, MV_KEY_BOOL, F(no_gpu_copy), 0, 0, "yes", NULL, "no",
      "never copy into a same-host peer's GPU memory with CUDA;\n"
      "send it as landing messages, as to another host"},
-    {"no_cma_peers", "no-cma-peers", 0, MV_KEY_BOOL, F(no_cma_peers), 0, 0, "yes", NULL, "no",
-     "do not let same-uid processes (peer movers) ptrace-attach\n"
-     "where Yama's ptrace_scope is 1: shm then cannot copy a\n"
-     "large write straight into this mover's memory and stages\n"
-     "it through shared buffers"},
     {"allow_any_uid", "allow-any-uid", 0, MV_KEY_BOOL, F(allow_any_uid), 0, 0, "yes", NULL, "no",
      "serve clients of every uid (default: own uid only)"},
     {"admin_group", "admin-group", 0, MV_KEY_STR, F(admin_group), 0, 255, NULL, "G", "none",

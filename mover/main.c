@@ -19,7 +19,6 @@
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,15 +90,6 @@ int main(int argc, char **argv)
 	mv_log("mover %s (wire protocol %u) starting: provider %s%s%s, config %s", MVC_VERSION,
 	       MV_WIRE_VERSION, mv->cfg.provider, mv->cfg.iface ? ", interface " : "",
 	       mv->cfg.iface ? mv->cfg.iface : "", mv->cfg.file ? mv->cfg.file : "none");
-
-	/* shm copies a write of more than 4 KiB straight between the two
-	 * processes (process_vm_writev), which needs ptrace access to the
-	 * target; Yama's ptrace_scope 1 denies it between processes that do not
-	 * descend from each other, such as two movers, and shm then falls back
-	 * to staging through shared buffers that the receiver must drain. Let
-	 * any process of our uid attach (the kernel still requires the uid). */
-	if (!mv->cfg.no_cma_peers && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
-		mv_dbg("same-uid peers may copy into this mover (PR_SET_PTRACER_ANY)");
 
 	nnic = mv_fabric_list(mv->cfg.provider, mv->cfg.iface, names, pci, MV_MAX_SHARDS, mv->prov,
 	                      sizeof(mv->prov));
