@@ -35,7 +35,7 @@ DEPS_STAMP := $(B)/.deps-ok
 
 SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c
-MOVER_SRC := mover/main.c mover/control.c mover/registry.c mover/fabric.c mover/topo.c \
+MOVER_SRC := mover/main.c mover/control.c mover/msg_check.c mover/registry.c mover/fabric.c mover/topo.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/land.c mover/post.c \
 	mover/complete.c mover/batch.c mover/idle.c
