@@ -94,7 +94,7 @@ $(B)/bin/mvkv: $(B)/tools/mvkv.o $(CLIENT_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Trace tools: the reader they share is tools/trace_read.h (header-only).
-$(B)/bin/mvtrace: $(B)/tools/mvtrace.o $(B)/tools/trace_import.o
+$(B)/bin/mvtrace: $(B)/tools/mvtrace.o $(B)/tools/trace_import.o $(B)/tools/import_parse.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm $(LDLIBS)
 
