@@ -116,7 +116,7 @@ $(B)/tests/test_shmring: $(B)/tests/test_shmring.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
-$(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o
+$(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o $(B)/mover/msg_check.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
