@@ -26,6 +26,8 @@ struct importer {
 	uint64_t limit;
 	struct mvt_import_totals t;
 	uint64_t base_ns; /* the first request's arrival, as the input states it */
+	uint64_t prev_ns; /* the request before's, and its line */
+	uint64_t prev_line;
 	int have_base;
 	uint64_t line;
 	char err[512];
@@ -49,12 +51,18 @@ static int imp_fail(struct importer *im, const char *fmt, ...)
 static int imp_request(struct importer *im, uint64_t at_ns, uint64_t tokens)
 {
 	if (!im->have_base) {
-		im->base_ns = at_ns;
+		im->base_ns = im->prev_ns = at_ns;
 		im->have_base = 1;
 	}
-	if (at_ns < im->base_ns)
-		return imp_fail(im, "arrives before the first request; the input must be in "
-		                    "arrival order (sort it)");
+	/* Records go out in input order: one out of order would be replayed
+	 * out of order, and make a gap of years from a wrapped difference. */
+	if (at_ns < im->prev_ns)
+		return imp_fail(im,
+		                "arrives %.3f s before the request on line %" PRIu64
+		                "; the input must be in arrival order (sort it)",
+		                (double)(im->prev_ns - at_ns) / 1e9, im->prev_line);
+	im->prev_ns = at_ns;
+	im->prev_line = im->line;
 	uint64_t idx = im->t.nreq++;
 	uint64_t per_layer = tokens / im->m.tpp + (tokens % im->m.tpp != 0);
 	if (per_layer > UINT32_MAX / im->m.layers)
@@ -113,23 +121,44 @@ static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
 	return era * 146097 + (int64_t)doe - 719468;
 }
 
-/* "2023-11-16 18:17:03.9799600" (UTC; up to 9 fraction digits) to Unix ns. */
+/* n decimal digits at *p, advancing it; -1 if any is not a digit. */
+static int digits(const char **p, int n)
+{
+	int v = 0;
+
+	for (int i = 0; i < n; i++, (*p)++) {
+		if (**p < '0' || **p > '9')
+			return -1;
+		v = v * 10 + (**p - '0');
+	}
+	return v;
+}
+
+/*
+ * "2023-11-16 18:17:03.9799600" (UTC; up to 9 fraction digits) to Unix ns:
+ * -EINVAL if it is not written so (fixed-width digits, no signs or
+ * spaces), -ERANGE for a day that does not exist or a year outside
+ * 1970-2262 (beyond, nanoseconds since 1970 leave 63 bits).
+ */
 static int parse_azure_time(const char *s, const char *end, uint64_t *ns)
 {
-	unsigned Y, M, D, h, m, sec;
-	int n = 0;
+	static const unsigned mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	const char *p;
 	char buf[64];
 
 	if (end - s >= (long)sizeof(buf))
 		return -EINVAL;
 	memcpy(buf, s, (size_t)(end - s));
 	buf[end - s] = 0;
-	if (sscanf(buf, "%4u-%2u-%2u%*1[ T]%2u:%2u:%2u%n", &Y, &M, &D, &h, &m, &sec, &n) != 6 ||
-	    n == 0 || Y < 1970 || M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 ||
-	    sec > 60)
+	p = buf;
+	int Y = digits(&p, 4), M = (*p++ == '-') ? digits(&p, 2) : -1;
+	int D = M >= 0 && *p++ == '-' ? digits(&p, 2) : -1;
+	int h = D >= 0 && (*p == ' ' || *p == 'T') ? (p++, digits(&p, 2)) : -1;
+	int m = h >= 0 && *p++ == ':' ? digits(&p, 2) : -1;
+	int sec = m >= 0 && *p++ == ':' ? digits(&p, 2) : -1;
+	if (Y < 0 || sec < 0 || h > 23 || m > 59 || sec > 60)
 		return -EINVAL;
 	uint64_t frac = 0, scale = 1000000000u;
-	const char *p = buf + n;
 	if (*p == '.') {
 		p++;
 		if (*p < '0' || *p > '9')
@@ -142,8 +171,14 @@ static int parse_azure_time(const char *s, const char *end, uint64_t *ns)
 	}
 	if (*p)
 		return -EINVAL;
-	int64_t days = days_from_civil(Y, M, D);
-	*ns = ((uint64_t)days * 86400u + h * 3600u + m * 60u + sec) * 1000000000u + frac;
+	int leap = (Y % 4 == 0 && Y % 100 != 0) || Y % 400 == 0;
+	if (Y < 1970 || Y > 2262 || M < 1 || M > 12 || D < 1 ||
+	    (unsigned)D > mdays[M - 1] + (M == 2 && leap))
+		return -ERANGE;
+	int64_t days = days_from_civil(Y, (unsigned)M, (unsigned)D);
+	*ns = ((uint64_t)days * 86400u + (unsigned)h * 3600u + (unsigned)m * 60u + (unsigned)sec) *
+	          1000000000u +
+	      frac;
 	return 0;
 }
 
@@ -199,10 +234,13 @@ static int import_azure(struct importer *im, FILE *in)
 			break;
 		}
 		uint64_t at, tokens;
-		if (parse_azure_time(f[col_ts], fe[col_ts], &at)) {
+		ret = parse_azure_time(f[col_ts], fe[col_ts], &at);
+		if (ret) {
 			ret = imp_fail(im,
-			               "TIMESTAMP '%.*s' is not like "
-			               "2023-11-16 18:17:03.9799600",
+			               ret == -ERANGE ? "TIMESTAMP '%.*s' is no day of the years "
+			                                "1970 to 2262"
+			                              : "TIMESTAMP '%.*s' is not like "
+			                                "2023-11-16 18:17:03.9799600",
 			               (int)(fe[col_ts] - f[col_ts]), f[col_ts]);
 			break;
 		}
@@ -402,7 +440,9 @@ static int mc_parse(const char *line, struct mc_req *r, size_t *col, const char 
 			goto bad;
 		jws(&j);
 		if (klen == 9 && !strncmp(k, "timestamp", 9)) {
-			*what = "timestamp as a non-negative number of milliseconds";
+			/* Up to 9e12 ms (the year 2255 from 1970): its nanoseconds
+			 * fit the 63 bits llround() gives. */
+			*what = "timestamp as a number of milliseconds from 0 to 9e12";
 			const char *at = j.p;
 			char num[64], *e;
 			if (jnumber(&j, &a, &b) || b - a >= (long)sizeof(num)) {
@@ -412,7 +452,7 @@ static int mc_parse(const char *line, struct mc_req *r, size_t *col, const char 
 			memcpy(num, a, (size_t)(b - a));
 			num[b - a] = 0;
 			r->ts_ms = strtod(num, &e);
-			if (*e || !(r->ts_ms >= 0) || r->ts_ms > 1e15) {
+			if (*e || !(r->ts_ms >= 0) || r->ts_ms > 9e12) {
 				j.p = at;
 				goto bad;
 			}
