@@ -182,7 +182,7 @@ static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, 
 		};
 		mv_trace_batch(s, &t, mv_tracing_hops(s->mv) ? &hp : NULL);
 	}
-	if (B->end.stamp && (int64_t)B->end.stamp <= now)
+	if (B->end.stamp && B->end.stamp <= (uint64_t)now) /* as in take_end() */
 		mv_hop(s, MV_HOP_BATCH, now - (int64_t)B->end.stamp);
 	/* Reset before the client can see the id again. */
 	atomic_store_explicit(&B->bytes, 0, memory_order_relaxed);

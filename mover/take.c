@@ -190,8 +190,9 @@ static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 	 * client's stamp of a batch it committed during this turn. */
 	p->t_take = mv_now_ns();
 	/* The client's stamp is its word only: a stamp from the future is
-	 * not a duration. */
-	if (d->stamp && (int64_t)d->stamp <= p->t_take)
+	 * not a duration, and one past 2^63 is no time (compared unsigned:
+	 * as a signed number it made the difference overflow). */
+	if (d->stamp && d->stamp <= (uint64_t)p->t_take)
 		mv_hop(s, MV_HOP_QUEUE, p->t_take - (int64_t)d->stamp);
 	p->end = *d;
 	if (p->end.nparts == 0 || p->end.nparts > s->mv->nshards)
