@@ -306,6 +306,11 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 	if (p->peer)
 		atomic_store_explicit(&B->peer, p->peer, memory_order_relaxed);
 	memset(p, 0, sizeof(*p));
+	/* Read before our increment: the batch cannot be published (gen
+	 * bumped) under this id before it, so an unchanged gen later means
+	 * the batch is still in flight. */
+	p->fin = 1;
+	p->fin_gen = atomic_load_explicit(&B->gen, memory_order_relaxed);
 	/* AR5: each part's results are released here and the last part's
 	 * increment acquires all of them (the CAS winner wrote msg before). */
 	uint32_t done = atomic_fetch_add_explicit(&B->parts_done, 1, memory_order_acq_rel) + 1;

@@ -213,13 +213,21 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 		mv_cut_off(s, at, why);
 		return 1;
 	}
-	if (at->parts[d->batch].ended) {
+	struct mv_part *p = &at->parts[d->batch];
+	/* Its END taken, or its part here finished and the batch not yet
+	 * published (an immediate or another shard's part still to come): a
+	 * client reuses an id only after its completion. The generation is
+	 * relaxed: the completion the client read was published after the
+	 * bump, and its descriptor reached us through the ring's acquire. */
+	if (p->fin && atomic_load_explicit(&at->cl->batches[d->batch].gen, memory_order_relaxed) !=
+	                  p->fin_gen)
+		p->fin = 0;
+	if (p->ended || p->fin) {
 		snprintf(why, sizeof(why),
 		         "a descriptor for batch %u after its END (still in flight)", d->batch);
 		mv_cut_off(s, at, why);
 		return 1;
 	}
-	struct mv_part *p = &at->parts[d->batch];
 	uint32_t before = p->ndesc;
 	int ret;
 
