@@ -255,6 +255,116 @@ static void trace_seeds(const char *data)
 	}
 }
 
+/* fuzz_take: [struct take_case][descriptors][arena] (see fuzz_take.c),
+ * batches as libclient writes them on a one-shard mover. */
+struct take_case {
+	uint8_t src_size, dst_size, ndesc, virt;
+	uint32_t fail;
+	uint16_t arena_kb, iov;
+};
+
+static void take_seed(const char *name, struct take_case c, const struct mv_desc *d, size_t nd,
+                      const void *arena, size_t alen)
+{
+	uint8_t buf[sizeof(c) + 16 * sizeof(*d) + 4096];
+	size_t n = 0;
+
+	c.ndesc = (uint8_t)nd;
+	memcpy(buf, &c, sizeof(c));
+	n = sizeof(c);
+	memcpy(buf + n, d, nd * sizeof(*d));
+	n += nd * sizeof(*d);
+	memcpy(buf + n, arena, alen);
+	put("fuzz_take", name, buf, n + alen, NULL, 0);
+}
+
+static void take_seeds(void)
+{
+	struct take_case c = {.src_size = 2, .dst_size = 2, .virt = 1, .arena_kb = 64, .iov = 3};
+	const uint32_t src = (1u << 16) | 1u;
+	/* mvc_write x2 then mvc_write_imm: two WRITEs and an END with IMM. */
+	struct mv_desc w[3] = {
+	    {.op = MV_OP_WRITE, .batch = 3, .src = src, .dst = 0, .len = 4096},
+	    {.op = MV_OP_WRITE,
+	     .batch = 3,
+	     .src = src,
+	     .dst = 0,
+	     .src_off = 4096,
+	     .dst_off = 4096,
+	     .len = 8192},
+	    {.op = MV_OP_END,
+	     .flags = MV_END_IMM,
+	     .nparts = 1,
+	     .batch = 3,
+	     .src = MV_TK_WRITE | MV_TK_IMM,
+	     .dst = 0,
+	     .src_off = 2,
+	     .len = 12288,
+	     .cookie = 77,
+	     .imm = 5,
+	     .ndesc = 2},
+	};
+	take_seed("writes_imm", c, w, 3, NULL, 0);
+	/* mvc_write_paged of 32 pages by reference: a LIST and its END. */
+	uint8_t arena[4096] = {0};
+	struct mv_list_hdr h = {.magic = MV_LIST_MAGIC,
+	                        .kind = MV_LIST_PAGES,
+	                        .count = 32,
+	                        .src_stride = 16384,
+	                        .dst_stride = 16384,
+	                        .page_size = 16384};
+	uint32_t idx[64];
+	for (uint32_t i = 0; i < 32; i++) {
+		idx[i] = i < 16 ? i : (i * 7) % 64;
+		idx[32 + i] = i < 16 ? i : (i * 5) % 64;
+	}
+	memcpy(arena, &h, sizeof(h));
+	memcpy(arena + 64, idx, sizeof(idx));
+	struct mv_desc l[2] = {
+	    {.op = MV_OP_LIST,
+	     .batch = 9,
+	     .src = src,
+	     .dst = 0,
+	     .src_off = 0,
+	     .dst_off = 0,
+	     .len = 32},
+	    {.op = MV_OP_END,
+	     .nparts = 1,
+	     .batch = 9,
+	     .src = MV_TK_PAGED,
+	     .src_off = 32,
+	     .dst_off = 16384,
+	     .len = 32 * 16384,
+	     .cookie = 78,
+	     .ndesc = 1},
+	};
+	take_seed("page_list", c, l, 2, arena, 64 + sizeof(idx));
+	/* mvc_writev by reference: a segment list, one write failing. */
+	memset(arena, 0, sizeof(arena));
+	struct mv_list_hdr sh = {.magic = MV_LIST_MAGIC, .kind = MV_LIST_SEGS, .count = 20};
+	struct mv_seg sg[20];
+	for (int i = 0; i < 20; i++)
+		sg[i] = (struct mv_seg){(uint64_t)i * 5000, (uint64_t)i * 4096, 3000 + (uint64_t)i};
+	memcpy(arena, &sh, sizeof(sh));
+	memcpy(arena + 64, sg, sizeof(sg));
+	l[0] = (struct mv_desc){
+	    .op = MV_OP_LIST, .batch = 1, .src = src, .dst = 0, .src_off = 0, .len = 20};
+	l[1] = (struct mv_desc){.op = MV_OP_END,
+	                        .nparts = 1,
+	                        .batch = 1,
+	                        .src = MV_TK_WRITEV,
+	                        .src_off = 20,
+	                        .cookie = 79,
+	                        .ndesc = 1};
+	c.fail = 2;
+	take_seed("seg_list_one_fails", c, l, 2, arena, 64 + sizeof(sg));
+	/* A batch striped over two shards, its other part never coming. */
+	c.fail = 0;
+	w[2].nparts = 2;
+	w[2].flags = 0;
+	take_seed("two_parts", c, w, 3, NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
 	struct mvc *c;
@@ -284,6 +394,7 @@ int main(int argc, char **argv)
 	mvc_disconnect(c);
 	ring_seeds();
 	desc_seeds();
+	take_seeds();
 	trace_seeds(argv[3]);
 	return 0;
 }
