@@ -23,7 +23,9 @@
 #include "events.c"
 
 #include <check.h>
+#include <glob.h>
 #include <stdio.h>
+#include <sys/mman.h>
 
 #include "mvtest.h"
 
@@ -471,6 +473,116 @@ START_TEST(test_end_for_a_batch_in_flight_cuts_the_client_off)
 }
 END_TEST
 
+/* Sends one datagram with nfds copies of fd on sock; the reply's status,
+ * 1 if none came within 5 s, 2 if the mover closed the connection. */
+static int send_raw(int sock, const uint8_t *msg, size_t len, int fd, int nfds)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * 253)];
+	struct iovec iov = {(void *)msg, len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	struct timeval tv = {.tv_sec = 5};
+
+	if (nfds) {
+		mh.msg_control = cbuf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		for (int i = 0; i < nfds; i++)
+			memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
+	}
+	if (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0)
+		return 2;
+	struct {
+		struct mv_msg_hdr h;
+		struct mv_reply_hdr r;
+		uint8_t rest[8192];
+	} rep;
+	char cb[CMSG_SPACE(sizeof(int) * MV_MAX_FDS)];
+	struct iovec riov = {&rep, sizeof(rep)};
+	struct msghdr rm = {
+	    .msg_iov = &riov, .msg_iovlen = 1, .msg_control = cb, .msg_controllen = sizeof(cb)};
+	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	ssize_t n = recvmsg(sock, &rm, MSG_CMSG_CLOEXEC);
+	int got[MV_MAX_FDS], k = n > 0 ? mv_fds_take(&rm, got, MV_MAX_FDS) : 0;
+	for (int i = 0; i < k; i++)
+		close(got[i]);
+	if (n == 0)
+		return 2;
+	if (n < (ssize_t)(sizeof(rep.h) + sizeof(rep.r)))
+		return 1;
+	return rep.r.status;
+}
+
+/*
+ * The fuzz corpus of control messages (tests/fuzz/corpus/fuzz_ctlmsg and
+ * the committed crash inputs) against a real mover: each message and
+ * mutations of its payload, with their fds, sent by an attached client on
+ * its own socket, where every handler is reachable. Whatever each is
+ * refused with, the mover answers the next, and an honest client of the
+ * same mover keeps moving its pages.
+ */
+START_TEST(test_fuzzed_control_messages_spare_others)
+{
+	glob_t g;
+	struct pair p;
+	uint64_t x = 77;
+	uint32_t refused = 0, closed = 0, rounds = 0;
+
+	ck_assert_int_eq(glob("tests/fuzz/corpus/fuzz_ctlmsg/*", 0, NULL, &g), 0);
+	glob("tests/fuzz/regress/fuzz_ctlmsg/*", GLOB_APPEND, NULL, &g);
+	ck_assert_uint_ge(g.gl_pathc, 10);
+	pair_open(&p, REGION, REGION);
+	struct mvc *h;
+	ck_assert_int_eq(mvc_connect(&h, A.sock), 0);
+	int memfd = memfd_create("hostile", MFD_CLOEXEC);
+	ck_assert_int_eq(ftruncate(memfd, REGION), 0);
+	char trace[64];
+	snprintf(trace, sizeof(trace), "/tmp/mvt.%d.fuzz.trace", getpid());
+	for (size_t i = 0; i < 4 * g.gl_pathc; i++) {
+		uint8_t buf[2 + sizeof(struct mv_msg_hdr) + MV_MAX_MSG];
+		FILE *f = fopen(g.gl_pathv[i % g.gl_pathc], "rb");
+		ck_assert_ptr_nonnull(f);
+		size_t len = fread(buf, 1, sizeof(buf), f);
+		fclose(f);
+		ck_assert_uint_ge(len, 2 + sizeof(struct mv_msg_hdr));
+		uint8_t *msg = buf + 2;
+		size_t mlen = len - 2;
+		struct mv_msg_hdr hd;
+		memcpy(&hd, msg, sizeof(hd));
+		/* A trace goes to a file of this test's own. */
+		if (hd.type == MV_MSG_TRACE && mlen >= sizeof(hd) + sizeof(struct mv_trace_req))
+			snprintf((char *)msg + sizeof(hd) + 8, 256, "%s", trace);
+		/* Later rounds: a few payload bytes changed. */
+		for (int k = 0; i >= g.gl_pathc && mlen > sizeof(hd) && k < 1 + (int)(rnd(&x) % 4);
+		     k++)
+			msg[sizeof(hd) + rnd(&x) % (mlen - sizeof(hd))] = (uint8_t)rnd(&x);
+		int st = send_raw(h->sock, msg, mlen, memfd, buf[0] < 253 ? buf[0] : 253);
+		ck_assert_msg(st != 1, "%s: no reply in 5 s", g.gl_pathv[i % g.gl_pathc]);
+		refused += st < 0;
+		/* A malformed message ends its connection (the mover reads no
+		 * more from it): a new one for the next. */
+		if (st == 2 || st == -EBADMSG || st == -EPROTONOSUPPORT || st == -EMSGSIZE) {
+			closed++;
+			mvc_disconnect(h);
+			ck_assert_int_eq(mvc_connect(&h, A.sock), 0);
+		}
+		if (i % 8 == 7)
+			honest_round(&p, rounds++);
+	}
+	honest_round(&p, rounds++);
+	fprintf(stderr, "hostile: %zu fuzzed control messages: %u refused, %u connections closed\n",
+	        4 * g.gl_pathc, refused, closed);
+	ck_assert_uint_gt(refused, 0);
+	unlink(trace);
+	close(memfd);
+	mvc_disconnect(h);
+	pair_close(&p);
+	globfree(&g);
+}
+END_TEST
+
 START_TEST(test_corrupt_completion_ring_cuts_the_client_off)
 {
 	enum { NIMM = 20000 };
@@ -552,6 +664,7 @@ static TCase *hostile(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_end_promising_parts_that_never_come_fails_once_quiet);
 	tcase_add_test(tc, test_part_without_end_cuts_the_client_off_once_quiet);
 	tcase_add_test(tc, test_end_for_a_batch_in_flight_cuts_the_client_off);
+	tcase_add_test(tc, test_fuzzed_control_messages_spare_others);
 	tcase_add_test(tc, test_corrupt_completion_ring_cuts_the_client_off);
 	return tc;
 }
