@@ -179,7 +179,7 @@ check-tsan:
 # harness for FUZZ_CHECK_SECONDS.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
-FUZZ_CHECK_SECONDS ?= 4
+FUZZ_CHECK_SECONDS ?= 3
 FUZZERS := fuzz_ctlmsg fuzz_desc fuzz_take fuzz_ring fuzz_blob fuzz_trace fuzz_import
 FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-fno-omit-frame-pointer -std=gnu11 -pthread -Wall -Wextra -Werror -Wno-unused-parameter \
