@@ -251,8 +251,13 @@ int mv_expire_waits(struct mv_shard *s)
 			struct mv_part_wait *w = &at->waits[k];
 			struct mv_batch *B = &cl->batches[w->batch];
 			uint32_t done = atomic_load_explicit(&B->parts_done, memory_order_acquire);
+			/* Published (gen moved, or parts_done reset), or claimed by
+			 * another shard. As many parts as this END says, or more,
+			 * and still not published: the parts disagreed on their
+			 * number (the one that made the count would have published
+			 * at once), and the batch is failed here like a short one. */
 			int over = atomic_load_explicit(&B->gen, memory_order_relaxed) != w->gen ||
-			           done == 0 || done >= w->end.nparts;
+			           done == 0 || (done & MV_PARTS_CLAIMED);
 			if (!over) {
 				if (still || s->now - w->since < quiet)
 					continue;
@@ -260,10 +265,18 @@ int mv_expire_waits(struct mv_shard *s)
 				        &B->parts_done, &done, MV_PARTS_CLAIMED,
 				        memory_order_acq_rel, memory_order_relaxed)) {
 					char why[MV_ERRLEN];
-					snprintf(why, sizeof(why),
-					         "batch %u END says %u parts; %u came in %.0f s",
-					         w->batch, w->end.nparts, done,
-					         (double)(s->now - w->since) / 1e9);
+					if (done < w->end.nparts)
+						snprintf(
+						    why, sizeof(why),
+						    "batch %u END says %u parts; %u came in %.0f s",
+						    w->batch, w->end.nparts, done,
+						    (double)(s->now - w->since) / 1e9);
+					else
+						snprintf(
+						    why, sizeof(why),
+						    "batch %u: its parts disagree on their number "
+						    "(an END says %u; %u came)",
+						    w->batch, w->end.nparts, done);
 					B->end = w->end; /* for the trace */
 					B->t_take = B->t_posted = B->t_data = 0;
 					B->imm_inline = 0;
