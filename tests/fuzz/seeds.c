@@ -363,6 +363,41 @@ static void take_seeds(void)
 	w[2].nparts = 2;
 	w[2].flags = 0;
 	take_seed("two_parts", c, w, 3, NULL, 0);
+	/* Two shards: a write striped over both, each part with its END. */
+	uint8_t buf[sizeof(c) + 32 + 4 * sizeof(struct mv_desc)] = {0};
+	struct mv_desc st[4] = {
+	    {.op = MV_OP_WRITE, .batch = 5, .src = src, .len = 65536},
+	    {.op = MV_OP_END,
+	     .nparts = 2,
+	     .batch = 5,
+	     .src = MV_TK_WRITE,
+	     .src_off = 1,
+	     .len = 131072,
+	     .cookie = 80,
+	     .ndesc = 1},
+	    {.op = MV_OP_WRITE,
+	     .batch = 5,
+	     .src = src,
+	     .src_off = 65536,
+	     .dst_off = 65536,
+	     .len = 65536},
+	    {.op = MV_OP_END,
+	     .flags = MV_END_IMM,
+	     .nparts = 2,
+	     .batch = 5,
+	     .src = MV_TK_WRITE,
+	     .src_off = 1,
+	     .len = 131072,
+	     .cookie = 80,
+	     .imm = 9,
+	     .ndesc = 1},
+	};
+	c.virt = 3;
+	c.ndesc = 4;
+	memcpy(buf, &c, sizeof(c));
+	buf[sizeof(c)] = 0x0c; /* descriptors 2 and 3 to shard 1 */
+	memcpy(buf + sizeof(c) + 32, st, sizeof(st));
+	put("fuzz_take", "two_shards_striped", buf, sizeof(buf), NULL, 0);
 }
 
 int main(int argc, char **argv)
