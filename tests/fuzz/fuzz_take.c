@@ -368,6 +368,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (uint32_t k = 0; k < nsh; k++) {
 			SH[k]->now = mv_now_ns();
 			n += mv_consume(SH[k]);
+			/* What consume published first: a batch id may be used
+			 * again by the ops it queued after that. */
+			drain_cqes((int)k);
 			n += complete_all((int)k);
 			drain_cqes((int)k);
 		}
@@ -385,6 +388,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* A cut-off is told on every ring at the shard's next turn. */
 	for (uint32_t k = 0; k < nsh; k++) {
 		mv_consume(SH[k]);
+		drain_cqes((int)k);
 		complete_all((int)k);
 		drain_cqes((int)k);
 	}
