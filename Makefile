@@ -48,7 +48,8 @@ DEPS_STAMP := $(B)/.deps-ok
 
 SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c
-MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/registry.c mover/fabric.c mover/topo.c \
+MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_check.c \
+	mover/registry.c mover/fabric.c mover/topo.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
 	mover/access.c mover/quota.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/land.c mover/post.c \
@@ -82,7 +83,8 @@ MAN_LINKS := mvc_connect_opts:mvc_connect mvc_disconnect:mvc_connect \
 	mvc_shard_descs:mvc_latency
 MAN_LINK_PAGES := $(foreach l,$(MAN_LINKS),$(B)/man/$(firstword $(subst :, ,$(l))).3)
 
-.PHONY: all man demo check check-unit check-tsan check-scripts bench replay install clean format deps
+.PHONY: all man demo check check-unit check-tsan check-scripts check-fuzz fuzz fuzz-seeds bench \
+	replay install clean format deps
 all: $(SHMRING_LIB) $(CLIENT_LIB) $(CLIENT_SO) $(BINS) $(TEST_BINS) man
 
 man: $(MAN_PAGES) $(MAN_LINK_PAGES)
@@ -132,7 +134,7 @@ $(B)/bin/mvkv: $(B)/tools/mvkv.o $(CLIENT_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Trace tools: the reader they share is tools/trace_read.h (header-only).
-$(B)/bin/mvtrace: $(B)/tools/mvtrace.o $(B)/tools/trace_import.o
+$(B)/bin/mvtrace: $(B)/tools/mvtrace.o $(B)/tools/trace_import.o $(B)/tools/import_parse.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm $(LDLIBS)
 
@@ -159,7 +161,7 @@ $(B)/tests/test_config: $(B)/tests/test_config.o $(B)/mover/config.o $(B)/mover/
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) -lm $(LDLIBS)
 
-$(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o
+$(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o $(B)/mover/msg_check.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
@@ -210,7 +212,7 @@ $(B)/shmring/shmring_bench.o: override CFLAGS += $(if $(wildcard /usr/include/dp
 demo: all
 	MV_BUILD=$(B) tools/demo.sh
 
-check: check-unit check-scripts check-tsan
+check: check-unit check-scripts check-tsan check-fuzz
 
 check-unit: all
 	@set -e; for t in $(TESTS); do echo "== $$t"; MV_BUILD=$(B) $(B)/tests/$$t; done
@@ -223,6 +225,51 @@ check-tsan:
 	@if [ "$(SANITIZE)" = thread ]; then echo "check-tsan: already a TSan build"; exit 0; fi; \
 	$(MAKE) --no-print-directory B=$(B)/tsan SANITIZE=thread $(B)/tsan/tests/test_shmring && \
 	MV_BUILD=$(B)/tsan CK_RUN_SUITE=threads TSAN_OPTIONS=halt_on_error=1 $(B)/tsan/tests/test_shmring
+
+# libFuzzer harnesses (tests/fuzz/, one per input surface), built with Debian's
+# clang into $(B)/fuzz/ together with the sources each one drives. `make fuzz`
+# runs each for FUZZ_SECONDS on one core and prints executions, exec/s and
+# coverage; check runs the committed corpora and crash inputs, then each
+# harness for FUZZ_CHECK_SECONDS.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_CHECK_SECONDS ?= 3
+FUZZERS := fuzz_ctlmsg fuzz_desc fuzz_take fuzz_ring fuzz_blob fuzz_trace fuzz_import
+FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	-fno-omit-frame-pointer -std=gnu11 -pthread -Wall -Wextra -Werror -Wno-unused-parameter \
+	-D_GNU_SOURCE -Ishmring -Ilibclient -Imover -Itools
+FUZZ_SRC_fuzz_ctlmsg := mover/msg_check.c mover/validate.c
+FUZZ_SRC_fuzz_desc := mover/validate.c
+# The shard's data path links the whole daemon but main.c (the harness logs).
+FUZZ_SRC_fuzz_take := $(filter-out mover/main.c,$(MOVER_SRC)) $(SHMRING_SRC)
+FUZZ_LIBS_fuzz_take = $(FABRIC_LIBS) $(HWLOC_LIBS) $(URING_LIBS) -ldl
+FUZZ_SRC_fuzz_blob := mover/validate.c
+FUZZ_SRC_fuzz_ring := shmring/shmring.c
+FUZZ_SRC_fuzz_trace :=
+FUZZ_SRC_fuzz_import := tools/import_parse.c
+FUZZ_BINS := $(addprefix $(B)/fuzz/,$(FUZZERS))
+FUZZ_HDRS := $(wildcard mover/*.h libclient/*.h shmring/*.h tools/*.h)
+
+.SECONDEXPANSION:
+$(B)/fuzz/%: tests/fuzz/%.c $$(FUZZ_SRC_%) $(FUZZ_HDRS) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_SRC_$*) $(FUZZ_LIBS_$*) -lm
+
+fuzz: $(FUZZ_BINS)
+	tests/fuzz/run.sh $(B) $(FUZZ_SECONDS) $(FUZZERS)
+
+# The seed corpora, regenerated from real inputs when a format changes (the
+# output is committed): a mover on shm hands out real blobs.
+$(B)/fuzz/seeds: $(B)/tests/fuzz/seeds.o $(B)/tools/import_parse.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ -lm $(LDLIBS)
+$(B)/tests/fuzz/seeds.o: override CFLAGS += -Itools
+
+fuzz-seeds: $(B)/fuzz/seeds $(B)/bin/mover
+	MV_BUILD=$(B) tests/fuzz/make_seeds.sh
+
+check-fuzz: $(FUZZ_BINS)
+	FUZZ_REPLAY=1 tests/fuzz/run.sh $(B) $(FUZZ_CHECK_SECONDS) $(FUZZERS)
 
 # mvbench --quick here; BENCH_FULL=1 for the full run (take figures on a
 # machine with a core per busy thread: 2 x shards + 1).

@@ -32,8 +32,9 @@ static inline const char *mv_default_socket(char *buf, size_t len)
 	return buf;
 }
 
-/* The most fds one control message carries: a ring pair per shard, and one more. */
-#define MV_MAX_FDS (2 * MV_MAX_SHARDS + 1)
+/* The most fds one control message carries: ATTACH's ring pair per shard,
+ * the client's eventfd and its list arena. */
+#define MV_MAX_FDS (2 * MV_MAX_SHARDS + 2)
 
 /* Room for MV_MAX_FDS fds in a message's control data, aligned for it. */
 union mv_cmsg {

@@ -186,7 +186,7 @@ static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, 
 		};
 		mv_trace_batch(s, &t, mv_tracing_hops(s->mv) ? &hp : NULL);
 	}
-	if (B->end.stamp && (int64_t)B->end.stamp <= now)
+	if (B->end.stamp && B->end.stamp <= (uint64_t)now) /* as in take_end() */
 		mv_hop(s, MV_HOP_BATCH, now - (int64_t)B->end.stamp);
 	/* Reset before the client can see the id again. */
 	atomic_store_explicit(&B->bytes, 0, memory_order_relaxed);
@@ -255,8 +255,13 @@ int mv_expire_waits(struct mv_shard *s)
 			struct mv_part_wait *w = &at->waits[k];
 			struct mv_batch *B = &cl->batches[w->batch];
 			uint32_t done = atomic_load_explicit(&B->parts_done, memory_order_acquire);
+			/* Published (gen moved, or parts_done reset), or claimed by
+			 * another shard. As many parts as this END says, or more,
+			 * and still not published: the parts disagreed on their
+			 * number (the one that made the count would have published
+			 * at once), and the batch is failed here like a short one. */
 			int over = atomic_load_explicit(&B->gen, memory_order_relaxed) != w->gen ||
-			           done == 0 || done >= w->end.nparts;
+			           done == 0 || (done & MV_PARTS_CLAIMED);
 			if (!over) {
 				if (still || s->now - w->since < quiet)
 					continue;
@@ -264,10 +269,18 @@ int mv_expire_waits(struct mv_shard *s)
 				        &B->parts_done, &done, MV_PARTS_CLAIMED,
 				        memory_order_acq_rel, memory_order_relaxed)) {
 					char why[MV_ERRLEN];
-					snprintf(why, sizeof(why),
-					         "batch %u END says %u parts; %u came in %.0f s",
-					         w->batch, w->end.nparts, done,
-					         (double)(s->now - w->since) / 1e9);
+					if (done < w->end.nparts)
+						snprintf(
+						    why, sizeof(why),
+						    "batch %u END says %u parts; %u came in %.0f s",
+						    w->batch, w->end.nparts, done,
+						    (double)(s->now - w->since) / 1e9);
+					else
+						snprintf(
+						    why, sizeof(why),
+						    "batch %u: its parts disagree on their number "
+						    "(an END says %u; %u came)",
+						    w->batch, w->end.nparts, done);
 					B->end = w->end; /* for the trace */
 					B->t_take = B->t_posted = B->t_data = 0;
 					B->imm_inline = 0;
@@ -310,6 +323,11 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 	if (p->peer)
 		atomic_store_explicit(&B->peer, p->peer, memory_order_relaxed);
 	memset(p, 0, sizeof(*p));
+	/* Read before our increment: the batch cannot be published (gen
+	 * bumped) under this id before it, so an unchanged gen later means
+	 * the batch is still in flight. */
+	p->fin = 1;
+	p->fin_gen = atomic_load_explicit(&B->gen, memory_order_relaxed);
 	/* AR5: each part's results are released here and the last part's
 	 * increment acquires all of them (the CAS winner wrote msg before). */
 	uint32_t done = atomic_fetch_add_explicit(&B->parts_done, 1, memory_order_acq_rel) + 1;

@@ -9,6 +9,7 @@
  * posted, and then its regions are deregistered. Runs on the main thread.
  */
 #include "mover.h"
+#include "msg_check.h"
 #include "mv_sock.h"
 
 #include <fcntl.h>
@@ -30,23 +31,7 @@
 #define TAG_SHARDS 0xffffff03u
 #define TAG_PIDFD  0x01000000u
 
-struct rx {
-	struct mv_msg_hdr h;
-	uint8_t payload[MV_MAX_MSG];
-	size_t len; /* payload bytes */
-	int fds[MV_MAX_FDS];
-	int nfds;
-};
-
 static uint16_t client_gen[MV_MAX_CLIENTS];
-
-static void close_fds(struct rx *m)
-{
-	for (int i = 0; i < m->nfds; i++)
-		if (m->fds[i] >= 0)
-			close(m->fds[i]);
-	m->nfds = 0;
-}
 
 static int send_reply(int sock, const struct mv_msg_hdr *req, const void *payload, size_t len,
                       const int *fds, int nfds)
@@ -71,69 +56,12 @@ static int send_error(int sock, const struct mv_msg_hdr *req, int status, const 
 	return send_reply(sock, req, &r, sizeof(r), NULL, 0);
 }
 
-/* Reads one message; 1 on a message, 0 on hang-up, -errno on errors. */
-static int recv_msg(int sock, struct rx *m, char *why, size_t whylen)
-{
-	union mv_cmsg u;
-	struct iovec iov[2] = {{&m->h, sizeof(m->h)}, {m->payload, sizeof(m->payload)}};
-	struct msghdr mh = {
-	    .msg_iov = iov, .msg_iovlen = 2, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
-	ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-
-	m->nfds = 0;
-	if (n < 0)
-		return errno == EAGAIN ? -EAGAIN : -errno;
-	m->nfds = mv_fds_take(&mh, m->fds, MV_MAX_FDS);
-	if (n == 0)
-		return 0;
-	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
-		snprintf(why, whylen, "message larger than %zu bytes or with too many fds",
-		         sizeof(m->h) + sizeof(m->payload));
-		return -EMSGSIZE;
-	}
-	if ((size_t)n < sizeof(m->h)) {
-		snprintf(why, whylen, "message of %zd bytes is shorter than the %zu-byte header", n,
-		         sizeof(m->h));
-		return -EBADMSG;
-	}
-	if (m->h.magic != MV_WIRE_MAGIC) {
-		snprintf(why, whylen, "bad magic %#x: not a mover client", m->h.magic);
-		return -EBADMSG;
-	}
-	if (m->h.version != MV_WIRE_VERSION) {
-		snprintf(why, whylen, "protocol version %u; this mover speaks %u", m->h.version,
-		         MV_WIRE_VERSION);
-		return -EPROTONOSUPPORT;
-	}
-	m->len = (size_t)n - sizeof(m->h);
-	if (m->h.len != m->len) {
-		snprintf(why, whylen, "header says %u payload bytes, %zu arrived", m->h.len,
-		         m->len);
-		return -EBADMSG;
-	}
-	return 1;
-}
-
-static int need(const struct rx *m, size_t len, int nfds, char *why, size_t whylen)
-{
-	if (m->len < len) {
-		snprintf(why, whylen, "message type %u needs %zu payload bytes, got %zu", m->h.type,
-		         len, m->len);
-		return -EBADMSG;
-	}
-	if (m->nfds != nfds) {
-		snprintf(why, whylen, "message type %u needs %d fds, got %d", m->h.type, nfds,
-		         m->nfds);
-		return -EBADMSG;
-	}
-	return 0;
-}
-
-static int do_hello(struct mover *mv, struct mv_client *cl, struct rx *m, char *why, size_t whylen)
+static int do_hello(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char *why,
+                    size_t whylen)
 {
 	struct mv_hello_rep rep = {0};
 	int fds[MV_MAX_SHARDS];
-	int ret = need(m, 0, 0, why, whylen);
+	int ret = mv_msg_need(m, mv->nshards, why, whylen);
 
 	if (ret)
 		return ret;
@@ -201,10 +129,11 @@ static void arena_unmap(struct mv_client *cl)
 	cl->arena_size = 0;
 }
 
-static int do_attach(struct mover *mv, struct mv_client *cl, struct rx *m, char *why, size_t whylen)
+static int do_attach(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char *why,
+                     size_t whylen)
 {
 	const struct mv_attach_req *req = (const void *)m->payload;
-	int ret = need(m, sizeof(*req), (int)(2 * mv->nshards + 2), why, whylen);
+	int ret = mv_msg_need(m, mv->nshards, why, whylen);
 	uint32_t s;
 
 	if (ret)
@@ -285,7 +214,7 @@ err_rings:
 }
 
 /* The reply to REG, REG_GPU and BLOB: a region's id, blob and placement. */
-static int reply_region(struct mover *mv, struct mv_client *cl, const struct rx *m,
+static int reply_region(struct mover *mv, struct mv_client *cl, const struct mv_rx *m,
                         const struct mv_region *r)
 {
 	struct mv_reg_rep rep = {0};
@@ -299,7 +228,7 @@ static int reply_region(struct mover *mv, struct mv_client *cl, const struct rx 
 }
 
 /* Runs one request; 1 when it replied itself, 0 for a plain OK reply, <0 error. */
-static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *why, size_t whylen)
+static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char *why, size_t whylen)
 {
 	int ret;
 
@@ -321,25 +250,20 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		return do_hello(mv, cl, m, why, whylen);
 	case MV_MSG_STATS: {
 		struct mv_stats_rep rep = {.seg_size = mv->stats_size};
-		if ((ret = need(m, 0, 0, why, whylen)))
+		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
 		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), &mv->stats_fd, 1) ?: 1;
 	}
 	case MV_MSG_TRACE: {
-		struct mv_trace_req req = {0};
 		/* Start carries the file, opened by the requester: the mover
 		 * never opens a path that a connection names. */
-		memcpy(&req, m->payload, m->len < sizeof(req) ? m->len : sizeof(req));
-		if ((ret = need(m, sizeof(req), req.on ? 1 : 0, why, whylen)))
+		struct mv_trace_req req;
+		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
-		req.path[sizeof(req.path) - 1] = 0;
+		if ((ret = mv_msg_trace(m, &req, why, whylen)))
+			return ret;
 		if (!req.on)
 			return mv_trace_stop(mv, why, whylen);
-		if (req.flags & ~MV_TRACE_HOPS) {
-			snprintf(why, whylen, "trace flags 0x%x: only 0x%x (hops) is known",
-			         req.flags, MV_TRACE_HOPS);
-			return -EINVAL;
-		}
 		ret = mv_trace_start(mv, m->fds[0], req.path, req.flags, why, whylen);
 		m->fds[0] = -1; /* the trace owns it now, or closed it */
 		return ret;
@@ -350,7 +274,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		const struct mv_reg_req *req = (const void *)m->payload;
 		struct mv_region *r;
 
-		if ((ret = need(m, sizeof(*req), 1, why, whylen)))
+		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
 		ret = mv_region_add(mv, cl, m->fds[0], req->offset, req->len, &r, why, whylen);
 		if (ret)
@@ -362,7 +286,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		struct mv_region *r;
 		int fds = m->len >= sizeof(*req) && req->gpu.kind == MV_GPU_VMM;
 
-		if ((ret = need(m, sizeof(*req), fds, why, whylen)))
+		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
 		ret = mv_region_add_gpu(mv, cl, &req->gpu, fds ? m->fds[0] : -1, req->len, &r, why,
 		                        whylen);
@@ -379,7 +303,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		struct mv_gpu_fd_rep rep = {0};
 		struct mv_region *r;
 
-		if ((ret = need(m, sizeof(*req), 0, why, whylen)))
+		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
 		r = mv_region_get(mv, req->id);
 		if (r && r->secret != req->secret) {
@@ -401,7 +325,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		const struct mv_id_req *req = (const void *)m->payload;
 		struct mv_region *r;
 
-		if ((ret = need(m, sizeof(*req), 0, why, whylen)))
+		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
 		r = mv_region_get(mv, req->id);
 		if (!r || r->owner != cl->id) {
@@ -413,13 +337,13 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 	}
 	case MV_MSG_DEREG: {
 		const struct mv_id_req *req = (const void *)m->payload;
-		if ((ret = need(m, sizeof(*req), 0, why, whylen)))
+		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
 		return mv_region_del(mv, cl, req->id, why, whylen);
 	}
 	case MV_MSG_ADDR: {
 		struct mv_addr_rep rep = {0};
-		if ((ret = need(m, 0, 0, why, whylen)))
+		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
 		mv_addr_blob(mv, &rep.blob);
 		rep.blob_len = sizeof(rep.blob);
@@ -429,7 +353,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 		struct mv_id_rep rep = {0};
 		struct mv_addr_blob b = {0};
 		/* A short blob is a bad argument, checked with its reason below. */
-		if ((ret = need(m, 0, 0, why, whylen)))
+		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
 		memcpy(&b, m->payload, m->len < sizeof(b) ? m->len : sizeof(b));
 		ret = mv_peer_add(mv, cl, &b, m->len, &rep.id, why, whylen);
@@ -440,7 +364,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 	case MV_MSG_PEER_DEL:
 	case MV_MSG_UNIMPORT: {
 		const struct mv_id_req *req = (const void *)m->payload;
-		if ((ret = need(m, sizeof(*req), 0, why, whylen)))
+		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
 		if (m->h.type == MV_MSG_PEER_DEL)
 			return mv_peer_del(mv, cl, req->id, why, whylen);
@@ -449,7 +373,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct rx *m, char *wh
 	case MV_MSG_IMPORT: {
 		struct mv_import_req req = {0};
 		struct mv_id_rep rep = {0};
-		if ((ret = need(m, offsetof(struct mv_import_req, blob), 0, why, whylen)))
+		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
 		memcpy(&req, m->payload, m->len < sizeof(req) ? m->len : sizeof(req));
 		size_t blen = m->len - offsetof(struct mv_import_req, blob);
@@ -629,22 +553,22 @@ static int listen_on(const struct mover *mv, const char *path, char *why, size_t
 	return fd;
 }
 
-static void serve(struct mover *mv, struct mv_client *cl, int ep, struct rx *m)
+static void serve(struct mover *mv, struct mv_client *cl, int ep, struct mv_rx *m)
 {
 	char why[sizeof(((struct mv_reply_hdr *)0)->msg)] = "";
 	int ret;
 
 	for (;;) {
-		ret = recv_msg(cl->sock, m, why, sizeof(why));
+		ret = mv_msg_recv(cl->sock, m, why, sizeof(why));
 		if (ret == -EAGAIN)
 			return;
 		if (ret == 0) {
-			close_fds(m);
+			mv_msg_close_fds(m);
 			client_leave(mv, cl, ep, "disconnected");
 			return;
 		}
 		if (ret < 0) {
-			close_fds(m);
+			mv_msg_close_fds(m);
 			if (ret == -ECONNRESET || ret == -EPIPE) {
 				client_leave(mv, cl, ep, "connection reset");
 				return;
@@ -655,7 +579,7 @@ static void serve(struct mover *mv, struct mv_client *cl, int ep, struct rx *m)
 		}
 		why[0] = 0;
 		ret = handle(mv, cl, m, why, sizeof(why));
-		close_fds(m);
+		mv_msg_close_fds(m);
 		if (ret == 0) {
 			struct mv_reply_hdr ok = {0};
 			send_reply(cl->sock, &m->h, &ok, sizeof(ok), NULL, 0);
@@ -674,7 +598,7 @@ int mv_control_run(struct mover *mv)
 	char why[MV_ERRLEN] = "";
 	sigset_t sigs;
 	int lfd, sfd, ep;
-	struct rx *m = malloc(sizeof(*m));
+	struct mv_rx *m = malloc(sizeof(*m));
 
 	if (!m)
 		return -ENOMEM;

@@ -132,7 +132,12 @@ int mv_list_expand(struct mv_shard *s, struct mv_attach *at)
 		uint32_t k =
 		    c->end - c->next < LIST_STEP ? (uint32_t)(c->end - c->next) : LIST_STEP;
 
-		if (!room_for(s, at, c->run_len + (pages ? c->h.page_size : MV_CHUNK)))
+		/* Room for the run and the next piece: entries go out in pieces
+		 * of MV_CHUNK at most, so a page of any size needs no more (a
+		 * whole page could never fit the pool, and the ring would wait
+		 * for ever before its bounds were even checked). */
+		uint64_t next = pages && c->h.page_size < MV_CHUNK ? c->h.page_size : MV_CHUNK;
+		if (!room_for(s, at, c->run_len + next))
 			break;
 		/* The copy is the list from here on: nothing below reads the
 		 * arena again for these entries. */

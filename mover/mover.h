@@ -231,6 +231,11 @@ struct mv_part {
 	uint64_t bytes;
 	struct mv_desc end;
 	char msg[MV_ERRLEN];
+	/* This shard's part finished while its batch's generation was fin_gen:
+	 * until that batch is published, a descriptor naming it is a
+	 * descriptor after its END (take.c). */
+	uint8_t fin;
+	uint32_t fin_gen;
 };
 
 struct mv_client;

@@ -194,8 +194,9 @@ static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 	 * client's stamp of a batch it committed during this turn. */
 	p->t_take = mv_now_ns();
 	/* The client's stamp is its word only: a stamp from the future is
-	 * not a duration. */
-	if (d->stamp && (int64_t)d->stamp <= p->t_take)
+	 * not a duration, and one past 2^63 is no time (compared unsigned:
+	 * as a signed number it made the difference overflow). */
+	if (d->stamp && d->stamp <= (uint64_t)p->t_take)
 		mv_hop(s, MV_HOP_QUEUE, p->t_take - (int64_t)d->stamp);
 	p->end = *d;
 	if (p->end.nparts == 0 || p->end.nparts > s->mv->nshards)
@@ -216,13 +217,21 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 		mv_cut_off(s, at, why);
 		return 1;
 	}
-	if (at->parts[d->batch].ended) {
+	struct mv_part *p = &at->parts[d->batch];
+	/* Its END taken, or its part here finished and the batch not yet
+	 * published (an immediate or another shard's part still to come): a
+	 * client reuses an id only after its completion. The generation is
+	 * relaxed: the completion the client read was published after the
+	 * bump, and its descriptor reached us through the ring's acquire. */
+	if (p->fin && atomic_load_explicit(&at->cl->batches[d->batch].gen, memory_order_relaxed) !=
+	                  p->fin_gen)
+		p->fin = 0;
+	if (p->ended || p->fin) {
 		snprintf(why, sizeof(why),
 		         "a descriptor for batch %u after its END (still in flight)", d->batch);
 		mv_cut_off(s, at, why);
 		return 1;
 	}
-	struct mv_part *p = &at->parts[d->batch];
 	uint32_t before = p->ndesc;
 	int ret;
 

@@ -23,7 +23,9 @@
 #include "events.c"
 
 #include <check.h>
+#include <glob.h>
 #include <stdio.h>
+#include <sys/mman.h>
 
 #include "mvtest.h"
 
@@ -40,9 +42,9 @@ static uint64_t rnd(uint64_t *x)
 /* An edge value or a random one, for a field of the given width in bits. */
 static uint64_t edge(uint64_t *x, int bits)
 {
-	static const uint64_t e[] = {0,           1,           REGION - 1,   REGION,
-	                             REGION + 1,  1ull << 31,  1ull << 32,   (1ull << 32) - 1,
-	                             1ull << 63,  UINT64_MAX,  UINT64_MAX - 8, 4ull << 20};
+	static const uint64_t e[] = {0,          1,          REGION - 1,     REGION,
+	                             REGION + 1, 1ull << 31, 1ull << 32,     (1ull << 32) - 1,
+	                             1ull << 63, UINT64_MAX, UINT64_MAX - 8, 4ull << 20};
 	uint64_t v = rnd(x) % 3 ? e[rnd(x) % (sizeof(e) / sizeof(e[0]))] : rnd(x);
 
 	return bits == 64 ? v : v & ((1ull << bits) - 1);
@@ -182,9 +184,10 @@ START_TEST(test_spoiled_writes_complete_once_and_spare_others)
 	pair_open(&h, REGION, REGION);
 	for (uint32_t b = 0; b < NB; b++) {
 		for (double stop = now_s() + 20; mvc_inflight(h.a) >= WINDOW;) {
-			ck_assert_msg(now_s() < stop,
-			              "hostile batches stopped completing: %u in flight after batch %u",
-			              mvc_inflight(h.a), b);
+			ck_assert_msg(
+			    now_s() < stop,
+			    "hostile batches stopped completing: %u in flight after batch %u",
+			    mvc_inflight(h.a), b);
 			if (reap(h.a, seen, NB, 100, &failed) == -EPROTO)
 				break;
 		}
@@ -200,8 +203,8 @@ START_TEST(test_spoiled_writes_complete_once_and_spare_others)
 		uint32_t nw = 1 + (uint32_t)(rnd(&x) % 3);
 		for (uint32_t w = 0; w < nw; w++) {
 			uint64_t off = rnd(&x) % (REGION / 4096) * 4096;
-			ck_assert_msg(mvc_write(h.a, h.src.region, off, h.imp, off, 4096) == 0, "%s",
-			              mvc_error(h.a));
+			ck_assert_msg(mvc_write(h.a, h.src.region, off, h.imp, off, 4096) == 0,
+			              "%s", mvc_error(h.a));
 		}
 		if (rnd(&x) % 4 == 0)
 			ck_assert_int_eq(mvc_write_imm(h.a, h.imp, 0x5a000000u | b), 0);
@@ -243,8 +246,9 @@ START_TEST(test_spoiled_writes_complete_once_and_spare_others)
 	double a0 = cpu_s(A.pid), b0 = cpu_s(B.pid), t0 = now_s();
 	usleep(5000000);
 	double t = now_s() - t0, ua = (cpu_s(A.pid) - a0) / t, ub = (cpu_s(B.pid) - b0) / t;
-	fprintf(stderr, "hostile: mover CPU over %.1f s with only the hostile client: A %.1f%%, "
-	                "B %.1f%% of a core\n",
+	fprintf(stderr,
+	        "hostile: mover CPU over %.1f s with only the hostile client: A %.1f%%, "
+	        "B %.1f%% of a core\n",
 	        t, ua * 100, ub * 100);
 	ck_assert_msg(ua < 0.10 && ub < 0.10, "movers use %.0f%% and %.0f%% of a core", ua * 100,
 	              ub * 100);
@@ -252,7 +256,6 @@ START_TEST(test_spoiled_writes_complete_once_and_spare_others)
 	free(seen);
 }
 END_TEST
-
 
 /* The ways a client's rings can stop making sense, one per connection. */
 enum forgery { F_BATCH_ID, F_AFTER_END, F_SUB_PRODUCER, F_N };
@@ -307,8 +310,8 @@ START_TEST(test_senseless_rings_cut_the_client_off)
 		pair_open(&h, REGION, REGION);
 		/* Good batches in flight, then the forged one. */
 		for (uint32_t b = 0; b < GOOD; b++) {
-			ck_assert_int_eq(mvc_write(h.a, h.src.region, b * 4096, h.imp, b * 4096, 4096),
-			                 0);
+			ck_assert_int_eq(
+			    mvc_write(h.a, h.src.region, b * 4096, h.imp, b * 4096, 4096), 0);
 			ck_assert_int_eq(mvc_submit(h.a, b), 0);
 		}
 		ck_assert_int_eq(mvc_write(h.a, h.src.region, 0, h.imp, 0, 4096), 0);
@@ -323,7 +326,8 @@ START_TEST(test_senseless_rings_cut_the_client_off)
 			uint64_t one = 1;
 			atomic_store(&r->lay->prod.idx, r->local + 1000000);
 			if (r->doorbell >= 0)
-				ck_assert_int_eq(write(r->doorbell, &one, sizeof(one)), sizeof(one));
+				ck_assert_int_eq(write(r->doorbell, &one, sizeof(one)),
+				                 sizeof(one));
 		}
 		/* Every batch completes once, and the connection ends cut off. */
 		int ret = 0, cut = 0;
@@ -340,7 +344,8 @@ START_TEST(test_senseless_rings_cut_the_client_off)
 				n++;
 				if (ev[i].cause == MVC_CAUSE_PROTOCOL) {
 					ck_assert_int_eq(ev[i].status, -EPROTO);
-					ck_assert_msg(strstr(ev[i].msg, forged_why[f]), "%s", ev[i].msg);
+					ck_assert_msg(strstr(ev[i].msg, forged_why[f]), "%s",
+					              ev[i].msg);
 					cut = 1;
 				}
 			}
@@ -436,6 +441,148 @@ START_TEST(test_end_promising_parts_that_never_come_fails_once_quiet)
 }
 END_TEST
 
+/*
+ * A second END for a batch whose part on this shard already finished while
+ * the batch waits for another part (found by tests/fuzz/fuzz_take): it was
+ * taken as a fresh part, made the part count whole, and completed the batch
+ * at once, its missing part never sent. It is a descriptor after its
+ * batch's END, and cuts the client off.
+ */
+START_TEST(test_end_for_a_batch_in_flight_cuts_the_client_off)
+{
+	struct pair p, h;
+
+	pair_open(&p, REGION, REGION);
+	pair_open(&h, REGION, REGION);
+	uint32_t b = h.a->batch, home = h.a->home, pos;
+	ck_assert_int_eq(mvc_write(h.a, h.src.region, 0, h.imp, 0, 4096), 0);
+	commit_raw(h.a, 7, &(struct mv_desc){.op = MV_OP_END, .nparts = 2, .ndesc = 1});
+	usleep(300000); /* its part is done: the batch waits for the other */
+	struct shmring *r = &h.a->sh[home].sub;
+	ck_assert_int_eq(shmring_reserve(r, 1, &pos), 1);
+	*(struct mv_desc *)shmring_slot(r, pos) =
+	    (struct mv_desc){.op = MV_OP_END, .nparts = 2, .batch = b, .cookie = 7};
+	shmring_commit(r);
+	struct mvc_event e = wait_batch(h.a, 7, 10);
+	ck_assert_msg(e.cause == MVC_CAUSE_PROTOCOL, "status %d cause %d: %s", e.status, e.cause,
+	              e.msg);
+	ck_assert_msg(strstr(e.msg, "after its END (still in flight)"), "%s", e.msg);
+	honest_round(&p, 0);
+	pair_close(&h);
+	pair_close(&p);
+}
+END_TEST
+
+/* Sends one datagram with nfds copies of fd on sock; the reply's status,
+ * 1 if none came within 5 s, 2 if the mover closed the connection. */
+static int send_raw(int sock, const uint8_t *msg, size_t len, int fd, int nfds)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * 253)];
+	struct iovec iov = {(void *)msg, len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	struct timeval tv = {.tv_sec = 5};
+
+	if (nfds) {
+		mh.msg_control = cbuf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		for (int i = 0; i < nfds; i++)
+			memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
+	}
+	if (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0)
+		return 2;
+	struct {
+		struct mv_msg_hdr h;
+		struct mv_reply_hdr r;
+		uint8_t rest[8192];
+	} rep;
+	char cb[CMSG_SPACE(sizeof(int) * MV_MAX_FDS)];
+	struct iovec riov = {&rep, sizeof(rep)};
+	struct msghdr rm = {
+	    .msg_iov = &riov, .msg_iovlen = 1, .msg_control = cb, .msg_controllen = sizeof(cb)};
+	setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	ssize_t n = recvmsg(sock, &rm, MSG_CMSG_CLOEXEC);
+	int got[MV_MAX_FDS], k = n > 0 ? mv_fds_take(&rm, got, MV_MAX_FDS) : 0;
+	for (int i = 0; i < k; i++)
+		close(got[i]);
+	if (n == 0)
+		return 2;
+	if (n < (ssize_t)(sizeof(rep.h) + sizeof(rep.r)))
+		return 1;
+	return rep.r.status;
+}
+
+/*
+ * The fuzz corpus of control messages (tests/fuzz/corpus/fuzz_ctlmsg and
+ * the committed crash inputs) against a real mover: each message and
+ * mutations of its payload, with their fds, sent by an attached client on
+ * its own socket, where every handler is reachable. Whatever each is
+ * refused with, the mover answers the next, and an honest client of the
+ * same mover keeps moving its pages.
+ */
+START_TEST(test_fuzzed_control_messages_spare_others)
+{
+	glob_t g;
+	struct pair p;
+	uint64_t x = 77;
+	uint32_t refused = 0, closed = 0, rounds = 0;
+
+	ck_assert_int_eq(glob("tests/fuzz/corpus/fuzz_ctlmsg/*", 0, NULL, &g), 0);
+	glob("tests/fuzz/regress/fuzz_ctlmsg/*", GLOB_APPEND, NULL, &g);
+	ck_assert_uint_ge(g.gl_pathc, 10);
+	pair_open(&p, REGION, REGION);
+	struct mvc *h;
+	ck_assert_int_eq(mvc_connect(&h, A.sock), 0);
+	int memfd = memfd_create("hostile", MFD_CLOEXEC);
+	ck_assert_int_eq(ftruncate(memfd, REGION), 0);
+	char trace[64];
+	snprintf(trace, sizeof(trace), "/tmp/mvt.%d.fuzz.trace", getpid());
+	for (size_t i = 0; i < 4 * g.gl_pathc; i++) {
+		uint8_t buf[2 + sizeof(struct mv_msg_hdr) + MV_MAX_MSG];
+		FILE *f = fopen(g.gl_pathv[i % g.gl_pathc], "rb");
+		ck_assert_ptr_nonnull(f);
+		size_t len = fread(buf, 1, sizeof(buf), f);
+		fclose(f);
+		ck_assert_uint_ge(len, 2 + sizeof(struct mv_msg_hdr));
+		uint8_t *msg = buf + 2;
+		size_t mlen = len - 2;
+		struct mv_msg_hdr hd;
+		memcpy(&hd, msg, sizeof(hd));
+		/* A trace goes to a file of this test's own. */
+		if (hd.type == MV_MSG_TRACE && mlen >= sizeof(hd) + sizeof(struct mv_trace_req))
+			snprintf((char *)msg + sizeof(hd) + 8, 256, "%s", trace);
+		/* Later rounds: a few payload bytes changed. */
+		for (int k = 0; i >= g.gl_pathc && mlen > sizeof(hd) && k < 1 + (int)(rnd(&x) % 4);
+		     k++)
+			msg[sizeof(hd) + rnd(&x) % (mlen - sizeof(hd))] = (uint8_t)rnd(&x);
+		int st = send_raw(h->sock, msg, mlen, memfd, buf[0] < 253 ? buf[0] : 253);
+		ck_assert_msg(st != 1, "%s: no reply in 5 s", g.gl_pathv[i % g.gl_pathc]);
+		refused += st < 0;
+		/* A malformed message ends its connection (the mover reads no
+		 * more from it): a new one for the next. */
+		if (st == 2 || st == -EBADMSG || st == -EPROTONOSUPPORT || st == -EMSGSIZE) {
+			closed++;
+			mvc_disconnect(h);
+			ck_assert_int_eq(mvc_connect(&h, A.sock), 0);
+		}
+		if (i % 8 == 7)
+			honest_round(&p, rounds++);
+	}
+	honest_round(&p, rounds++);
+	fprintf(stderr, "hostile: %zu fuzzed control messages: %u refused, %u connections closed\n",
+	        4 * g.gl_pathc, refused, closed);
+	ck_assert_uint_gt(refused, 0);
+	unlink(trace);
+	close(memfd);
+	mvc_disconnect(h);
+	pair_close(&p);
+	globfree(&g);
+}
+END_TEST
+
 START_TEST(test_corrupt_completion_ring_cuts_the_client_off)
 {
 	enum { NIMM = 20000 };
@@ -516,6 +663,8 @@ static TCase *hostile(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_senseless_rings_cut_the_client_off);
 	tcase_add_test(tc, test_end_promising_parts_that_never_come_fails_once_quiet);
 	tcase_add_test(tc, test_part_without_end_cuts_the_client_off_once_quiet);
+	tcase_add_test(tc, test_end_for_a_batch_in_flight_cuts_the_client_off);
+	tcase_add_test(tc, test_fuzzed_control_messages_spare_others);
 	tcase_add_test(tc, test_corrupt_completion_ring_cuts_the_client_off);
 	return tc;
 }

@@ -443,10 +443,20 @@ START_TEST(test_bad_lists_fail_their_batch_with_a_cause)
 	h->magic = 0;
 	fails_with(p.a, 6, MVC_CAUSE_BAD_DESC, "no list");
 
+	/* Pages larger than the shard's whole op pool could carry at once
+	 * (found by tests/fuzz/fuzz_take): the shard waited for room that
+	 * never comes before it looked at the page, and the client's ring
+	 * stood still for good. Pages go out in pieces, so now it looks. */
+	paged(&p, sp, dp, NP, PS);
+	ck_assert_int_ge(open_lists(p.a, d, MV_MAX_SHARDS), 1);
+	h = (void *)(p.a->arena.map + d[0]->src_off);
+	h->page_size = 1ull << 50;
+	fails_with(p.a, 7, MVC_CAUSE_BOUNDS, "lies outside region");
+
 	/* And the client goes on working. */
 	memset(p.dst.addr, 0, (uint64_t)NP * PS);
 	paged(&p, sp, dp, NP, PS);
-	landed(p.a, p.imp, p.b, 7);
+	landed(p.a, p.imp, p.b, 8);
 	ck_assert(!memcmp(p.dst.addr, p.src.addr, (uint64_t)NP * PS));
 	pair_close(&p);
 }

@@ -774,7 +774,33 @@ START_TEST(test_import_refuses_bad_input_naming_the_line)
 	               "2023-11-16 18:15:45.0,12\n");
 	RUN(&o, NULL, "mvtrace", "import", "azure", in, p, MODEL);
 	ck_assert_int_eq(o.status, 1);
-	ck_has(o.err, "line 3: arrives before the first request");
+	ck_has(o.err, "line 3: arrives 1.600 s before the request on line 2; the input must be in "
+	              "arrival order");
+	/* Found by tests/fuzz/fuzz_import: only the first request was compared,
+	 * so a later one out of order became a record out of order. */
+	write_text(in, "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.0,12\n"
+	               "2023-11-16 18:15:50.0,12\n2023-11-16 18:15:47.0,12\n");
+	RUN(&o, NULL, "mvtrace", "import", "azure", in, p, MODEL);
+	ck_assert_int_eq(o.status, 1);
+	ck_has(o.err, "line 4: arrives 3.000 s before the request on line 3");
+	/* Dates that do not exist, or whose nanoseconds since 1970 wrap, and
+	 * digits with signs: refused, not read as another time. */
+	write_text(in, "TIMESTAMP,ContextTokens\n2023-02-29 18:15:46.0,12\n");
+	RUN(&o, NULL, "mvtrace", "import", "azure", in, p, MODEL);
+	ck_assert_int_eq(o.status, 1);
+	ck_has(o.err, "line 2: TIMESTAMP '2023-02-29 18:15:46.0' is no day of the years 1970 to "
+	              "2262");
+	write_text(in, "TIMESTAMP,ContextTokens\n2600-01-01 00:00:00,12\n");
+	RUN(&o, NULL, "mvtrace", "import", "azure", in, p, MODEL);
+	ck_assert_int_eq(o.status, 1);
+	ck_has(o.err, "is no day of the years 1970 to 2262");
+	write_text(in, "TIMESTAMP,ContextTokens\n+023-11-16 18:15:46.0,12\n");
+	RUN(&o, NULL, "mvtrace", "import", "azure", in, p, MODEL);
+	ck_assert_int_eq(o.status, 1);
+	ck_has(o.err, "TIMESTAMP '+023-11-16 18:15:46.0' is not like");
+	write_text(in, "TIMESTAMP,ContextTokens\n2024-02-29T18:15:46.0,12\n");
+	RUN(&o, NULL, "mvtrace", "import", "azure", in, p, MODEL);
+	ck_assert_msg(o.status == 0, "%s", o.err);
 
 	write_text(in_dir(in, sizeof(in), "bad.jsonl"),
 	           "{\"timestamp\": 0, \"input_length\": 10, \"hash_ids\": [1]}\n"
@@ -782,6 +808,15 @@ START_TEST(test_import_refuses_bad_input_naming_the_line)
 	RUN(&o, NULL, "mvtrace", "import", "mooncake", in, p, MODEL);
 	ck_assert_int_eq(o.status, 1);
 	ck_has(o.err, "bad.jsonl line 2: column 54: expected hash_ids as an array of non-negative");
+
+	/* 1e15 ms was accepted, and its nanoseconds overflowed into a record
+	 * 2^63 ns late. */
+	write_text(in, "{\"timestamp\": 0, \"input_length\": 10, \"hash_ids\": [1]}\n"
+	               "{\"timestamp\": 1e15, \"input_length\": 10, \"hash_ids\": [2]}\n");
+	RUN(&o, NULL, "mvtrace", "import", "mooncake", in, p, MODEL);
+	ck_assert_int_eq(o.status, 1);
+	ck_has(o.err, "line 2: column 15: expected timestamp as a number of milliseconds from 0 to "
+	              "9e12");
 
 	write_text(in, "{\"timestamp\": 0, \"hash_ids\": [1]}\n");
 	RUN(&o, NULL, "mvtrace", "import", "mooncake", in, p, MODEL);
@@ -1305,13 +1340,12 @@ START_TEST(test_captured_hops_follow_their_batches_in_order)
 		ck_assert_uint_eq(h->submit_ns, t.rec[i].submit_ns);
 		ck_assert_uint_eq(h->complete_ns, t.rec[i].complete_ns);
 		/* A long list's first writes can go before its END is taken. */
-		ck_assert_msg(h->taken_ns >= h->submit_ns && h->posted_ns &&
-		                  h->data_ns >= h->posted_ns && h->data_ns >= h->taken_ns &&
-		                  h->complete_ns >= h->data_ns,
-		              "batch %zu: submit %" PRIu64 " taken %" PRIu64 " posted %" PRIu64
-		              " data %" PRIu64 " done %" PRIu64,
-		              i, h->submit_ns, h->taken_ns, h->posted_ns, h->data_ns,
-		              h->complete_ns);
+		ck_assert_msg(
+		    h->taken_ns >= h->submit_ns && h->posted_ns && h->data_ns >= h->posted_ns &&
+		        h->data_ns >= h->taken_ns && h->complete_ns >= h->data_ns,
+		    "batch %zu: submit %" PRIu64 " taken %" PRIu64 " posted %" PRIu64
+		    " data %" PRIu64 " done %" PRIu64,
+		    i, h->submit_ns, h->taken_ns, h->posted_ns, h->data_ns, h->complete_ns);
 		ck_assert(h->shard < 2);
 	}
 	mvt_free(&t);

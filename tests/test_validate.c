@@ -2,16 +2,21 @@
 /*
  * Unit tests of the mover's checks on untrusted input: WRITE descriptors
  * against the client's regions and imports (bounds written so no sum can
- * wrap), the lists LIST descriptors name in the client's arena, and the
- * address and region blobs peers hand each other.
+ * wrap), the lists LIST descriptors name in the client's arena, the
+ * address and region blobs peers hand each other, and control messages as
+ * they come off a real socket pair (mover/msg_check.c).
  */
 #include <check.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "mover.h"
+#include "msg_check.h"
 
 void mv_log(const char *fmt, ...)
 {
@@ -323,12 +328,94 @@ START_TEST(test_spans_that_wrap_or_overrun_are_refused)
 }
 END_TEST
 
+/* Sends a message of type with len payload bytes and nfds copies of one fd. */
+static void send_msg(int sock, uint16_t type, const void *payload, uint32_t len, int nfds)
+{
+	struct mv_msg_hdr h = {
+	    .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = type, .len = len};
+	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
+	char cbuf[CMSG_SPACE(sizeof(int) * 253)];
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+	int fd = memfd_create("test_msg", MFD_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	if (nfds) {
+		mh.msg_control = cbuf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		for (int i = 0; i < nfds; i++)
+			memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
+	}
+	ck_assert_int_eq(sendmsg(sock, &mh, 0), (ssize_t)(sizeof(h) + len));
+	close(fd);
+}
+
+static int lowest_free_fd(void)
+{
+	int fd = dup(0);
+
+	close(fd);
+	return fd;
+}
+
+/* Found by tests/fuzz/fuzz_ctlmsg: MV_MAX_FDS had room for one fd less
+ * than ATTACH carries on a mover of 64 shards, so the last was closed
+ * unseen and every client of such a mover was refused. */
+START_TEST(test_attach_of_64_shards_arrives_with_all_its_fds)
+{
+	static struct mv_rx m;
+	struct mv_attach_req req = {.nshards = 64};
+	char why[MV_ERRLEN] = "";
+	int sv[2];
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	send_msg(sv[0], MV_MSG_ATTACH, &req, sizeof(req), 2 * 64 + 2);
+	ck_assert_int_eq(mv_msg_recv(sv[1], &m, why, sizeof(why)), 1);
+	ck_assert_int_eq(m.nfds, 2 * 64 + 2);
+	ck_assert_msg(mv_msg_need(&m, 64, why, sizeof(why)) == 0, "%s", why);
+	ck_assert_int_eq(mv_msg_need(&m, 63, why, sizeof(why)), -EBADMSG);
+	ck_assert_str_eq(why, "message type 2 needs 128 fds, got 130");
+	mv_msg_close_fds(&m);
+	close(sv[0]);
+	close(sv[1]);
+}
+END_TEST
+
+START_TEST(test_message_with_more_fds_than_any_is_refused_and_closes_them)
+{
+	static struct mv_rx m;
+	char why[MV_ERRLEN] = "";
+	int sv[2], low;
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	low = lowest_free_fd();
+	send_msg(sv[0], MV_MSG_HELLO, NULL, 0, (int)MV_MAX_FDS + 1);
+	ck_assert_int_eq(mv_msg_recv(sv[1], &m, why, sizeof(why)), -EMSGSIZE);
+	ck_assert_msg(strstr(why, "with more than 130 fds"), "%s", why);
+	mv_msg_close_fds(&m);
+	ck_assert_int_eq(lowest_free_fd(), low);
+	/* A REG with its one fd but a short payload: refused by its shape. */
+	send_msg(sv[0], MV_MSG_REG, "x", 1, 1);
+	ck_assert_int_eq(mv_msg_recv(sv[1], &m, why, sizeof(why)), 1);
+	ck_assert_int_eq(mv_msg_need(&m, 2, why, sizeof(why)), -EBADMSG);
+	ck_assert_str_eq(why, "message type 3 needs 24 payload bytes, got 1");
+	mv_msg_close_fds(&m);
+	ck_assert_int_eq(lowest_free_fd(), low);
+	close(sv[0]);
+	close(sv[1]);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("validate");
 	TCase *tw = tcase_create("descriptors");
 	TCase *tb = tcase_create("blobs");
 	TCase *tl = tcase_create("lists");
+	TCase *tm = tcase_create("messages");
 
 	tcase_add_test(tw, test_write_inside_both_regions_passes);
 	tcase_add_test(tw, test_write_longer_than_one_descriptor_carries_is_refused);
@@ -346,6 +433,9 @@ int main(void)
 	tcase_add_test(tl, test_spans_that_wrap_or_overrun_are_refused);
 	suite_add_tcase(s, tb);
 	suite_add_tcase(s, tl);
+	tcase_add_test(tm, test_attach_of_64_shards_arrives_with_all_its_fds);
+	tcase_add_test(tm, test_message_with_more_fds_than_any_is_refused_and_closes_them);
+	suite_add_tcase(s, tm);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);

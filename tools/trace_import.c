@@ -2,8 +2,9 @@
 /*
  * mvtrace import: public LLM request traces (Azure's CSVs, Mooncake's
  * JSONL) turned into mover traces, one batch per request: the KV cache of
- * its prompt as a paged write and an immediate. mvtrace.c holds the other
- * commands and the usage text that describes this one.
+ * its prompt as a paged write and an immediate. This file is the command
+ * (options, model, files); import_parse.c reads the inputs. mvtrace.c holds
+ * the other commands and the usage text that describes this one.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -21,557 +22,9 @@
 #include "trace_import.h"
 #include "trace_read.h"
 
-/* ---- import ---- */
-
-struct model {
-	uint64_t layers, heads, dim, dtype, tpp;
-	uint64_t page_size;
-};
-
-struct importer {
-	const char *in, *out;
-	FILE *f;
-	struct model m;
-	struct mv_trace_hdr hdr;
-	uint64_t limit;
-	uint64_t nreq;  /* requests read */
-	uint64_t nzero; /* of those, with no pages to send */
-	uint64_t nrec, bytes, pages, tokens;
-	uint64_t base_ns; /* the first request's arrival, as the input states it */
-	int have_base;
-	uint64_t line;
-	char err[512];
-};
-
-static int imp_fail(struct importer *im, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static int imp_fail(struct importer *im, const char *fmt, ...)
-{
-	va_list ap;
-	int n = snprintf(im->err, sizeof(im->err), "%s line %" PRIu64 ": ", im->in, im->line);
-
-	va_start(ap, fmt);
-	vsnprintf(im->err + n, sizeof(im->err) - (size_t)n, fmt, ap);
-	va_end(ap);
-	return -EINVAL;
-}
-
-/* One request: arrival as the input states it (ns), tokens to send. */
-static int imp_request(struct importer *im, uint64_t at_ns, uint64_t tokens)
-{
-	if (!im->have_base) {
-		im->base_ns = at_ns;
-		im->have_base = 1;
-	}
-	if (at_ns < im->base_ns)
-		return imp_fail(im, "arrives before the first request; the input must be in "
-		                    "arrival order (sort it)");
-	uint64_t idx = im->nreq++;
-	uint64_t per_layer = tokens / im->m.tpp + (tokens % im->m.tpp != 0);
-	if (per_layer > UINT32_MAX / im->m.layers)
-		return imp_fail(im,
-		                "%" PRIu64 " tokens make more than 2^32 pages; use a "
-		                "larger --tokens-per-page",
-		                tokens);
-	uint64_t pages = per_layer * im->m.layers;
-	if (pages == 0) {
-		im->nzero++;
-		return 0;
-	}
-	struct mv_trace_rec r = {
-	    .type = MV_TR_BATCH,
-	    .submit_ns = at_ns - im->base_ns,
-	    .bytes = pages * im->m.page_size,
-	    .nops = (uint32_t)pages,
-	    .page_size = (uint32_t)im->m.page_size,
-	    .kind = MV_TK_PAGED | MV_TK_IMM,
-	    .imm = (uint32_t)idx,
-	};
-	if (fwrite(&r, sizeof(r), 1, im->f) != 1) {
-		snprintf(im->err, sizeof(im->err), "%s: write: %s", im->out, strerror(errno));
-		return -EIO;
-	}
-	im->nrec++;
-	im->bytes += r.bytes;
-	im->pages += pages;
-	im->tokens += tokens;
-	return 0;
-}
-
-static int parse_u64(const char *s, const char *end, uint64_t *v)
-{
-	uint64_t x = 0;
-
-	if (s == end)
-		return -EINVAL;
-	for (; s < end; s++) {
-		if (*s < '0' || *s > '9' || x > (UINT64_MAX - 9) / 10)
-			return -EINVAL;
-		x = x * 10 + (uint64_t)(*s - '0');
-	}
-	*v = x;
-	return 0;
-}
-
-/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm). */
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
-{
-	y -= m <= 2;
-	int64_t era = (y >= 0 ? y : y - 399) / 400;
-	unsigned yoe = (unsigned)(y - era * 400);
-	unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-	unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-	return era * 146097 + (int64_t)doe - 719468;
-}
-
-/* "2023-11-16 18:17:03.9799600" (UTC; up to 9 fraction digits) to Unix ns. */
-static int parse_azure_time(const char *s, const char *end, uint64_t *ns)
-{
-	unsigned Y, M, D, h, m, sec;
-	int n = 0;
-	char buf[64];
-
-	if (end - s >= (long)sizeof(buf))
-		return -EINVAL;
-	memcpy(buf, s, (size_t)(end - s));
-	buf[end - s] = 0;
-	if (sscanf(buf, "%4u-%2u-%2u%*1[ T]%2u:%2u:%2u%n", &Y, &M, &D, &h, &m, &sec, &n) != 6 ||
-	    n == 0 || Y < 1970 || M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 ||
-	    sec > 60)
-		return -EINVAL;
-	uint64_t frac = 0, scale = 1000000000u;
-	const char *p = buf + n;
-	if (*p == '.') {
-		p++;
-		if (*p < '0' || *p > '9')
-			return -EINVAL;
-		for (; *p >= '0' && *p <= '9'; p++)
-			if (scale > 1) {
-				scale /= 10;
-				frac += (uint64_t)(*p - '0') * scale;
-			}
-	}
-	if (*p)
-		return -EINVAL;
-	int64_t days = days_from_civil(Y, M, D);
-	*ns = ((uint64_t)days * 86400u + h * 3600u + m * 60u + sec) * 1000000000u + frac;
-	return 0;
-}
-
-static void chomp(char *s, ssize_t *n)
-{
-	while (*n > 0 && (s[*n - 1] == '\n' || s[*n - 1] == '\r'))
-		s[--*n] = 0;
-}
-
-static int import_azure(struct importer *im, FILE *in)
-{
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
-	int col_ts = -1, col_tok = -1, ncol = 0, ret = 0;
-
-	while ((n = getline(&line, &cap, in)) >= 0) {
-		im->line++;
-		chomp(line, &n);
-		if (im->line == 1) {
-			/* The header names the columns; a UTF-8 BOM may precede it. */
-			char *p = line + (strncmp(line, "\xef\xbb\xbf", 3) ? 0 : 3);
-			for (char *tok = strsep(&p, ","); tok; tok = strsep(&p, ","), ncol++) {
-				if (!strcmp(tok, "TIMESTAMP"))
-					col_ts = ncol;
-				else if (!strcmp(tok, "ContextTokens"))
-					col_tok = ncol;
-			}
-			if (col_ts < 0 || col_tok < 0) {
-				ret = imp_fail(im, "the header names no TIMESTAMP and "
-				                   "ContextTokens columns: is this the Azure LLM "
-				                   "inference trace 2023 CSV?");
-				break;
-			}
-			continue;
-		}
-		if (n == 0)
-			continue;
-		if (im->limit && im->nreq >= im->limit)
-			break;
-		const char *f[16], *fe[16];
-		int k = 0;
-		for (char *p = line; k < 16;) {
-			f[k] = p;
-			char *c = strchr(p, ',');
-			fe[k++] = c ? c : p + strlen(p);
-			if (!c)
-				break;
-			p = c + 1;
-		}
-		if (k < ncol) {
-			ret = imp_fail(im, "%d fields, the header has %d", k, ncol);
-			break;
-		}
-		uint64_t at, tokens;
-		if (parse_azure_time(f[col_ts], fe[col_ts], &at)) {
-			ret = imp_fail(im,
-			               "TIMESTAMP '%.*s' is not like "
-			               "2023-11-16 18:17:03.9799600",
-			               (int)(fe[col_ts] - f[col_ts]), f[col_ts]);
-			break;
-		}
-		if (parse_u64(f[col_tok], fe[col_tok], &tokens)) {
-			ret = imp_fail(im, "ContextTokens '%.*s' is not a non-negative integer",
-			               (int)(fe[col_tok] - f[col_tok]), f[col_tok]);
-			break;
-		}
-		if (!im->have_base)
-			im->hdr.start_unix_ns = at;
-		ret = imp_request(im, at, tokens);
-		if (ret)
-			break;
-	}
-	if (!ret && ferror(in))
-		ret = imp_fail(im, "read: %s", strerror(errno));
-	if (!ret && im->line == 0)
-		ret = imp_fail(im, "the file is empty");
-	free(line);
-	return ret;
-}
-
-/* A set of the Mooncake hash_ids seen so far: open addressing, grows by doubling. */
-struct idset {
-	uint64_t *key;
-	uint8_t *used;
-	size_t cap, n;
-};
-
-static size_t idset_slot(const struct idset *s, uint64_t k)
-{
-	uint64_t h = k * 0x9e3779b97f4a7c15ull;
-	size_t i = (size_t)(h ^ (h >> 29)) & (s->cap - 1);
-
-	while (s->used[i] && s->key[i] != k)
-		i = (i + 1) & (s->cap - 1);
-	return i;
-}
-
-static int idset_has(const struct idset *s, uint64_t k)
-{
-	return s->cap && s->used[idset_slot(s, k)];
-}
-
-static int idset_add(struct idset *s, uint64_t k)
-{
-	if ((s->n + 1) * 2 > s->cap) {
-		struct idset t = {.cap = s->cap ? s->cap * 2 : 1024};
-		t.key = malloc(t.cap * sizeof(*t.key));
-		t.used = calloc(t.cap, 1);
-		if (!t.key || !t.used) {
-			free(t.key);
-			free(t.used);
-			return -ENOMEM;
-		}
-		for (size_t i = 0; i < s->cap; i++)
-			if (s->used[i]) {
-				size_t j = idset_slot(&t, s->key[i]);
-				t.used[j] = 1;
-				t.key[j] = s->key[i];
-				t.n++;
-			}
-		free(s->key);
-		free(s->used);
-		*s = t;
-	}
-	size_t i = idset_slot(s, k);
-	if (!s->used[i]) {
-		s->used[i] = 1;
-		s->key[i] = k;
-		s->n++;
-	}
-	return 0;
-}
-
-/* A JSON cursor over one line: just enough for flat Mooncake objects. */
-struct json {
-	const char *s, *p;
-};
-
-static void jws(struct json *j)
-{
-	while (*j->p == ' ' || *j->p == '\t' || *j->p == '\r' || *j->p == '\n')
-		j->p++;
-}
-
-static int jstring(struct json *j, const char **s, size_t *len)
-{
-	if (*j->p != '"')
-		return -EINVAL;
-	*s = ++j->p;
-	while (*j->p && *j->p != '"')
-		j->p += (*j->p == '\\' && j->p[1]) ? 2 : 1;
-	if (*j->p != '"')
-		return -EINVAL;
-	*len = (size_t)(j->p - *s);
-	j->p++;
-	return 0;
-}
-
-/* The extent of a JSON number at the cursor. */
-static int jnumber(struct json *j, const char **s, const char **e)
-{
-	*s = j->p;
-	if (*j->p == '-')
-		j->p++;
-	if (*j->p < '0' || *j->p > '9')
-		return -EINVAL;
-	while ((*j->p >= '0' && *j->p <= '9') || *j->p == '.' || *j->p == 'e' || *j->p == 'E' ||
-	       *j->p == '+' || *j->p == '-')
-		j->p++;
-	*e = j->p;
-	return 0;
-}
-
-static int jskip(struct json *j, int depth)
-{
-	const char *a, *b;
-	size_t n;
-
-	jws(j);
-	if (depth > 32)
-		return -EINVAL;
-	if (*j->p == '"')
-		return jstring(j, &a, &n);
-	if (*j->p == '{' || *j->p == '[') {
-		char close = *j->p == '{' ? '}' : ']';
-		j->p++;
-		jws(j);
-		if (*j->p == close) {
-			j->p++;
-			return 0;
-		}
-		for (;;) {
-			if (close == '}') {
-				jws(j);
-				if (jstring(j, &a, &n))
-					return -EINVAL;
-				jws(j);
-				if (*j->p++ != ':')
-					return -EINVAL;
-			}
-			if (jskip(j, depth + 1))
-				return -EINVAL;
-			jws(j);
-			if (*j->p == ',') {
-				j->p++;
-				continue;
-			}
-			if (*j->p++ != close)
-				return -EINVAL;
-			return 0;
-		}
-	}
-	for (const char *lit = "true\0false\0null\0"; *lit; lit += strlen(lit) + 1)
-		if (!strncmp(j->p, lit, strlen(lit))) {
-			j->p += strlen(lit);
-			return 0;
-		}
-	return jnumber(j, &a, &b);
-}
-
-struct mc_req {
-	int has_ts, has_in, has_ids;
-	double ts_ms;
-	uint64_t input;
-	uint64_t *ids;
-	size_t nids, cap;
-};
-
-/* One Mooncake line into r; -EINVAL with the column in *col. */
-static int mc_parse(const char *line, struct mc_req *r, size_t *col, const char **what)
-{
-	struct json j = {line, line};
-	const char *k, *a, *b;
-	size_t klen;
-
-	r->has_ts = r->has_in = r->has_ids = 0;
-	r->nids = 0;
-	*what = "a JSON object";
-	jws(&j);
-	if (*j.p++ != '{')
-		goto bad;
-	jws(&j);
-	if (*j.p == '}') {
-		j.p++;
-		goto end;
-	}
-	for (;;) {
-		jws(&j);
-		*what = "a key string";
-		if (jstring(&j, &k, &klen))
-			goto bad;
-		jws(&j);
-		*what = "':'";
-		if (*j.p++ != ':')
-			goto bad;
-		jws(&j);
-		if (klen == 9 && !strncmp(k, "timestamp", 9)) {
-			*what = "timestamp as a non-negative number of milliseconds";
-			const char *at = j.p;
-			char num[64], *e;
-			if (jnumber(&j, &a, &b) || b - a >= (long)sizeof(num)) {
-				j.p = at;
-				goto bad;
-			}
-			memcpy(num, a, (size_t)(b - a));
-			num[b - a] = 0;
-			r->ts_ms = strtod(num, &e);
-			if (*e || !(r->ts_ms >= 0) || r->ts_ms > 1e15) {
-				j.p = at;
-				goto bad;
-			}
-			r->has_ts = 1;
-		} else if (klen == 12 && !strncmp(k, "input_length", 12)) {
-			*what = "input_length as a non-negative integer";
-			const char *at = j.p;
-			if (jnumber(&j, &a, &b) || parse_u64(a, b, &r->input)) {
-				j.p = at;
-				goto bad;
-			}
-			r->has_in = 1;
-		} else if (klen == 8 && !strncmp(k, "hash_ids", 8)) {
-			*what = "hash_ids as an array of non-negative integers";
-			if (*j.p++ != '[')
-				goto bad;
-			jws(&j);
-			if (*j.p == ']')
-				j.p++;
-			else
-				for (;;) {
-					uint64_t v;
-					jws(&j);
-					const char *at = j.p;
-					if (jnumber(&j, &a, &b) || parse_u64(a, b, &v)) {
-						j.p = at; /* name the value's column */
-						goto bad;
-					}
-					if (r->nids == r->cap) {
-						size_t cap = r->cap ? r->cap * 2 : 64;
-						uint64_t *t = realloc(r->ids, cap * sizeof(*t));
-						if (!t)
-							return -ENOMEM;
-						r->ids = t;
-						r->cap = cap;
-					}
-					r->ids[r->nids++] = v;
-					jws(&j);
-					if (*j.p == ',') {
-						j.p++;
-						continue;
-					}
-					if (*j.p++ != ']')
-						goto bad;
-					break;
-				}
-			r->has_ids = 1;
-		} else {
-			*what = "a JSON value";
-			if (jskip(&j, 0))
-				goto bad;
-		}
-		jws(&j);
-		*what = "',' or '}'";
-		if (*j.p == ',') {
-			j.p++;
-			continue;
-		}
-		if (*j.p++ != '}')
-			goto bad;
-		break;
-	}
-end:
-	jws(&j);
-	*what = "the end of the line after the object";
-	if (*j.p)
-		goto bad;
-	return 0;
-bad:
-	*col = (size_t)(j.p - line);
-	return -EINVAL;
-}
-
-static int import_mooncake(struct importer *im, FILE *in)
-{
-	struct idset seen = {0};
-	struct mc_req r = {0};
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
-	int ret = 0;
-
-	while ((n = getline(&line, &cap, in)) >= 0) {
-		im->line++;
-		chomp(line, &n);
-		if (n == 0)
-			continue;
-		if (im->limit && im->nreq >= im->limit)
-			break;
-		size_t col = 0;
-		const char *what;
-		ret = mc_parse(line, &r, &col, &what);
-		if (ret == -ENOMEM) {
-			snprintf(im->err, sizeof(im->err), "%s: no memory", im->in);
-			break;
-		}
-		if (ret) {
-			ret = imp_fail(im,
-			               "column %zu: expected %s (a Mooncake trace line is "
-			               "{\"timestamp\": ms, \"input_length\": n, "
-			               "\"hash_ids\": [..]})",
-			               col + 1, what);
-			break;
-		}
-		if (!r.has_ts || !r.has_in || !r.has_ids) {
-			ret = imp_fail(im,
-			               "no %s: each line needs timestamp, input_length and "
-			               "hash_ids",
-			               !r.has_ts   ? "timestamp"
-			               : !r.has_in ? "input_length"
-			                           : "hash_ids");
-			break;
-		}
-		/* Blocks an earlier request had are on the decode node already. */
-		uint64_t cached = 0;
-		for (size_t b = 0; b < r.nids; b++) {
-			uint64_t start = (uint64_t)b * MOONCAKE_BLOCK;
-			if (start >= r.input)
-				break;
-			if (idset_has(&seen, r.ids[b]))
-				cached += r.input - start < MOONCAKE_BLOCK ? r.input - start
-				                                           : MOONCAKE_BLOCK;
-		}
-		for (size_t b = 0; b < r.nids; b++)
-			if (idset_add(&seen, r.ids[b])) {
-				ret = -ENOMEM;
-				snprintf(im->err, sizeof(im->err), "%s: no memory for hash ids",
-				         im->in);
-				goto out;
-			}
-		ret = imp_request(im, (uint64_t)llround(r.ts_ms * 1e6), r.input - cached);
-		if (ret)
-			break;
-	}
-	if (!ret && ferror(in))
-		ret = imp_fail(im, "read: %s", strerror(errno));
-out:
-	free(line);
-	free(r.ids);
-	free(seen.key);
-	free(seen.used);
-	return ret;
-}
-
 static int opt_u64(const char *name, const char *arg, uint64_t *v)
 {
-	if (parse_u64(arg, arg + strlen(arg), v) || *v == 0) {
+	if (mvt_parse_u64(arg, arg + strlen(arg), v) || *v == 0) {
 		fprintf(stderr, "mvtrace import: %s wants a positive integer, not '%s'\n", name,
 		        arg);
 		return -EINVAL;
@@ -591,7 +44,10 @@ int mvt_cmd_import(int argc, char **argv)
 	    {"help", no_argument, 0, 'h'},
 	    {0, 0, 0, 0},
 	};
-	struct importer im = {0};
+	struct mvt_model m = {0};
+	struct mvt_import_totals t;
+	uint64_t limit = 0;
+	char err[512];
 	int c, ret;
 
 	optind = 1;
@@ -599,22 +55,22 @@ int mvt_cmd_import(int argc, char **argv)
 		int r = 0;
 		switch (c) {
 		case 'L':
-			r = opt_u64("--layers", optarg, &im.m.layers);
+			r = opt_u64("--layers", optarg, &m.layers);
 			break;
 		case 'H':
-			r = opt_u64("--kv-heads", optarg, &im.m.heads);
+			r = opt_u64("--kv-heads", optarg, &m.heads);
 			break;
 		case 'D':
-			r = opt_u64("--head-dim", optarg, &im.m.dim);
+			r = opt_u64("--head-dim", optarg, &m.dim);
 			break;
 		case 'E':
-			r = opt_u64("--dtype-bytes", optarg, &im.m.dtype);
+			r = opt_u64("--dtype-bytes", optarg, &m.dtype);
 			break;
 		case 'T':
-			r = opt_u64("--tokens-per-page", optarg, &im.m.tpp);
+			r = opt_u64("--tokens-per-page", optarg, &m.tpp);
 			break;
 		case 'n':
-			r = opt_u64("--limit", optarg, &im.limit);
+			r = opt_u64("--limit", optarg, &limit);
 			break;
 		case 'h':
 			usage(stdout);
@@ -633,90 +89,69 @@ int mvt_cmd_import(int argc, char **argv)
 		return 2;
 	}
 	const char *fmt = argv[optind];
-	im.in = argv[optind + 1];
-	im.out = argv[optind + 2];
+	const char *in_name = argv[optind + 1], *out_name = argv[optind + 2];
 	int azure = !strcmp(fmt, "azure");
 	if (!azure && strcmp(fmt, "mooncake")) {
 		fprintf(stderr, "mvtrace import: format '%s' is unknown: azure or mooncake\n", fmt);
 		return 2;
 	}
-	if (!im.m.layers || !im.m.heads || !im.m.dim || !im.m.dtype || !im.m.tpp) {
+	if (!m.layers || !m.heads || !m.dim || !m.dtype || !m.tpp) {
 		fprintf(stderr, "mvtrace import: the model needs --layers, --kv-heads, --head-dim, "
 		                "--dtype-bytes and --tokens-per-page (see --help)\n");
 		return 2;
 	}
 	/* 2 (K and V) * H * D * E * T, checked against the 32-bit page_size field. */
 	uint64_t ps = 2;
-	uint64_t f[] = {im.m.heads, im.m.dim, im.m.dtype, im.m.tpp};
+	uint64_t f[] = {m.heads, m.dim, m.dtype, m.tpp};
 	for (int i = 0; i < 4; i++)
 		ps = f[i] > UINT32_MAX || ps > UINT32_MAX / f[i] ? UINT64_MAX : ps * f[i];
-	if (ps > UINT32_MAX || im.m.layers > UINT32_MAX) {
+	if (ps > UINT32_MAX || m.layers > UINT32_MAX) {
 		fprintf(stderr,
 		        "mvtrace import: a page of 2 * %" PRIu64 " * %" PRIu64 " * %" PRIu64
 		        " * %" PRIu64 " bytes does not fit the trace's 32-bit page_size; "
 		        "use fewer --tokens-per-page\n",
-		        im.m.heads, im.m.dim, im.m.dtype, im.m.tpp);
+		        m.heads, m.dim, m.dtype, m.tpp);
 		return 2;
 	}
-	im.m.page_size = ps;
+	m.page_size = ps;
 
-	FILE *in = fopen(im.in, "r");
+	FILE *in = fopen(in_name, "r");
 	if (!in) {
-		fprintf(stderr, "mvtrace import: %s: %s\n", im.in, strerror(errno));
+		fprintf(stderr, "mvtrace import: %s: %s\n", in_name, strerror(errno));
 		return 1;
 	}
 	struct stat si, so;
-	if (fstat(fileno(in), &si) == 0 && stat(im.out, &so) == 0 && si.st_dev == so.st_dev &&
+	if (fstat(fileno(in), &si) == 0 && stat(out_name, &so) == 0 && si.st_dev == so.st_dev &&
 	    si.st_ino == so.st_ino) {
-		fprintf(stderr, "mvtrace import: %s is the input; name another OUTPUT\n", im.out);
+		fprintf(stderr, "mvtrace import: %s is the input; name another OUTPUT\n", out_name);
 		fclose(in);
 		return 2;
 	}
-	im.f = fopen(im.out, "wb");
-	if (!im.f) {
-		fprintf(stderr, "mvtrace import: %s: %s\n", im.out, strerror(errno));
+	FILE *out = fopen(out_name, "wb");
+	if (!out) {
+		fprintf(stderr, "mvtrace import: %s: %s\n", out_name, strerror(errno));
 		fclose(in);
 		return 1;
 	}
-	const char *base = strrchr(im.in, '/') ? strrchr(im.in, '/') + 1 : im.in;
-	im.hdr = (struct mv_trace_hdr){.magic = MV_TRACE_MAGIC,
-	                               .version = MV_TRACE_VERSION,
-	                               .hdr_size = sizeof(struct mv_trace_hdr),
-	                               .rec_size = sizeof(struct mv_trace_rec)};
-	snprintf(im.hdr.provider, sizeof(im.hdr.provider), "import:%s", fmt);
-	snprintf(im.hdr.source, sizeof(im.hdr.source), "%s", base);
-	/* The header is rewritten at the end, when the start time is known. */
-	ret = fwrite(&im.hdr, sizeof(im.hdr), 1, im.f) == 1 ? 0 : -EIO;
-	if (ret)
-		snprintf(im.err, sizeof(im.err), "%s: write: %s", im.out, strerror(errno));
-	else
-		ret = azure ? import_azure(&im, in) : import_mooncake(&im, in);
+	ret = mvt_import_stream(azure, in_name, in, out_name, out, &m, limit, &t, err, sizeof(err));
 	fclose(in);
-	if (!ret) {
-		struct mv_trace_rec end = {.type = MV_TR_END, .bytes = im.nrec};
-		if (fwrite(&end, sizeof(end), 1, im.f) != 1 || fseek(im.f, 0, SEEK_SET) ||
-		    fwrite(&im.hdr, sizeof(im.hdr), 1, im.f) != 1 || fflush(im.f)) {
-			ret = -EIO;
-			snprintf(im.err, sizeof(im.err), "%s: write: %s", im.out, strerror(errno));
-		}
-	}
-	if (fclose(im.f) && !ret) {
+	if (fclose(out) && !ret) {
 		ret = -EIO;
-		snprintf(im.err, sizeof(im.err), "%s: write: %s", im.out, strerror(errno));
+		snprintf(err, sizeof(err), "%s: write: %s", out_name, strerror(errno));
 	}
 	if (ret) {
-		fprintf(stderr, "mvtrace import: %s\n", im.err);
-		unlink(im.out);
+		fprintf(stderr, "mvtrace import: %s\n", err);
+		unlink(out_name);
 		return 1;
 	}
 	char b1[32], b2[32];
 	printf("mvtrace import: %" PRIu64 " requests from %s -> %" PRIu64 " batches in %s: %" PRIu64
 	       " tokens, %" PRIu64 " pages of %s, %s\n",
-	       im.nreq, im.in, im.nrec, im.out, im.tokens, im.pages,
-	       fmt_bytes(im.m.page_size, b1, sizeof(b1)), fmt_bytes(im.bytes, b2, sizeof(b2)));
-	if (im.nzero)
+	       t.nreq, in_name, t.nrec, out_name, t.tokens, t.pages,
+	       fmt_bytes(m.page_size, b1, sizeof(b1)), fmt_bytes(t.bytes, b2, sizeof(b2)));
+	if (t.nzero)
 		printf("mvtrace import: %" PRIu64 " requests had no pages to send (%s) and became "
 		       "no record\n",
-		       im.nzero, azure ? "empty prompts" : "empty or fully cached prompts");
+		       t.nzero, azure ? "empty prompts" : "empty or fully cached prompts");
 	return 0;
 }

@@ -3,6 +3,7 @@
  * trace_read.h: the one reader of mover trace files (mover/trace_format.h)
  * that mvtrace, mvreplay and tests/test_trace.c share; header-only, since
  * tools/ holds one file per command. mvt_load() reads a whole file and
+ * mvt_parse() (bytes already in memory; tests/fuzz/fuzz_trace.c drives it)
  * checks everything before a caller sees it: magic, version, header and
  * record sizes, a truncated tail (named by byte offset, with the command
  * that keeps the whole records), and every field the tools use of every
@@ -175,6 +176,116 @@ static inline int mvt_check_rec(const struct mv_trace_rec *r, size_t idx, int la
 }
 
 /*
+ * Checks the trace in the size bytes at buf (a whole file; path names it in
+ * messages) and fills *t from it as mvt_load() does; buf stays the
+ * caller's. Returns 0 (free *t with mvt_free) or -errno with err saying
+ * what is wrong: -EPROTO, -ENODATA, -EINVAL, -ENOMEM as mvt_load().
+ */
+static inline int mvt_parse(const uint8_t *buf, size_t size, const char *path, struct mvt_trace *t,
+                            char *err, size_t errlen)
+{
+	int ret;
+
+	memset(t, 0, sizeof(*t));
+	t->file_size = size;
+	if (t->file_size < sizeof(struct mv_trace_hdr))
+		return mvt_fail(err, errlen, -ENODATA,
+		                "%s: truncated: the file is %" PRIu64 " bytes, shorter than the "
+		                "%zu-byte header (the writer died before writing it)",
+		                path, t->file_size, sizeof(struct mv_trace_hdr));
+	struct mv_trace_hdr *h = &t->hdr;
+	memcpy(h, buf, sizeof(*h));
+	if (h->magic != MV_TRACE_MAGIC) {
+		ret = mvt_fail(err, errlen, -EPROTO,
+		               "%s: not a mover trace: magic is 0x%016" PRIx64 ", want 0x%016llx "
+		               "(\"CVTRACE1\"); write traces with `mover --trace` or "
+		               "`mvtrace start|import`",
+		               path, h->magic, MV_TRACE_MAGIC);
+		return ret;
+	}
+	if (h->version == 0 || h->version > MV_TRACE_VERSION) {
+		ret = mvt_fail(err, errlen, -EPROTO,
+		               "%s: trace format version %u; this tool reads version %u and "
+		               "older: use the tools built with the mover that wrote it",
+		               path, h->version, MV_TRACE_VERSION);
+		return ret;
+	}
+	if (h->hdr_size != sizeof(struct mv_trace_hdr)) {
+		ret = mvt_fail(err, errlen, -EPROTO,
+		               "%s: field hdr_size is %u; version %u headers are %zu bytes", path,
+		               h->hdr_size, h->version, sizeof(struct mv_trace_hdr));
+		return ret;
+	}
+	if (h->rec_size != sizeof(struct mv_trace_rec)) {
+		ret = mvt_fail(err, errlen, -EPROTO,
+		               "%s: field rec_size is %u; this tool reads %zu-byte records", path,
+		               h->rec_size, sizeof(struct mv_trace_rec));
+		return ret;
+	}
+	/* The text fields are printed: make sure they end. */
+	h->provider[sizeof(h->provider) - 1] = 0;
+	h->source[sizeof(h->source) - 1] = 0;
+
+	uint64_t body = t->file_size - h->hdr_size;
+	size_t nall = (size_t)(body / h->rec_size);
+	if (body % h->rec_size) {
+		uint64_t keep = h->hdr_size + (uint64_t)nall * h->rec_size;
+		ret = mvt_fail(err, errlen, -ENODATA,
+		               "%s: truncated: partial record %zu at byte offset %" PRIu64
+		               " (%" PRIu64 " of %u bytes; the writer died mid-record); "
+		               "`truncate -s %" PRIu64 " %s` keeps the %zu whole records",
+		               path, nall, keep, body % h->rec_size, h->rec_size, keep, path, nall);
+		return ret;
+	}
+	t->rec = malloc((nall ? nall : 1) * sizeof(*t->rec));
+	t->hops = calloc(nall ? nall : 1, sizeof(*t->hops));
+	if (!t->rec || !t->hops) {
+		ret = mvt_fail(err, errlen, -ENOMEM, "%s: no memory for %zu records", path, nall);
+		goto err_rec;
+	}
+	for (size_t i = 0; i < nall; i++) {
+		struct mv_trace_rec r;
+		memcpy(&r, buf + h->hdr_size + i * h->rec_size, sizeof(r));
+		char why[320];
+		ret = mvt_check_rec(&r, i, i + 1 == nall, h, why, sizeof(why));
+		if (ret) {
+			mvt_fail(err, errlen, ret, "%s: corrupt %s", path, why);
+			goto err_rec;
+		}
+		if (r.type == MV_TR_END) {
+			t->has_end = 1;
+			t->end = r;
+		} else if (r.type == MV_TR_HOPS) {
+			struct mv_trace_hops hp;
+			memcpy(&hp, &r, sizeof(hp));
+			/* It follows its batch at once and names the same submit. */
+			if (!t->nrec || t->hops[t->nrec - 1].type ||
+			    hp.submit_ns != t->rec[t->nrec - 1].submit_ns) {
+				ret = mvt_fail(
+				    err, errlen, -EINVAL,
+				    "%s: corrupt record %zu (byte offset %llu): a hops "
+				    "record that follows no batch record of its submit time",
+				    path, i,
+				    (unsigned long long)h->hdr_size + (unsigned long long)i * 64u);
+				goto err_rec;
+			}
+			t->hops[t->nrec - 1] = hp;
+			t->nhops++;
+		} else {
+			t->rec[t->nrec++] = r;
+		}
+	}
+	return 0;
+
+err_rec:
+	free(t->rec);
+	free(t->hops);
+	t->rec = NULL;
+	t->hops = NULL;
+	return ret;
+}
+
+/*
  * Reads and checks the trace at path. Returns 0 with *t filled (free it with
  * mvt_free), or -errno with err saying what is wrong and how to fix it:
  * -ENOENT etc. (cannot read), -EPROTO (not a trace, or a newer version),
@@ -225,103 +336,14 @@ static inline int mvt_load(const char *path, struct mvt_trace *t, char *err, siz
 		got += (size_t)n;
 	}
 	close(fd);
-	fd = -1;
-
-	struct mv_trace_hdr *h = &t->hdr;
-	memcpy(h, buf, sizeof(*h));
-	if (h->magic != MV_TRACE_MAGIC) {
-		ret = mvt_fail(err, errlen, -EPROTO,
-		               "%s: not a mover trace: magic is 0x%016" PRIx64 ", want 0x%016llx "
-		               "(\"CVTRACE1\"); write traces with `mover --trace` or "
-		               "`mvtrace start|import`",
-		               path, h->magic, MV_TRACE_MAGIC);
-		goto err_free;
-	}
-	if (h->version == 0 || h->version > MV_TRACE_VERSION) {
-		ret = mvt_fail(err, errlen, -EPROTO,
-		               "%s: trace format version %u; this tool reads version %u and "
-		               "older: use the tools built with the mover that wrote it",
-		               path, h->version, MV_TRACE_VERSION);
-		goto err_free;
-	}
-	if (h->hdr_size != sizeof(struct mv_trace_hdr)) {
-		ret = mvt_fail(err, errlen, -EPROTO,
-		               "%s: field hdr_size is %u; version %u headers are %zu bytes", path,
-		               h->hdr_size, h->version, sizeof(struct mv_trace_hdr));
-		goto err_free;
-	}
-	if (h->rec_size != sizeof(struct mv_trace_rec)) {
-		ret = mvt_fail(err, errlen, -EPROTO,
-		               "%s: field rec_size is %u; this tool reads %zu-byte records", path,
-		               h->rec_size, sizeof(struct mv_trace_rec));
-		goto err_free;
-	}
-	/* The text fields are printed: make sure they end. */
-	h->provider[sizeof(h->provider) - 1] = 0;
-	h->source[sizeof(h->source) - 1] = 0;
-
-	uint64_t body = t->file_size - h->hdr_size;
-	size_t nall = (size_t)(body / h->rec_size);
-	if (body % h->rec_size) {
-		uint64_t keep = h->hdr_size + (uint64_t)nall * h->rec_size;
-		ret = mvt_fail(err, errlen, -ENODATA,
-		               "%s: truncated: partial record %zu at byte offset %" PRIu64
-		               " (%" PRIu64 " of %u bytes; the writer died mid-record); "
-		               "`truncate -s %" PRIu64 " %s` keeps the %zu whole records",
-		               path, nall, keep, body % h->rec_size, h->rec_size, keep, path, nall);
-		goto err_free;
-	}
-	t->rec = malloc((nall ? nall : 1) * sizeof(*t->rec));
-	t->hops = calloc(nall ? nall : 1, sizeof(*t->hops));
-	if (!t->rec || !t->hops) {
-		ret = mvt_fail(err, errlen, -ENOMEM, "%s: no memory for %zu records", path, nall);
-		goto err_free;
-	}
-	for (size_t i = 0; i < nall; i++) {
-		struct mv_trace_rec r;
-		memcpy(&r, buf + h->hdr_size + i * h->rec_size, sizeof(r));
-		char why[320];
-		ret = mvt_check_rec(&r, i, i + 1 == nall, h, why, sizeof(why));
-		if (ret) {
-			mvt_fail(err, errlen, ret, "%s: corrupt %s", path, why);
-			goto err_rec;
-		}
-		if (r.type == MV_TR_END) {
-			t->has_end = 1;
-			t->end = r;
-		} else if (r.type == MV_TR_HOPS) {
-			struct mv_trace_hops hp;
-			memcpy(&hp, &r, sizeof(hp));
-			/* It follows its batch at once and names the same submit. */
-			if (!t->nrec || t->hops[t->nrec - 1].type ||
-			    hp.submit_ns != t->rec[t->nrec - 1].submit_ns) {
-				ret = mvt_fail(
-				    err, errlen, -EINVAL,
-				    "%s: corrupt record %zu (byte offset %llu): a hops "
-				    "record that follows no batch record of its submit time",
-				    path, i,
-				    (unsigned long long)h->hdr_size + (unsigned long long)i * 64u);
-				goto err_rec;
-			}
-			t->hops[t->nrec - 1] = hp;
-			t->nhops++;
-		} else {
-			t->rec[t->nrec++] = r;
-		}
-	}
+	ret = mvt_parse(buf, (size_t)t->file_size, path, t, err, errlen);
 	free(buf);
-	return 0;
+	return ret;
 
-err_rec:
-	free(t->rec);
-	free(t->hops);
-	t->rec = NULL;
-	t->hops = NULL;
 err_free:
 	free(buf);
 err_close:
-	if (fd >= 0)
-		close(fd);
+	close(fd);
 	return ret;
 }
 
