@@ -8,6 +8,8 @@ B ?= build
 CC ?= cc
 CFLAGS ?= -O2 -g
 SANITIZE ?=
+# Debian's Python, where install-deps puts numpy, pytest and torch.
+PYTHON ?= /usr/bin/python3
 
 override CFLAGS += -std=gnu11 -pthread -fPIC -Wall -Wextra -Wshadow -Wstrict-prototypes \
 	-Wmissing-prototypes -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -Ishmring -Ilibclient -Imover
@@ -56,7 +58,7 @@ CLIENT_SO := $(B)/libmvc.so
 BINS := $(B)/bin/mover $(addprefix $(B)/bin/,$(TOOLS) $(BENCHES))
 TEST_BINS := $(addprefix $(B)/tests/,$(TESTS) $(TEST_HELPERS))
 
-.PHONY: all demo check check-unit check-tsan check-scripts bench replay install clean format deps
+.PHONY: all demo check check-unit check-tsan check-scripts check-python bench replay install clean format deps
 all: $(SHMRING_LIB) $(CLIENT_LIB) $(CLIENT_SO) $(BINS) $(TEST_BINS)
 
 deps: $(DEPS_STAMP)
@@ -165,13 +167,23 @@ $(B)/shmring/shmring_bench.o: override CFLAGS += $(if $(wildcard /usr/include/dp
 demo: all
 	MV_BUILD=$(B) tools/demo.sh
 
-check: check-unit check-scripts check-tsan
+check: check-unit check-scripts check-python check-tsan
 
 check-unit: all
 	@set -e; for t in $(TESTS); do echo "== $$t"; MV_BUILD=$(B) $(B)/tests/$$t; done
 
 check-scripts: all
 	@set -e; for t in $(SCRIPTS); do echo "== $$t"; MV_BUILD=$(B) $$t; done
+
+# The Python binding's tests (libclient/python/tests), against this build's
+# libmvc.so and movers. pytest exits non-zero on a failure and when it finds
+# no tests. A sanitizer's libmvc.so cannot be loaded into Python.
+check-python: all
+	@if [ -n "$(SANITIZE)" ]; then \
+		echo "check-python: skipped: SANITIZE=$(SANITIZE) builds a libmvc.so $(PYTHON) cannot load"; \
+		exit 0; fi; \
+	echo "== libclient/python/tests"; \
+	MV_BUILD=$(B) $(PYTHON) -m pytest -q -p no:cacheprovider libclient/python/tests
 
 # The threaded ring test under ThreadSanitizer, in its own build tree.
 check-tsan:
@@ -192,6 +204,9 @@ bench: all
 replay: all
 	MV_BUILD=$(B) tools/replay_traces.sh $(TRACES)
 
+# The Python package goes where Debian's python3 looks under PREFIX.
+PYTHON_SITE = $(PREFIX)/lib/python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')/dist-packages
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 libclient/mvc.h shmring/shmring.h shmring/shmring_layout.h \
@@ -201,6 +216,9 @@ install: all
 	ln -sf libmvc.so.1 $(DESTDIR)$(PREFIX)/lib/libmvc.so
 	sed -e 's|@PREFIX@|$(PREFIX)|g' libclient/mvc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mvc.pc
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PYTHON_SITE)/mover
+	install -m 644 libclient/python/mover/*.py libclient/python/mover/py.typed \
+		$(DESTDIR)$(PYTHON_SITE)/mover/
 
 format:
 	clang-format -i $(wildcard */*.c */*.h tools/bench/*.c tools/bench/*.h)

@@ -186,8 +186,8 @@ class Client:
 
     # -- memory --------------------------------------------------------------
 
-    def _track(self, mem: _lib.mvc_mem, owner: Any = None) -> Region:
-        r = Region(self, mem, owner)
+    def _track(self, mem: _lib.mvc_mem, owner: Any = None, offset: int = 0) -> Region:
+        r = Region(self, mem, owner, offset)
         self._regions[r.id] = r
         return r
 
@@ -204,8 +204,9 @@ class Client:
         return self._track(mem)
 
     def register_fd(self, fd: int, offset: int, nbytes: int) -> Region:
-        """A region over [offset, offset + nbytes) of an existing memfd or
-        hugetlbfs file; fd is duplicated, the caller keeps its own."""
+        """A region over [offset, offset + nbytes) of an existing memfd
+        (sealed against shrinking) or hugetlbfs file; fd is duplicated, the
+        caller keeps its own."""
         c = self._h()
         if hasattr(fd, "fileno"):
             fd = fd.fileno()
@@ -218,7 +219,7 @@ class Client:
         ret = _lib_.mvc_register_fd(c, fd, offset, nbytes, byref(mem))
         if ret < 0:
             raise self._fail(ret, "mvc_register_fd")
-        return self._track(mem)
+        return self._track(mem, offset=offset)
 
     def register_cuda(self, ptr: Any, nbytes: int | None = None) -> Region:
         """A region over CUDA device memory of this process: ptr is a device

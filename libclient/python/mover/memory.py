@@ -38,13 +38,16 @@ class Region:
     nbytes: its length. Use it as a context manager, or call free(); the
     Client frees what is left when it closes."""
 
-    __slots__ = ("_client", "_mem", "_map", "_owner", "id", "addr", "nbytes", "flags", "path",
-                 "__weakref__")
+    __slots__ = ("_client", "_mem", "_map", "_skip", "_offset", "_owner", "id", "addr", "nbytes",
+                 "flags", "path", "__weakref__")
 
-    def __init__(self, client: Client, mem: _lib.mvc_mem, owner: Any = None) -> None:
+    def __init__(self, client: Client, mem: _lib.mvc_mem, owner: Any = None,
+                 offset: int = 0) -> None:
         self._client = client
         self._mem = mem
         self._map: mmap.mmap | None = None
+        self._offset = offset  # where the region starts in its file (register_fd)
+        self._skip = 0  # bytes of the mapping before the region (offset's page remainder)
         self._owner = owner  # what register_cuda was given, kept alive while registered
         self.id: int = mem.region
         self.addr: int = mem.addr or 0
@@ -79,17 +82,20 @@ class Region:
             raise TypeError(f"region {self.id} is GPU memory and has no host view; use the "
                             f"tensor it was registered from")
         if self._map is None:
+            base = self._offset - self._offset % mmap.ALLOCATIONGRANULARITY
             # Populating the page tables of resident pages runs at several
             # GB/s; faulting them in one by one on first touch is slower.
-            self._map = mmap.mmap(self._mem.fd, self.nbytes,
+            self._map = mmap.mmap(self._mem.fd, self.nbytes + self._offset - base,
                                   flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                                  prot=mmap.PROT_READ | mmap.PROT_WRITE)
+                                  prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=base)
+            self._skip = self._offset - base
         return self._map
 
     @property
     def memory(self) -> memoryview:
         """The region's bytes as a writable memoryview (format 'B')."""
-        return memoryview(self._mapping())
+        mv = memoryview(self._mapping())
+        return mv[self._skip:] if self._skip else mv
 
     def numpy(self, dtype: Any = np.uint8, shape: int | Sequence[int] | None = None,
               offset: int = 0) -> np.ndarray:
@@ -97,7 +103,8 @@ class Region:
         (all that fits when None). Shares memory with the region."""
         dt = np.dtype(dtype)
         count = self._count(shape, dt.itemsize, offset)
-        a = np.frombuffer(self._mapping(), dtype=dt, count=count, offset=offset)
+        a = np.frombuffer(self._mapping(), dtype=dt, count=count,
+                          offset=self._skip + offset)
         return a if shape is None else a.reshape(shape)
 
     def torch(self, dtype: Any = None, shape: int | Sequence[int] | None = None,
@@ -113,7 +120,8 @@ class Region:
             raise TypeError(f"dtype must be a torch.dtype, not {type(dt).__name__}")
         itemsize = torch.empty((), dtype=dt).element_size()
         count = self._count(shape, itemsize, offset)
-        t = torch.frombuffer(memoryview(self._mapping()), dtype=dt, count=count, offset=offset)
+        t = torch.frombuffer(memoryview(self._mapping()), dtype=dt, count=count,
+                             offset=self._skip + offset)
         return t if shape is None else t.view(tuple(shape) if not isinstance(shape, int)
                                               else (shape,))
 
