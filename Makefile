@@ -191,13 +191,19 @@ check-tsan:
 	$(MAKE) --no-print-directory B=$(B)/tsan SANITIZE=thread $(B)/tsan/tests/test_shmring && \
 	MV_BUILD=$(B)/tsan CK_RUN_SUITE=threads TSAN_OPTIONS=halt_on_error=1 $(B)/tsan/tests/test_shmring
 
+# The C side of the Python binding's submission benchmark: loaded by
+# libclient/python/bench/bench_submit.py, which hands it libmvc's functions.
+$(B)/libmvc_pybench.so: libclient/python/bench/paged_submit.c libclient/mvc.h | $(DEPS_STAMP)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $<
+
 # mvbench --quick here; BENCH_FULL=1 for the full run (take figures on a
 # machine with a core per busy thread: 2 x shards + 1).
-bench: all
+bench: all $(B)/libmvc_pybench.so
 	$(B)/bin/shmring_bench
 	$(B)/bin/mvbench --provider tcp,shm $(if $(filter 1,$(BENCH_FULL)),,--quick) --csv $(B)/mvbench.csv
 	tools/mvplot.sh $(B)/mvbench.csv $(B)/mvbench.png
 	$(B)/bin/mvgpubench $(if $(filter 1,$(BENCH_FULL)),,-q)
+	MV_BUILD=$(B) $(PYTHON) libclient/python/bench/bench_submit.py
 
 # The public LLM traces (../shared/traces, or TRACES=DIR) replayed through
 # two movers on shm and tcp; REPLAY_* variables in the script set the sizes.
