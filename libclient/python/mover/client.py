@@ -175,8 +175,13 @@ class Client:
         self.close()
 
     def __del__(self) -> None:
+        # A Client dropped without close(); at interpreter exit the
+        # library may already be gone, and the process's exit closes all.
         if getattr(self, "_c", None) is not None:
-            self.close()
+            try:
+                self.close()
+            except Exception:
+                pass
 
     def __repr__(self) -> str:
         if self._c is None:
