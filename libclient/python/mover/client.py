@@ -29,6 +29,7 @@ from .events import Event, EventType, Latency
 from .memory import Region, _index
 
 U32_MAX = 0xFFFFFFFF
+U64_MAX = (1 << 64) - 1
 _lib_ = _lib.lib
 
 
@@ -408,7 +409,7 @@ class Client:
                 i = int(over.argmax())
                 raise ValueError(f"segment {i}: region {s} is {src.nbytes} bytes; {int(a[i, 2])} "
                                  f"at offset {int(a[i, 0])} exceeds it")
-        ret = _lib_.mvc_writev(c, s, d, a.ctypes.data, a.shape[0])
+        ret = _lib_.mvc_writev(c, s, d, _address(a), a.shape[0])
         if ret < 0:
             raise self._fail(ret, "mvc_writev")
 
@@ -432,16 +433,20 @@ class Client:
         p = self._pages
         p.src = self._src(src)
         p.dst = self._dst(dst)
-        ps = _index(page_size, "page_size")
+        # Plain ints in range skip _index: this call is on the hot path.
+        ps = page_size if type(page_size) is int and 0 < page_size <= U64_MAX \
+            else _index(page_size, "page_size")
         if ps == 0:
             raise ValueError("page_size is 0")
         p.page_size = ps
-        p.src_base = _index(src_base, "src_base")
-        p.dst_base = _index(dst_base, "dst_base")
+        p.src_base = src_base if type(src_base) is int and 0 <= src_base <= U64_MAX \
+            else _index(src_base, "src_base")
+        p.dst_base = dst_base if type(dst_base) is int and 0 <= dst_base <= U64_MAX \
+            else _index(dst_base, "dst_base")
         p.src_stride = ps if src_stride is None else _index(src_stride, "src_stride")
         p.dst_stride = ps if dst_stride is None else _index(dst_stride, "dst_stride")
-        p.src_pages = sp.ctypes.data
-        p.dst_pages = dp.ctypes.data
+        p.src_pages = _address(sp)
+        p.dst_pages = _address(dp)
         p.npages = n
         ret = _lib_.mvc_write_paged(c, byref(p))
         if ret < 0:
@@ -573,6 +578,16 @@ class Client:
     def inflight(self) -> int:
         """Batches submitted and not yet reported."""
         return _lib_.mvc_inflight(self._h())
+
+
+def _address(a) -> int:
+    """The address of a C-contiguous array's first element: through a
+    ctypes view where the array is writable (a fraction of the cost of
+    a.ctypes.data, which goes through numpy's Python-level helpers)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except TypeError:  # read-only
+        return a.ctypes.data
 
 
 def _timeout_ms(timeout: float | None) -> int:

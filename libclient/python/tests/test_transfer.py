@@ -109,10 +109,16 @@ def test_write_paged_takes_bases_strides_and_any_integer_arrays(tcp_pair):
     dp16 = np.arange(80, dtype=np.uint16)[::2] + 100
     p.a.write_paged(p.src, p.imp, np.array(sp, dtype=np.int32), dp16, 100, src_base=7,
                     dst_base=3, src_stride=1000, dst_stride=512)
+    # Read-only uint32 arrays (their address comes another way).
+    ro_src = np.frombuffer(np.array(sp, dtype=np.uint32).tobytes(), dtype=np.uint32)
+    ro_dst = np.frombuffer((np.arange(40, dtype=np.uint32) + 200).tobytes(), dtype=np.uint32)
+    assert not ro_src.flags.writeable
+    p.a.write_paged(p.src, p.imp, ro_src, ro_dst, 100, src_base=7, dst_base=3, src_stride=1000,
+                    dst_stride=512)
     land(p, 5)
     d = p.dst.numpy()
     for i, s in enumerate(sp):
-        for dpage in (i, 100 + 2 * i):
+        for dpage in (i, 100 + 2 * i, 200 + i):
             o = 3 + dpage * 512
             assert np.array_equal(d[o:o + 100], src[7 + s * 1000:7 + s * 1000 + 100])
 
