@@ -465,7 +465,12 @@ class Client:
         with this cookie reports it. Returns the cookie (a new one from a
         counter when None)."""
         c = self._h()
-        ck = next(self._cookies) if cookie is None else _index(cookie, "cookie")
+        if cookie is None:
+            ck = next(self._cookies)
+        elif type(cookie) is int and 0 <= cookie <= U64_MAX:
+            ck = cookie
+        else:
+            ck = _index(cookie, "cookie")
         ret = _lib_.mvc_submit(c, ck)
         if ret < 0:
             raise self._fail(ret, "mvc_submit")

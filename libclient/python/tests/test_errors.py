@@ -188,3 +188,14 @@ def test_mover_error_carries_errno_cause_and_words():
     assert (c.errno, c.message, c.cause, c.call) == (b.errno, b.message, b.cause, b.call)
     assert mover.MoverError(errno.EIO, "").message == "Input/output error"
     assert mover.Cause.of(99) == 99 and mover.Cause.of(4) is mover.Cause.BOUNDS
+
+
+def test_bad_cookies_raise_and_leave_the_batch_open(tcp_pair):
+    p = tcp_pair
+    p.a.write(p.src, 0, p.imp, 0, 64)
+    for bad, exc in ((-1, ValueError), (1 << 64, ValueError), ("7", TypeError),
+                     (True, TypeError), (1.0, TypeError)):
+        with pytest.raises(exc):
+            p.a.submit(bad)
+    ck = p.a.submit((1 << 64) - 1)
+    assert p.a.wait_batch(ck, timeout=10).cookie == (1 << 64) - 1
