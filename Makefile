@@ -21,6 +21,8 @@ MAN_DATE ?= $(shell git log -1 --format=%cs 2>/dev/null || date +%F)
 CC ?= cc
 CFLAGS ?= -O2 -g
 SANITIZE ?=
+# Debian's Python, where install-deps puts numpy, pytest and torch.
+PYTHON ?= /usr/bin/python3
 
 override CFLAGS += -std=gnu11 -pthread -fPIC -Wall -Wextra -Wshadow -Wstrict-prototypes \
 	-Wmissing-prototypes -Wno-unused-parameter -Wno-format-truncation -D_GNU_SOURCE -Ishmring -Ilibclient -Imover
@@ -83,8 +85,8 @@ MAN_LINKS := mvc_connect_opts:mvc_connect mvc_disconnect:mvc_connect \
 	mvc_shard_descs:mvc_latency
 MAN_LINK_PAGES := $(foreach l,$(MAN_LINKS),$(B)/man/$(firstword $(subst :, ,$(l))).3)
 
-.PHONY: all man demo check check-unit check-tsan check-scripts check-fuzz fuzz fuzz-seeds bench \
-	replay install clean format deps
+.PHONY: all man demo check check-unit check-tsan check-scripts check-fuzz check-python fuzz fuzz-seeds \
+	bench replay install clean format deps
 all: $(SHMRING_LIB) $(CLIENT_LIB) $(CLIENT_SO) $(BINS) $(TEST_BINS) man
 
 man: $(MAN_PAGES) $(MAN_LINK_PAGES)
@@ -212,13 +214,23 @@ $(B)/shmring/shmring_bench.o: override CFLAGS += $(if $(wildcard /usr/include/dp
 demo: all
 	MV_BUILD=$(B) tools/demo.sh
 
-check: check-unit check-scripts check-tsan check-fuzz
+check: check-unit check-scripts check-python check-tsan check-fuzz
 
 check-unit: all
 	@set -e; for t in $(TESTS); do echo "== $$t"; MV_BUILD=$(B) $(B)/tests/$$t; done
 
 check-scripts: all
 	@set -e; for t in $(SCRIPTS); do echo "== $$t"; MV_BUILD=$(B) $$t; done
+
+# The Python binding's tests (libclient/python/tests), against this build's
+# libmvc.so and movers. pytest exits non-zero on a failure and when it finds
+# no tests. A sanitizer's libmvc.so cannot be loaded into Python.
+check-python: all
+	@if [ -n "$(SANITIZE)" ]; then \
+		echo "check-python: skipped: SANITIZE=$(SANITIZE) builds a libmvc.so $(PYTHON) cannot load"; \
+		exit 0; fi; \
+	echo "== libclient/python/tests"; \
+	MV_BUILD=$(B) $(PYTHON) -m pytest -q -p no:cacheprovider libclient/python/tests
 
 # The threaded ring test under ThreadSanitizer, in its own build tree.
 check-tsan:
@@ -271,13 +283,19 @@ fuzz-seeds: $(B)/fuzz/seeds $(B)/bin/mover
 check-fuzz: $(FUZZ_BINS)
 	FUZZ_REPLAY=1 tests/fuzz/run.sh $(B) $(FUZZ_CHECK_SECONDS) $(FUZZERS)
 
+# The C side of the Python binding's submission benchmark: loaded by
+# libclient/python/bench/bench_submit.py, which hands it libmvc's functions.
+$(B)/libmvc_pybench.so: libclient/python/bench/paged_submit.c libclient/mvc.h | $(DEPS_STAMP)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $<
+
 # mvbench --quick here; BENCH_FULL=1 for the full run (take figures on a
 # machine with a core per busy thread: 2 x shards + 1).
-bench: all
+bench: all $(B)/libmvc_pybench.so
 	$(B)/bin/shmring_bench
 	$(B)/bin/mvbench --provider tcp,shm $(if $(filter 1,$(BENCH_FULL)),,--quick) --csv $(B)/mvbench.csv
 	tools/mvplot.sh $(B)/mvbench.csv $(B)/mvbench.png
 	$(B)/bin/mvgpubench $(if $(filter 1,$(BENCH_FULL)),,-q)
+	MV_BUILD=$(B) $(PYTHON) libclient/python/bench/bench_submit.py
 
 # The public LLM traces (../shared/traces, or TRACES=DIR) replayed through
 # two movers on shm and tcp; REPLAY_* variables in the script set the sizes.
@@ -286,7 +304,10 @@ replay: all
 
 # Headers, libraries, mvc.pc, binaries, man pages, the systemd units, the
 # sysusers.d line for the mover's user, and the example /etc/mover.conf
-# (never over one that is there: then it goes beside it as mover.conf.dist).
+# (never over one that is there: then it goes beside it as mover.conf.dist),
+# and the Python package, where Debian's python3 looks under PREFIX.
+PYTHON_SITE = $(PREFIX)/lib/python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')/dist-packages
+
 install: all
 	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(BINDIR) \
 		$(addprefix $(DESTDIR)$(MANDIR)/man,1 3 5 8) $(DESTDIR)$(UNITDIR) \
@@ -309,6 +330,9 @@ install: all
 		install -m 644 dist/mover.conf $(DESTDIR)$(SYSCONFDIR)/mover.conf.dist; \
 		echo "install: kept $(DESTDIR)$(SYSCONFDIR)/mover.conf; the example is mover.conf.dist"; \
 	else install -m 644 dist/mover.conf $(DESTDIR)$(SYSCONFDIR)/mover.conf; fi
+	install -d $(DESTDIR)$(PYTHON_SITE)/mover
+	install -m 644 libclient/python/mover/*.py libclient/python/mover/py.typed \
+		$(DESTDIR)$(PYTHON_SITE)/mover/
 
 format:
 	clang-format -i $(wildcard */*.c */*.h tools/bench/*.c tools/bench/*.h)

@@ -1,0 +1,137 @@
+# SPDX-License-Identifier: MIT
+"""libmvc through ctypes: finding the library, the structs of mvc.h laid out
+as C lays them, and the prototype of every function the binding calls.
+
+The library is, in this order: $MVC_LIBRARY (a path); the build tree's
+build/libmvc.so when this package runs from the source tree ($MV_BUILD names
+another build directory); libmvc.so.1 beside an installed package
+(PREFIX/lib, for PREFIX/lib/pythonX.Y/dist-packages/mover); libmvc.so.1
+through the dynamic loader. Nothing here allocates or calls the mover.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_int, c_size_t, c_uint32, c_uint64,
+                    c_void_p)
+from pathlib import Path
+
+BLOB_MAX = 8192  # MVC_BLOB_MAX
+LAT_BUCKETS = 32  # MVC_LAT_BUCKETS
+
+
+class mvc_mem(Structure):
+    _fields_ = [("region", c_uint32), ("addr", c_void_p), ("len", c_uint64), ("fd", c_int),
+                ("flags", c_uint32), ("path", c_uint32)]
+
+
+class mvc_event(Structure):
+    _fields_ = [("type", c_int), ("status", c_int), ("cookie", c_uint64), ("bytes", c_uint64),
+                ("imm", c_uint32), ("region", c_uint32), ("count", c_uint32), ("cause", c_int),
+                ("msg", c_char * 88)]
+
+
+class mvc_seg(Structure):
+    _fields_ = [("src_off", c_uint64), ("dst_off", c_uint64), ("len", c_uint64)]
+
+
+class mvc_pages(Structure):
+    _fields_ = [("src", c_uint32), ("dst", c_uint32), ("src_base", c_uint64),
+                ("dst_base", c_uint64), ("src_stride", c_uint64), ("dst_stride", c_uint64),
+                ("page_size", c_uint64), ("src_pages", c_void_p), ("dst_pages", c_void_p),
+                ("npages", c_uint32)]
+
+
+class mvc_info(Structure):
+    _fields_ = [("client_id", c_uint32), ("nshards", c_uint32), ("max_batches", c_uint32),
+                ("mover_id", c_uint64), ("provider", c_char * 32)]
+
+
+class mvc_opts(Structure):
+    _fields_ = [("list_arena", c_uint64), ("rsvd", c_uint64 * 7)]
+
+
+class mvc_latency(Structure):
+    _fields_ = [("count", c_uint64), ("sum_ns", c_uint64), ("hist", c_uint64 * LAT_BUCKETS)]
+
+
+# The sizes mvc.h gives these structs on 64-bit Linux: a mismatch means the
+# header changed and this file must follow it.
+for _s, _n in ((mvc_mem, 40), (mvc_event, 128), (mvc_pages, 72), (mvc_info, 56), (mvc_opts, 64),
+               (mvc_latency, 272), (mvc_seg, 24)):
+    if ctypes.sizeof(_s) != _n:
+        raise ImportError(f"mover: struct {_s.__name__} is {ctypes.sizeof(_s)} bytes here and "
+                          f"{_n} in mvc.h: update mover/_lib.py to the header")
+
+_PROTOTYPES = {
+    "mvc_connect_opts": (c_int, [POINTER(c_void_p), c_char_p, POINTER(mvc_opts)]),
+    "mvc_connect_error": (c_char_p, []),
+    "mvc_disconnect": (None, [c_void_p]),
+    "mvc_error": (c_char_p, [c_void_p]),
+    "mvc_info": (c_int, [c_void_p, POINTER(mvc_info)]),
+    "mvc_alloc": (c_int, [c_void_p, c_uint64, POINTER(mvc_mem)]),
+    "mvc_register_fd": (c_int, [c_void_p, c_int, c_uint64, c_uint64, POINTER(mvc_mem)]),
+    "mvc_free": (c_int, [c_void_p, POINTER(mvc_mem)]),
+    "mvc_register_cuda": (c_int, [c_void_p, c_void_p, c_uint64, POINTER(mvc_mem)]),
+    "mvc_address": (c_int, [c_void_p, c_void_p, POINTER(c_size_t)]),
+    "mvc_region_blob": (c_int, [c_void_p, c_uint32, c_void_p, POINTER(c_size_t)]),
+    "mvc_peer_add": (c_int, [c_void_p, c_void_p, c_size_t, POINTER(c_uint32)]),
+    "mvc_peer_remove": (c_int, [c_void_p, c_uint32]),
+    "mvc_import": (c_int, [c_void_p, c_uint32, c_void_p, c_size_t, POINTER(c_uint32)]),
+    "mvc_unimport": (c_int, [c_void_p, c_uint32]),
+    "mvc_write": (c_int, [c_void_p, c_uint32, c_uint64, c_uint32, c_uint64, c_uint64]),
+    "mvc_writev": (c_int, [c_void_p, c_uint32, c_uint32, c_void_p, c_uint32]),
+    "mvc_write_paged": (c_int, [c_void_p, POINTER(mvc_pages)]),
+    "mvc_write_imm": (c_int, [c_void_p, c_uint32, c_uint32]),
+    "mvc_submit": (c_int, [c_void_p, c_uint64]),
+    "mvc_abort": (None, [c_void_p]),
+    "mvc_poll": (c_int, [c_void_p, POINTER(mvc_event), c_int]),
+    "mvc_wait": (c_int, [c_void_p, POINTER(mvc_event), c_int, c_int]),
+    "mvc_imm_expect": (c_int, [c_void_p, c_uint32, c_uint32, c_uint64]),
+    "mvc_latency": (c_int, [c_void_p, POINTER(mvc_latency)]),
+    "mvc_shard_bytes": (c_uint64, [c_void_p, c_uint32]),
+    "mvc_shard_descs": (c_uint64, [c_void_p, c_uint32]),
+    "mvc_inflight": (c_uint32, [c_void_p]),
+}
+
+
+def _candidates() -> list[str]:
+    env = os.environ.get("MVC_LIBRARY")
+    if env:
+        # An explicit choice: no fallback that would hide a wrong path.
+        return [env]
+    here = Path(__file__).resolve().parent
+    out = []
+    root = here.parents[2]  # libclient/python/mover -> the source tree
+    if (root / "libclient" / "mvc.h").exists():
+        build = Path(os.environ.get("MV_BUILD", "build"))
+        out.append(str((build if build.is_absolute() else root / build) / "libmvc.so"))
+    # PREFIX/lib/pythonX.Y/dist-packages/mover -> PREFIX/lib
+    out.append(str(here.parents[2] / "libmvc.so.1"))
+    out.append("libmvc.so.1")
+    return out
+
+
+def _load() -> ctypes.CDLL:
+    tried = []
+    for cand in _candidates():
+        if os.sep in cand and not os.path.exists(cand):
+            tried.append(f"{cand} (no such file)")
+            continue
+        try:
+            lib = ctypes.CDLL(cand)
+        except OSError as e:
+            tried.append(f"{cand} ({e})")
+            continue
+        for name, (res, args) in _PROTOTYPES.items():
+            fn = getattr(lib, name)
+            fn.restype = res
+            fn.argtypes = args
+        lib.path = cand
+        return lib
+    raise ImportError("mover: libmvc not found; tried " + "; ".join(tried) +
+                      ". Build it (make), install it (make install), or set MVC_LIBRARY "
+                      "to the path of libmvc.so")
+
+
+lib = _load()

@@ -1,0 +1,606 @@
+# SPDX-License-Identifier: MIT
+"""Client: one connection to the local mover (struct mvc), covering mvc.h:
+memory (alloc, register_fd, register_cuda), blobs, peers and imports,
+building and submitting batches (write, writev, write_paged, write_imm,
+submit, abort), and completions (poll, wait, imm_expect, latency).
+
+Every argument is checked before libmvc sees it: TypeError for a wrong type
+or dtype, ValueError for a wrong value, shape or length, ValueError on a
+closed client. What libmvc or the mover refuses raises MoverError with the
+errno and their words. Concurrency, as in C: one thread at a time per
+Client (calls that wait release the GIL); open one Client per thread for
+parallel submitters.
+"""
+from __future__ import annotations
+
+import ctypes
+import itertools
+import math
+import os
+import time
+from collections import deque
+from ctypes import byref, c_size_t, c_uint32, c_void_p
+from typing import Any, Callable, NamedTuple
+
+from . import _lib
+from ._arrays import page_array, segment_array
+from .errors import MoverError
+from .events import Event, EventType, Latency
+from .memory import Region, _index
+
+U32_MAX = 0xFFFFFFFF
+U64_MAX = (1 << 64) - 1
+_lib_ = _lib.lib
+
+
+class Info(NamedTuple):
+    """What the mover said at connect (struct mvc_info)."""
+    client_id: int
+    nshards: int
+    max_batches: int  # batches this client may have in flight
+    mover_id: int
+    provider: str
+
+
+class Peer:
+    """A peer mover added with Client.peer_add; id is its handle."""
+    __slots__ = ("_client", "id", "removed")
+
+    def __init__(self, client: Client, pid: int) -> None:
+        self._client = client
+        self.id = pid
+        self.removed = False
+
+    def remove(self) -> None:
+        """Forgets the peer (mvc_peer_remove); its imports go with it."""
+        self._client.peer_remove(self)
+
+    def __index__(self) -> int:
+        return self.id
+
+    def __repr__(self) -> str:
+        return f"Peer(id={self.id}{', removed' if self.removed else ''})"
+
+
+class Import:
+    """A peer's region imported with Client.import_region: the destination
+    of writes. id is its handle."""
+    __slots__ = ("_client", "id", "peer", "removed")
+
+    def __init__(self, client: Client, hid: int, peer: int) -> None:
+        self._client = client
+        self.id = hid
+        self.peer = peer
+        self.removed = False
+
+    def unimport(self) -> None:
+        """Forgets the imported region (mvc_unimport)."""
+        self._client.unimport(self)
+
+    def __index__(self) -> int:
+        return self.id
+
+    def __repr__(self) -> str:
+        return f"Import(id={self.id}, peer={self.peer}{', removed' if self.removed else ''})"
+
+
+def _u32(v: Any, what: str) -> int:
+    return _index(v, what, U32_MAX)
+
+
+def _bytes(v: Any, what: str) -> bytes:
+    if isinstance(v, bytes):
+        return v
+    if isinstance(v, (bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError(f"{what} must be bytes, not {type(v).__name__}")
+
+
+class Client:
+    """A connection to the local mover.
+
+    socket: the mover's socket path; None: $MOVER_SOCKET, else the mover's
+    default path. list_arena: bytes of the list arena (0: $MVC_LIST_ARENA,
+    else 64 MiB). max_events: the most events one poll() or wait() returns.
+    Raises MoverError when the mover cannot be reached or refuses.
+
+        with mover.Client() as c, c.alloc(1 << 20) as r:
+            r.numpy()[:] = 7
+    """
+
+    def __init__(self, socket: str | os.PathLike | None = None, *, list_arena: int = 0,
+                 max_events: int = 64) -> None:
+        self._c: c_void_p | None = None
+        path = None if socket is None else os.fsencode(socket)
+        opts = _lib.mvc_opts(list_arena=_index(list_arena, "list_arena"))
+        max_events = _index(max_events, "max_events", 1 << 20)
+        if max_events == 0:
+            raise ValueError("max_events must be at least 1")
+        c = c_void_p()
+        ret = _lib_.mvc_connect_opts(byref(c), path, byref(opts))
+        if ret < 0:
+            raise MoverError(-ret, (_lib_.mvc_connect_error() or b"").decode(errors="replace"),
+                             call="mvc_connect")
+        self._c = c
+        self._regions: dict[int, Region] = {}
+        self._ev = (_lib.mvc_event * max_events)()
+        self._max_events = max_events
+        self._pages = _lib.mvc_pages()
+        self._held: deque[Event] = deque()  # events wait_for() set aside
+        self._cookies = itertools.count(1)
+        inf = _lib.mvc_info()
+        _lib_.mvc_info(c, byref(inf))
+        self.info = Info(inf.client_id, inf.nshards, inf.max_batches, inf.mover_id,
+                         inf.provider.decode(errors="replace"))
+
+    # -- the connection ------------------------------------------------------
+
+    def _h(self) -> c_void_p:
+        c = self._c
+        if c is None:
+            raise ValueError("the client is closed")
+        return c
+
+    def _fail(self, ret: int, call: str) -> MoverError:
+        msg = _lib_.mvc_error(self._c) if self._c is not None else b""
+        return MoverError(-ret, (msg or b"").decode(errors="replace"), call=call)
+
+    @property
+    def closed(self) -> bool:
+        return self._c is None
+
+    @property
+    def error(self) -> str:
+        """The last failure of this connection in words (mvc_error)."""
+        return (_lib_.mvc_error(self._h()) or b"").decode(errors="replace")
+
+    def close(self) -> None:
+        """Frees every region still registered and disconnects; the mover
+        then drops this connection's peers, imports and batches. Closing
+        twice is a no-op."""
+        c = self._c
+        if c is None:
+            return
+        for r in list(self._regions.values()):
+            try:
+                self._free(r)
+            except MoverError:
+                pass  # the mover is gone: disconnecting releases the rest
+        self._c = None
+        _lib_.mvc_disconnect(c)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # A Client dropped without close(); at interpreter exit the
+        # library may already be gone, and the process's exit closes all.
+        if getattr(self, "_c", None) is not None:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        if self._c is None:
+            return "Client(closed)"
+        i = self.info
+        return f"Client(id={i.client_id}, shards={i.nshards}, provider={i.provider!r})"
+
+    # -- memory --------------------------------------------------------------
+
+    def _track(self, mem: _lib.mvc_mem, owner: Any = None, offset: int = 0) -> Region:
+        r = Region(self, mem, owner, offset)
+        self._regions[r.id] = r
+        return r
+
+    def alloc(self, nbytes: int) -> Region:
+        """A new region of nbytes (a sealed memfd) the mover can reach."""
+        c = self._h()
+        nbytes = _index(nbytes, "nbytes")
+        if nbytes == 0:
+            raise ValueError("cannot allocate an empty region")
+        mem = _lib.mvc_mem()
+        ret = _lib_.mvc_alloc(c, nbytes, byref(mem))
+        if ret < 0:
+            raise self._fail(ret, "mvc_alloc")
+        return self._track(mem)
+
+    def register_fd(self, fd: int, offset: int, nbytes: int) -> Region:
+        """A region over [offset, offset + nbytes) of an existing memfd
+        (sealed against shrinking) or hugetlbfs file; fd is duplicated, the
+        caller keeps its own."""
+        c = self._h()
+        if hasattr(fd, "fileno"):
+            fd = fd.fileno()
+        fd = _index(fd, "fd", 0x7FFFFFFF)
+        offset = _index(offset, "offset")
+        nbytes = _index(nbytes, "nbytes")
+        if nbytes == 0:
+            raise ValueError("cannot register an empty region")
+        mem = _lib.mvc_mem()
+        ret = _lib_.mvc_register_fd(c, fd, offset, nbytes, byref(mem))
+        if ret < 0:
+            raise self._fail(ret, "mvc_register_fd")
+        return self._track(mem, offset=offset)
+
+    def register_cuda(self, ptr: Any, nbytes: int | None = None) -> Region:
+        """A region over CUDA device memory of this process: ptr is a device
+        address (e.g. a torch CUDA tensor's data_ptr()) with nbytes, or a
+        CUDA tensor itself (nbytes defaults to all of it, and the region
+        keeps the tensor alive). cudaMalloc memory and VMM allocations made
+        with POSIX-fd export allowed; MoverError ENOTSUP says why when CUDA
+        is not there."""
+        c = self._h()
+        owner = None
+        if hasattr(ptr, "data_ptr") and hasattr(ptr, "is_cuda"):
+            if not ptr.is_cuda:
+                raise TypeError("register_cuda takes CUDA memory; this tensor is on "
+                                f"{ptr.device}: alloc() a region and use region.torch()")
+            if not ptr.is_contiguous():
+                raise ValueError("register_cuda needs a contiguous tensor")
+            owner = ptr
+            if nbytes is None:
+                nbytes = ptr.numel() * ptr.element_size()
+            ptr = ptr.data_ptr()
+        ptr = _index(ptr, "ptr")
+        if nbytes is None:
+            raise TypeError("register_cuda(ptr, nbytes): give nbytes with a raw pointer")
+        nbytes = _index(nbytes, "nbytes")
+        if ptr == 0 or nbytes == 0:
+            raise ValueError("register_cuda needs a non-null pointer and nbytes > 0")
+        mem = _lib.mvc_mem()
+        ret = _lib_.mvc_register_cuda(c, ptr, nbytes, byref(mem))
+        if ret < 0:
+            raise self._fail(ret, "mvc_register_cuda")
+        return self._track(mem, owner)
+
+    def _free(self, r: Region) -> None:
+        c = self._h()
+        if r._client is not self:
+            raise ValueError(f"region {r.id} belongs to another Client")
+        if r._mem is None:
+            return
+        ret = _lib_.mvc_free(c, byref(r._mem))
+        self._regions.pop(r.id, None)
+        r._release()  # libmvc unmapped and closed its side whatever ret says
+        if ret < 0:
+            raise self._fail(ret, "mvc_free")
+
+    def free(self, region: Region) -> None:
+        """The same as region.free()."""
+        if not isinstance(region, Region):
+            raise TypeError(f"free() takes a Region, not {type(region).__name__}")
+        self._free(region)
+
+    @property
+    def regions(self) -> list[Region]:
+        """The regions this client holds."""
+        return list(self._regions.values())
+
+    # -- blobs, peers, imports -----------------------------------------------
+
+    def address(self) -> bytes:
+        """This mover's address blob, for a peer's peer_add()."""
+        c = self._h()
+        buf = ctypes.create_string_buffer(_lib.BLOB_MAX)
+        n = c_size_t(_lib.BLOB_MAX)
+        ret = _lib_.mvc_address(c, buf, byref(n))
+        if ret < 0:
+            raise self._fail(ret, "mvc_address")
+        return buf.raw[:n.value]
+
+    def region_blob(self, region: Region | int) -> bytes:
+        """The blob of one of this client's regions, for a peer's import_region()."""
+        c = self._h()
+        rid = self._src(region)
+        buf = ctypes.create_string_buffer(_lib.BLOB_MAX)
+        n = c_size_t(_lib.BLOB_MAX)
+        ret = _lib_.mvc_region_blob(c, rid, buf, byref(n))
+        if ret < 0:
+            raise self._fail(ret, "mvc_region_blob")
+        return buf.raw[:n.value]
+
+    def peer_add(self, address: bytes) -> Peer:
+        """Adds the mover whose address() blob this is as a peer."""
+        c = self._h()
+        address = _bytes(address, "address")
+        if not address:
+            raise ValueError("address is empty")
+        out = c_uint32()
+        ret = _lib_.mvc_peer_add(c, address, len(address), byref(out))
+        if ret < 0:
+            raise self._fail(ret, "mvc_peer_add")
+        return Peer(self, out.value)
+
+    def peer_remove(self, peer: Peer | int) -> None:
+        c = self._h()
+        if isinstance(peer, Import):
+            raise TypeError("peer_remove() takes a Peer; to drop an Import, unimport() it")
+        pid = _u32(peer, "peer")
+        ret = _lib_.mvc_peer_remove(c, pid)
+        if ret < 0:
+            raise self._fail(ret, "mvc_peer_remove")
+        if isinstance(peer, Peer):
+            peer.removed = True
+
+    def import_region(self, peer: Peer | int, blob: bytes) -> Import:
+        """Imports a peer's region from its region_blob(): the handle is the
+        destination of writes."""
+        c = self._h()
+        if isinstance(peer, (Import, Region)):
+            raise TypeError(f"import_region() takes a Peer, not {type(peer).__name__}")
+        pid = _u32(peer, "peer")
+        blob = _bytes(blob, "blob")
+        if not blob:
+            raise ValueError("blob is empty")
+        out = c_uint32()
+        ret = _lib_.mvc_import(c, pid, blob, len(blob), byref(out))
+        if ret < 0:
+            raise self._fail(ret, "mvc_import")
+        return Import(self, out.value, pid)
+
+    def unimport(self, handle: Import | int) -> None:
+        c = self._h()
+        if isinstance(handle, (Peer, Region)):
+            raise TypeError(f"unimport() takes an Import, not {type(handle).__name__}")
+        hid = _u32(handle, "handle")
+        ret = _lib_.mvc_unimport(c, hid)
+        if ret < 0:
+            raise self._fail(ret, "mvc_unimport")
+        if isinstance(handle, Import):
+            handle.removed = True
+
+    # -- batches -------------------------------------------------------------
+
+    def _src(self, v: Any) -> int:
+        if type(v) is Region:
+            if v._client is not self:
+                raise ValueError(f"region {v.id} belongs to another Client")
+            if v._mem is None:
+                raise ValueError(f"region {v.id} was freed")
+            return v.id
+        if isinstance(v, (Import, Peer)):
+            raise TypeError(f"the source must be one of this client's Regions, not an "
+                            f"{type(v).__name__}")
+        return _u32(v, "source region")
+
+    @staticmethod
+    def _dst(v: Any) -> int:
+        if type(v) is Import:
+            return v.id
+        if isinstance(v, (Region, Peer)):
+            raise TypeError(f"the destination must be an Import (import_region() of the "
+                            f"peer's blob), not a {type(v).__name__}")
+        return _u32(v, "destination import")
+
+    def write(self, src: Region | int, src_off: int, dst: Import | int, dst_off: int,
+              nbytes: int) -> None:
+        """Adds a write of nbytes from src at src_off to dst at dst_off to the
+        open batch (opening one). MoverError EAGAIN: rings full right now,
+        the batch as it was; poll and call again, or abort()."""
+        c = self._h()
+        s, d = self._src(src), self._dst(dst)
+        so, do = _index(src_off, "src_off"), _index(dst_off, "dst_off")
+        n = _index(nbytes, "nbytes")
+        if n == 0:
+            raise ValueError("write of 0 bytes")
+        if type(src) is Region and so + n > src.nbytes:
+            raise ValueError(f"region {s} is {src.nbytes} bytes; write of {n} at offset {so} "
+                             f"exceeds it")
+        ret = _lib_.mvc_write(c, s, so, d, do, n)
+        if ret < 0:
+            raise self._fail(ret, "mvc_write")
+
+    def writev(self, src: Region | int, dst: Import | int, segs: Any) -> None:
+        """Adds writes of segments (src_off, dst_off, len) from src to dst: an
+        (n, 3) integer numpy array (uint64 C-contiguous passes untouched) or
+        a sequence of triples."""
+        c = self._h()
+        s, d = self._src(src), self._dst(dst)
+        a = segment_array(segs)
+        if type(src) is Region:
+            end = a[:, 0] + a[:, 2]
+            over = end > src.nbytes
+            if over.any():
+                i = int(over.argmax())
+                raise ValueError(f"segment {i}: region {s} is {src.nbytes} bytes; {int(a[i, 2])} "
+                                 f"at offset {int(a[i, 0])} exceeds it")
+        ret = _lib_.mvc_writev(c, s, d, _address(a), a.shape[0])
+        if ret < 0:
+            raise self._fail(ret, "mvc_writev")
+
+    def write_paged(self, src: Region | int, dst: Import | int, src_pages: Any, dst_pages: Any,
+                    page_size: int, *, src_base: int = 0, dst_base: int = 0,
+                    src_stride: int | None = None, dst_stride: int | None = None) -> None:
+        """Adds a paged write: page src_pages[i] of src goes to page
+        dst_pages[i] of dst, page k starting at base + k * stride (stride
+        defaults to page_size), page_size bytes each. The page arrays are
+        1-D integer arrays of equal length (C-contiguous uint32 numpy arrays
+        pass without a copy; others are range-checked and converted); they
+        are copied before the call returns. Pages past a region fail the
+        batch with the mover's words."""
+        c = self._h()
+        sp = page_array(src_pages, "src_pages")
+        dp = page_array(dst_pages, "dst_pages")
+        n = sp.shape[0]
+        if dp.shape[0] != n:
+            raise ValueError(f"src_pages has {n} pages and dst_pages {dp.shape[0]}: give one "
+                             f"destination page per source page")
+        p = self._pages
+        p.src = self._src(src)
+        p.dst = self._dst(dst)
+        # Plain ints in range skip _index: this call is on the hot path.
+        ps = page_size if type(page_size) is int and 0 < page_size <= U64_MAX \
+            else _index(page_size, "page_size")
+        if ps == 0:
+            raise ValueError("page_size is 0")
+        p.page_size = ps
+        p.src_base = src_base if type(src_base) is int and 0 <= src_base <= U64_MAX \
+            else _index(src_base, "src_base")
+        p.dst_base = dst_base if type(dst_base) is int and 0 <= dst_base <= U64_MAX \
+            else _index(dst_base, "dst_base")
+        p.src_stride = ps if src_stride is None else _index(src_stride, "src_stride")
+        p.dst_stride = ps if dst_stride is None else _index(dst_stride, "dst_stride")
+        p.src_pages = _address(sp)
+        p.dst_pages = _address(dp)
+        p.npages = n
+        ret = _lib_.mvc_write_paged(c, byref(p))
+        if ret < 0:
+            raise self._fail(ret, "mvc_write_paged")
+
+    def write_imm(self, dst: Import | int, imm: int) -> None:
+        """After every write of the batch has landed, the client owning
+        dst's region receives imm (one per batch)."""
+        c = self._h()
+        ret = _lib_.mvc_write_imm(c, self._dst(dst), _u32(imm, "imm"))
+        if ret < 0:
+            raise self._fail(ret, "mvc_write_imm")
+
+    def submit(self, cookie: int | None = None) -> int:
+        """Hands the open batch to the mover (non-blocking); one BATCH event
+        with this cookie reports it. Returns the cookie (a new one from a
+        counter when None)."""
+        c = self._h()
+        if cookie is None:
+            ck = next(self._cookies)
+        elif type(cookie) is int and 0 <= cookie <= U64_MAX:
+            ck = cookie
+        else:
+            ck = _index(cookie, "cookie")
+        ret = _lib_.mvc_submit(c, ck)
+        if ret < 0:
+            raise self._fail(ret, "mvc_submit")
+        return ck
+
+    def abort(self) -> None:
+        """Drops the open batch, if any."""
+        _lib_.mvc_abort(self._h())
+
+    # -- completions ---------------------------------------------------------
+
+    def _events(self, n: int, call: str) -> list[Event]:
+        if n < 0:
+            raise self._fail(n, call)
+        ev = self._ev
+        return [Event._from_c(ev[i]) for i in range(n)]
+
+    def poll(self, max_events: int | None = None) -> list[Event]:
+        """The events here now, without waiting (possibly none). MoverError
+        EPIPE: the mover is gone (in-flight batches were reported failed with
+        Cause.MOVER_GONE first); EPROTO: the mover cut this connection off."""
+        c = self._h()
+        m = self._take_max(max_events)
+        if self._held:
+            return [self._held.popleft() for _ in range(min(m, len(self._held)))]
+        return self._events(_lib_.mvc_poll(c, self._ev, m), "mvc_poll")
+
+    def wait(self, timeout: float | None = None, max_events: int | None = None) -> list[Event]:
+        """Events, waiting up to timeout seconds (None: forever) for the
+        first; an empty list when none came. The GIL is released while
+        libmvc waits. Errors as poll()."""
+        c = self._h()
+        m = self._take_max(max_events)
+        if self._held:
+            return [self._held.popleft() for _ in range(min(m, len(self._held)))]
+        return self._events(_lib_.mvc_wait(c, self._ev, m, _timeout_ms(timeout)), "mvc_wait")
+
+    def _take_max(self, max_events: int | None) -> int:
+        if max_events is None:
+            return self._max_events
+        m = _index(max_events, "max_events", self._max_events)
+        if m == 0:
+            raise ValueError("max_events must be at least 1")
+        return m
+
+    def wait_for(self, match: Callable[[Event], bool], timeout: float | None = None) -> Event:
+        """Waits for the first event match() accepts and returns it; other
+        events that came meanwhile are kept for the next poll() or wait().
+        TimeoutError after timeout seconds (None: forever)."""
+        c = self._h()
+        for i, e in enumerate(self._held):
+            if match(e):
+                del self._held[i]
+                return e
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            evs = self._events(_lib_.mvc_wait(c, self._ev, self._max_events, _timeout_ms(left)),
+                               "mvc_wait")
+            for i, e in enumerate(evs):
+                if match(e):
+                    self._held.extend(evs[i + 1:])
+                    return e
+                self._held.append(e)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"no matching event within {timeout} s")
+
+    def wait_batch(self, cookie: int, timeout: float | None = None) -> Event:
+        """Waits for the BATCH event of cookie; raises its MoverError if the
+        batch failed, TimeoutError after timeout seconds."""
+        cookie = _index(cookie, "cookie")
+        ev = self.wait_for(lambda e: e.type == EventType.BATCH and e.cookie == cookie, timeout)
+        return ev.raise_for_status()
+
+    def imm_expect(self, imm: int, count: int, cookie: int = 0) -> None:
+        """Asks for one IMM_COUNT event (with cookie) once count immediates
+        of value imm have arrived, counting those already here; immediates of
+        a value being counted are not reported one by one."""
+        c = self._h()
+        imm, count = _u32(imm, "imm"), _u32(count, "count")
+        if count == 0:
+            raise ValueError(f"expecting 0 immediates of {imm}")
+        ret = _lib_.mvc_imm_expect(c, imm, count, _index(cookie, "cookie"))
+        if ret < 0:
+            raise self._fail(ret, "mvc_imm_expect")
+
+    def latency(self) -> Latency:
+        """How long immediates waited in our completion rings (mvc_latency)."""
+        lat = _lib.mvc_latency()
+        ret = _lib_.mvc_latency(self._h(), byref(lat))
+        if ret < 0:
+            raise self._fail(ret, "mvc_latency")
+        return Latency(lat.count, lat.sum_ns, tuple(lat.hist))
+
+    def shard_bytes(self, shard: int) -> int:
+        """Bytes this client sent through one mover shard."""
+        return _lib_.mvc_shard_bytes(self._h(), self._shard(shard))
+
+    def shard_descs(self, shard: int) -> int:
+        """WRITE descriptors this client sent through one mover shard."""
+        return _lib_.mvc_shard_descs(self._h(), self._shard(shard))
+
+    def _shard(self, shard: int) -> int:
+        s = _u32(shard, "shard")
+        if s >= self.info.nshards:
+            raise ValueError(f"shard {s}: this mover has {self.info.nshards} shards")
+        return s
+
+    @property
+    def inflight(self) -> int:
+        """Batches submitted and not yet reported."""
+        return _lib_.mvc_inflight(self._h())
+
+
+def _address(a) -> int:
+    """The address of a C-contiguous array's first element: through a
+    ctypes view where the array is writable (a fraction of the cost of
+    a.ctypes.data, which goes through numpy's Python-level helpers)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except TypeError:  # read-only
+        return a.ctypes.data
+
+
+def _timeout_ms(timeout: float | None) -> int:
+    if timeout is None:
+        return -1
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be seconds (a number) or None, not "
+                        f"{type(timeout).__name__}")
+    if timeout < 0 or math.isnan(timeout):
+        raise ValueError(f"timeout is {timeout}; give seconds >= 0, or None for no limit")
+    return min(int(math.ceil(timeout * 1000)), 0x7FFFFFFF)
