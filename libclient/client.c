@@ -572,6 +572,12 @@ int mvc_region_blob(struct mvc *c, uint32_t region, void *buf, size_t *len)
 	ret = call(c, MV_MSG_BLOB, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 	if (ret)
 		return ret;
+	/* The mover's word, checked before it sizes a copy out of rep. */
+	if (rep.blob_len > sizeof(rep.blob))
+		return mvc_fail(c, -EPROTO,
+		                "the mover's reply claims a region blob of %u bytes; a blob is at "
+		                "most %zu (mover and library from different builds?)",
+		                rep.blob_len, sizeof(rep.blob));
 	if (*len < rep.blob_len)
 		return mvc_fail(c, -ENOSPC, "region blob needs %u bytes, buffer has %zu",
 		                rep.blob_len, *len);

@@ -13,6 +13,7 @@
 #include "events.c"
 
 #include <check.h>
+#include <sys/wait.h>
 
 #define NSH 4
 
@@ -246,6 +247,65 @@ START_TEST(test_load_returns_to_zero)
 }
 END_TEST
 
+/* ---- a mover that lies in its replies ---- */
+
+/* Answers the next request on sock with a BLOB reply that claims blob_len. */
+static void lying_reply(int sock, uint32_t blob_len)
+{
+	struct {
+		struct mv_msg_hdr h;
+		struct mv_id_req r;
+	} req;
+	ssize_t n = recv(sock, &req, sizeof(req), 0);
+	ck_assert_int_eq(n, (ssize_t)sizeof(req));
+	struct {
+		struct mv_msg_hdr h;
+		struct mv_reg_rep r;
+	} rep = {.h = {.magic = MV_WIRE_MAGIC,
+	               .version = MV_WIRE_VERSION,
+	               .type = MV_MSG_BLOB | MV_MSG_REPLY,
+	               .len = sizeof(struct mv_reg_rep),
+	               .seq = req.h.seq},
+	         .r = {.region = req.r.id, .blob_len = blob_len}};
+	ck_assert_int_eq(send(sock, &rep, sizeof(rep), 0), (ssize_t)sizeof(rep));
+}
+
+START_TEST(test_region_blob_longer_than_a_blob_is_refused)
+{
+	struct rig g;
+	int sv[2];
+	static uint8_t buf[1 << 20];
+	size_t len = sizeof(buf);
+
+	rig_open(&g);
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	g.c->sock = sv[0];
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		/* The mover: a lie, then the truth. */
+		lying_reply(sv[1], 1u << 19);
+		lying_reply(sv[1], (uint32_t)MV_REGION_BLOB_SIZE(NSH));
+		_exit(0);
+	}
+	/* A reply that says its blob is longer than the reply itself: the
+	 * library must not copy past what arrived, however large our buffer. */
+	ck_assert_int_eq(mvc_region_blob(g.c, 7, buf, &len), -EPROTO);
+	ck_assert_msg(strstr(mvc_error(g.c), "region blob of 524288 bytes"), "%s", mvc_error(g.c));
+	ck_assert_uint_eq(len, sizeof(buf));
+	/* An honest length goes through. */
+	ck_assert_int_eq(mvc_region_blob(g.c, 7, buf, &len), 0);
+	ck_assert_uint_eq(len, MV_REGION_BLOB_SIZE(NSH));
+	int st;
+	waitpid(pid, &st, 0);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the lying mover failed");
+	close(sv[0]);
+	close(sv[1]);
+	g.c->sock = -1;
+	rig_close(&g);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("client");
@@ -257,6 +317,9 @@ int main(void)
 	tcase_add_test(tc, test_lone_immediate_ends_on_home);
 	tcase_add_test(tc, test_load_returns_to_zero);
 	tcase_add_test(tc, test_stripe_keeps_its_shard);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("errors");
+	tcase_add_test(tc, test_region_blob_longer_than_a_blob_is_refused);
 	suite_add_tcase(s, tc);
 
 	SRunner *sr = srunner_create(s);
