@@ -122,8 +122,10 @@ static void usage(FILE *f)
 	        "                    trips of one write and its immediate, clients polling\n"
 	        "                    and sleeping, then the movers' idle CPU), fairness (a\n"
 	        "                    client's 4 KiB batches alone and beside a second client\n"
-	        "                    flooding the same mover with 64 MiB writes), or all\n"
-	        "                    four (default); scattered rows bring the 4 KiB\n"
+	        "                    flooding the same mover with 64 MiB writes), register\n"
+	        "                    (mvc_alloc of 1 GiB, 256 MiB with --quick, beside a\n"
+	        "                    memset of as much fresh memory), or all five\n"
+	        "                    (default); scattered rows bring the 4 KiB\n"
 	        "                    contiguous row they are compared with (vs_contig)\n"
 	        "  --pages LIST      pages per scattered batch (default 512,65536)\n"
 	        "  --lat-sizes LIST  write sizes of the latency rows (default 8,64,4K,64K)\n"
@@ -252,7 +254,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'P': {
 			char *dup = strdup(optarg), *save = NULL;
-			o->contig = o->scattered = o->latency = o->fairness = 0;
+			o->contig = o->scattered = o->latency = o->fairness = o->reg = 0;
 			for (char *tok = dup ? strtok_r(dup, ",", &save) : NULL; tok;
 			     tok = strtok_r(NULL, ",", &save)) {
 				if (!strcmp(tok, "contig")) {
@@ -263,19 +265,21 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 					o->latency = 1;
 				} else if (!strcmp(tok, "fairness")) {
 					o->fairness = 1;
+				} else if (!strcmp(tok, "register")) {
+					o->reg = 1;
 				} else {
 					fprintf(stderr,
 					        "mvbench: --pattern: %s is not contig, scattered, "
-					        "latency or fairness\n",
+					        "latency, fairness or register\n",
 					        tok);
 					exit(2);
 				}
 			}
 			free(dup);
-			if (!o->contig && !o->scattered && !o->latency && !o->fairness) {
+			if (!o->contig && !o->scattered && !o->latency && !o->fairness && !o->reg) {
 				fprintf(stderr,
 				        "mvbench: --pattern %s: give contig, scattered, latency, "
-				        "fairness or a list of them\n",
+				        "fairness, register or a list of them\n",
 				        optarg);
 				exit(2);
 			}
@@ -356,7 +360,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	if (!o->reps)
 		o->reps = o->quick ? 3 : 15;
 	if (!patterns)
-		o->contig = o->scattered = o->latency = o->fairness = 1;
+		o->contig = o->scattered = o->latency = o->fairness = o->reg = 1;
 	if (o->latency && !o->nlat) {
 		const uint64_t def[] = {8, 64, 4096, 65536};
 		memcpy(o->lat, def, sizeof(def));
@@ -469,6 +473,13 @@ int main(int argc, char **argv)
 		for (int i = 0; i < nfair_done; i++)
 			if (!strcmp(fair_done[i].prov, o.provs[pi]))
 				fair_print_bench(&fair_done[i]);
+		for (int i = 0; i < nreg_done; i++)
+			if (!strcmp(reg_done[i].prov, o.provs[pi]))
+				reg_print_bench(&reg_done[i]);
+	}
+	for (int i = 0; i < nreg_done; i++) {
+		missed += !reg_done[i].pass && !reg_done[i].failed;
+		failed += reg_done[i].failed;
 	}
 	for (int i = 0; i < nfair_done; i++) {
 		missed += !fair_done[i].pass && !fair_done[i].failed;

@@ -435,6 +435,8 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 		lat_rows(&x);
 	if (o->fairness)
 		fair_rows(&x);
+	if (o->reg && first) /* once per provider: it measures no shard's path */
+		reg_rows(&x);
 
 	direct_pool_stop(&x);
 	mvc_free(x.c, &x.src);

@@ -310,6 +310,7 @@ struct opts {
 	uint64_t lat[MAX_LIST];
 	int nlat;
 	int fairness; /* a client's small batches, alone and beside a flood */
+	int reg;      /* registering memory (mvc_alloc) beside a memset of as much */
 };
 
 struct plan {
@@ -487,5 +488,26 @@ extern int nfair_done;
  * failed. */
 int fair_rows(struct cfg *x);
 void fair_print_bench(const struct frow *r);
+
+/* rows_reg.c: making memory the mover can reach, against making as much
+ * memory at all. */
+struct rrow {
+	const char *prov;
+	uint32_t shards;
+	uint64_t size;
+	int reps;
+	double gbps, memset_gbps, ratio, free_ms; /* medians over the reps */
+	int pass;
+	int failed;
+	char err[200];
+};
+#define REG_ROWS_MAX 64
+#define REG_BAR      0.5 /* registration at least half a memset's rate */
+extern struct rrow reg_done[REG_ROWS_MAX];
+extern int nreg_done;
+/* The register row of configuration x (its client of mover A); appends to
+ * reg_done. < 0 when it failed. */
+int reg_rows(struct cfg *x);
+void reg_print_bench(const struct rrow *r);
 
 #endif
