@@ -42,18 +42,25 @@ union mv_cmsg {
 	struct cmsghdr align;
 };
 
-/* Attaches nfds (at most MV_MAX_FDS) fds to mh as SCM_RIGHTS, in u. */
-static inline void mv_fds_put(struct msghdr *mh, union mv_cmsg *u, const int *fds, int nfds)
+/* Attaches nfds fds to mh as SCM_RIGHTS, in buf: CMSG_SPACE(nfds ints)
+ * bytes at least, aligned for a struct cmsghdr. */
+static inline void mv_fds_put_buf(struct msghdr *mh, void *buf, const int *fds, int nfds)
 {
 	if (nfds <= 0)
 		return;
-	mh->msg_control = u->buf;
+	mh->msg_control = buf;
 	mh->msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
 	struct cmsghdr *c = CMSG_FIRSTHDR(mh);
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
 	memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+}
+
+/* Attaches nfds (at most MV_MAX_FDS) fds to mh as SCM_RIGHTS, in u. */
+static inline void mv_fds_put(struct msghdr *mh, union mv_cmsg *u, const int *fds, int nfds)
+{
+	mv_fds_put_buf(mh, u->buf, fds, nfds);
 }
 
 /* The fds a received message carried: the first max go to fds, the rest
@@ -85,9 +92,9 @@ static inline int mv_fds_take(struct msghdr *mh, int *fds, int max)
  * *fd gets the fd the reply carried, or -1. Returns 0, the mover's negative
  * status, or -errno, with why saying which. Never waits more than 10 s.
  */
-static inline int mv_request_fd(const char *path, uint16_t type, const void *payload,
-                                uint32_t len, int send_fd, void *rep, size_t replen, int *fd,
-                                char *why, size_t whylen)
+static inline int mv_request_fd(const char *path, uint16_t type, const void *payload, uint32_t len,
+                                int send_fd, void *rep, size_t replen, int *fd, char *why,
+                                size_t whylen)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	struct mv_msg_hdr h = {

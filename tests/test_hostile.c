@@ -477,21 +477,18 @@ END_TEST
  * 1 if none came within 5 s, 2 if the mover closed the connection. */
 static int send_raw(int sock, const uint8_t *msg, size_t len, int fd, int nfds)
 {
-	char cbuf[CMSG_SPACE(sizeof(int) * 253)];
+	union {
+		char b[CMSG_SPACE(sizeof(int) * 253)];
+		struct cmsghdr align;
+	} cbuf;
+	int fds[253];
 	struct iovec iov = {(void *)msg, len};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	struct timeval tv = {.tv_sec = 5};
 
-	if (nfds) {
-		mh.msg_control = cbuf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		for (int i = 0; i < nfds; i++)
-			memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
-	}
+	for (int i = 0; i < nfds; i++)
+		fds[i] = fd;
+	mv_fds_put_buf(&mh, cbuf.b, fds, nfds);
 	if (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0)
 		return 2;
 	struct {

@@ -334,21 +334,18 @@ static void send_msg(int sock, uint16_t type, const void *payload, uint32_t len,
 	struct mv_msg_hdr h = {
 	    .magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = type, .len = len};
 	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
-	char cbuf[CMSG_SPACE(sizeof(int) * 253)];
+	union {
+		char b[CMSG_SPACE(sizeof(int) * 253)];
+		struct cmsghdr align;
+	} cbuf;
+	int fds[253];
 	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
 	int fd = memfd_create("test_msg", MFD_CLOEXEC);
 
 	ck_assert_int_ge(fd, 0);
-	if (nfds) {
-		mh.msg_control = cbuf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		for (int i = 0; i < nfds; i++)
-			memcpy(CMSG_DATA(c) + i * sizeof(int), &fd, sizeof(int));
-	}
+	for (int i = 0; i < nfds; i++)
+		fds[i] = fd;
+	mv_fds_put_buf(&mh, cbuf.b, fds, nfds);
 	ck_assert_int_eq(sendmsg(sock, &mh, 0), (ssize_t)(sizeof(h) + len));
 	close(fd);
 }

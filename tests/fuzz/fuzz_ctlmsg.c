@@ -59,22 +59,17 @@ static int lowest_free_fd(void)
 
 static void send_with_fds(const uint8_t *buf, size_t len, int nfds)
 {
-	char cbuf[CMSG_SPACE(sizeof(int) * 256)];
+	union {
+		char b[CMSG_SPACE(sizeof(int) * 256)];
+		struct cmsghdr align;
+	} cbuf;
 	int fds[256];
 	struct iovec iov = {(void *)buf, len};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 
 	for (int i = 0; i < nfds; i++)
 		fds[i] = memfd;
-	if (nfds) {
-		mh.msg_control = cbuf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-		memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
-	}
+	mv_fds_put_buf(&mh, cbuf.b, fds, nfds);
 	if (sendmsg(sock[0], &mh, MSG_NOSIGNAL) != (ssize_t)len)
 		abort(); /* the harness's own socket: must take any datagram */
 }
