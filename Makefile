@@ -140,7 +140,8 @@ $(B)/bin/mvtrace: $(B)/tools/mvtrace.o $(B)/tools/trace_import.o $(B)/tools/impo
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm $(LDLIBS)
 
-$(B)/bin/mvreplay: $(B)/tools/mvreplay.o $(B)/tools/replay_recv.o $(CLIENT_LIB)
+$(B)/bin/mvreplay: $(B)/tools/mvreplay.o $(B)/tools/replay_issue.o $(B)/tools/replay_recv.o \
+	$(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ -lm $(LDLIBS)
 

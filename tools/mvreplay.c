@@ -38,6 +38,7 @@
 #include "mvc.h"
 #include "mvtool.h"
 #include "replay.h"
+#include "replay_send.h"
 #include "trace_format.h"
 #include "trace_read.h"
 
@@ -45,15 +46,6 @@
 #define STUCK_MAX_NS  (600ull * 1000000000u) /* a batch must complete within this */
 #define PIPE_WAIT_MS  60000                  /* the other process answers within this */
 #define MAX_ERR_LINES 5                      /* failures printed one by one, then counted */
-
-/* Error causes: libclient's, then the replay's own. */
-enum {
-	ERR_TOO_BIG = MVT_MAX_CAUSE + 1, /* the batch can never fit the rings */
-	ERR_SUBMIT,                      /* building or submitting it failed otherwise */
-	ERR_TIMEOUT,                     /* no progress for 30 s, or 10 min in flight */
-	ERR_IMM,                         /* immediates that never arrived */
-	ERR_N,
-};
 
 static const char *err_name(unsigned e)
 {
@@ -70,59 +62,6 @@ static const char *err_name(unsigned e)
 		return mvt_cause_name(e);
 	}
 }
-
-enum bstate {
-	B_WAITING = 0,
-	B_INFLIGHT,
-	B_FAILED, /* not submitted, failed, or stuck */
-	B_OK,
-};
-
-struct replay {
-	const struct cfg *cf;
-	struct mvc *c;
-	struct mvc_mem src;
-	uint32_t dst;
-	uint64_t dst_len;
-	uint32_t window;
-
-	/* the trace, in submit order */
-	struct mvt_trace t;
-	size_t nb;
-	size_t *order;     /* order[i]: index in the file of the i-th batch to issue */
-	uint64_t first_ns; /* the first submit_ns */
-	uint64_t trace_bytes, trace_ops, trace_imms;
-
-	/* per batch, by issue index (= cookie) */
-	uint64_t *t_sub; /* when this replay submitted it */
-	uint8_t *state;  /* enum bstate */
-	uint64_t *lat;   /* successful batches' latencies */
-	size_t nlat;
-
-	/* where the next batch's data comes from and goes */
-	uint64_t scur, dcur;
-	uint32_t *sp, *dp;
-	struct mvc_seg *segs;
-	uint32_t max_ops;
-	uint32_t stride; /* scattered destination pages: step between neighbours */
-
-	/* what was issued and what came back */
-	size_t next;   /* batches before this one were tried */
-	size_t oldest; /* batches before this one are finished */
-	size_t issued; /* submitted */
-	size_t done, inflight;
-	uint64_t bytes, ops, done_bytes;
-	uint64_t err[ERR_N], nerr;
-	uint64_t t0, t_last;
-	int64_t max_late;
-	int stuck;
-	const char *fatal; /* why the replay stopped early, or NULL */
-
-	/* the progress line */
-	int tty;
-	uint64_t t_progress, t_check;
-	int line_open; /* the progress line has no newline yet */
-};
 
 static void report_err(struct replay *r, unsigned cause, size_t i, const char *msg)
 {
@@ -228,97 +167,6 @@ static void reap(struct replay *r, int timeout_ms)
 	if (now - r->t_check > 100000000u)
 		check_stuck(r);
 	progress(r, 0);
-}
-
-/* Splits total into n parts that differ by at most one, the larger first. */
-static uint64_t part_len(uint64_t total, uint32_t n, uint32_t k)
-{
-	return total / n + (k < total % n);
-}
-
-/* The next len bytes of a region of size cap, wrapping to 0 where they would not fit. */
-static uint64_t take(uint64_t *cur, uint64_t len, uint64_t cap)
-{
-	if (*cur + len > cap)
-		*cur = 0;
-	uint64_t off = *cur;
-	*cur += len;
-	return off;
-}
-
-/*
- * Builds and submits batch i. Returns 0, -EAGAIN (the rings are full: reap
- * and call again; nothing was kept), or another -errno with the batch
- * aborted. The cursors move only when it was submitted.
- */
-static int issue(struct replay *r, size_t i, uint64_t *ops, uint64_t *bytes)
-{
-	const struct mv_trace_rec *t = &r->t.rec[r->order[i]];
-	uint32_t data = t->kind & MVT_KIND_DATA;
-	uint64_t scur = r->scur, dcur = r->dcur;
-	int ret = 0;
-
-	*ops = 0;
-	*bytes = 0;
-	if (data == MV_TK_PAGED && t->page_size) {
-		uint64_t ps = t->page_size;
-		/* Page indices are 32-bit: a pool of more pages uses its first 2^32. */
-		uint64_t ns = r->src.len / ps, nd = r->dst_len / ps;
-		ns = ns > (1ull << 32) ? 1ull << 32 : ns;
-		nd = nd > (1ull << 32) ? 1ull << 32 : nd;
-		/* Source pages run on; destination pages scatter like a paged KV cache's
-		 * (no two neighbours adjacent, so each is its own descriptor) unless
-		 * --contig asked for runs the client merges into large writes. */
-		uint64_t step = r->cf->contig ? 1 : r->stride;
-		for (uint32_t k = 0; k < t->nops; k++) {
-			r->sp[k] = (uint32_t)((scur + k) % ns);
-			r->dp[k] = (uint32_t)((dcur + (uint64_t)k * step) % nd);
-		}
-		struct mvc_pages pg = {.src = r->src.region,
-		                       .dst = r->dst,
-		                       .src_stride = ps,
-		                       .dst_stride = ps,
-		                       .page_size = ps,
-		                       .src_pages = r->sp,
-		                       .dst_pages = r->dp,
-		                       .npages = t->nops};
-		ret = mvc_write_paged(r->c, &pg);
-		scur = (scur + t->nops) % ns;
-		dcur = (dcur + t->nops) % nd;
-		*ops = t->nops;
-		*bytes = ps * t->nops;
-	} else if (data == MV_TK_WRITEV) {
-		for (uint32_t k = 0; k < t->nops; k++) {
-			uint64_t len = part_len(t->bytes, t->nops, k);
-			r->segs[k] = (struct mvc_seg){.src_off = take(&scur, len, r->src.len),
-			                              .dst_off = take(&dcur, len, r->dst_len),
-			                              .len = len};
-		}
-		ret = mvc_writev(r->c, r->src.region, r->dst, r->segs, t->nops);
-		*ops = t->nops;
-		*bytes = t->bytes;
-	} else if (data) {
-		/* Writes, and batches that mixed kinds: the same ops and bytes as writes. */
-		for (uint32_t k = 0; k < t->nops && !ret; k++) {
-			uint64_t len = part_len(t->bytes, t->nops, k);
-			uint64_t so = take(&scur, len, r->src.len);
-			uint64_t doff = take(&dcur, len, r->dst_len);
-			ret = mvc_write(r->c, r->src.region, so, r->dst, doff, len);
-		}
-		*ops = t->nops;
-		*bytes = t->bytes;
-	}
-	if (!ret && (t->kind & MV_TK_IMM))
-		ret = mvc_write_imm(r->c, r->dst, t->imm);
-	if (!ret)
-		ret = mvc_submit(r->c, i);
-	if (ret) {
-		mvc_abort(r->c);
-		return ret;
-	}
-	r->scur = scur;
-	r->dcur = dcur;
-	return 0;
 }
 
 /* Waits until the absolute time `at`, reaping completions meanwhile. */
@@ -441,17 +289,6 @@ static int plan(struct replay *r, uint64_t src_len, uint64_t dst_len)
 		r->trace_imms += (t->kind & MV_TK_IMM) != 0;
 	}
 	return 0;
-}
-
-/* A step between destination pages: coprime with the page count, never 1 apart. */
-static uint32_t scatter_stride(uint64_t npages)
-{
-	static const uint32_t primes[] = {7919, 7907, 7901, 7883, 7879, 7877, 7873};
-
-	for (size_t i = 0; i < sizeof(primes) / sizeof(primes[0]); i++)
-		if (npages % primes[i] && (npages <= 2 || primes[i] % npages != 1))
-			return primes[i];
-	return 2;
 }
 
 static int sender(struct replay *r, int from_recv, int to_recv)
