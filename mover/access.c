@@ -124,6 +124,16 @@ static void holders(const struct mover *mv, uint32_t role, char *buf, size_t len
 	}
 }
 
+int mv_access_needs_attach(uint16_t type)
+{
+	/* A client's requests come after its HELLO and ATTACH; admins' and
+	 * peer movers' need neither. Unknown types are a client's mistake. */
+	if (type == MV_MSG_HELLO || type == MV_MSG_ATTACH)
+		return 0;
+	return type >= sizeof(rules) / sizeof(rules[0]) || !rules[type].roles ||
+	       rules[type].roles == MV_ROLE_CLIENT;
+}
+
 int mv_access_check(struct mover *mv, struct mv_client *cl, uint16_t type, char *why, size_t whylen)
 {
 	char who[128];

@@ -234,9 +234,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 
 	if ((ret = mv_access_check(mv, cl, m->h.type, why, whylen)))
 		return ret;
-	/* Admins' and peer movers' requests need no HELLO; a client's do. */
-	if (m->h.type != MV_MSG_HELLO && m->h.type != MV_MSG_ATTACH && m->h.type != MV_MSG_STATS &&
-	    m->h.type != MV_MSG_TRACE && m->h.type != MV_MSG_GPU_FD && cl->state != MV_CL_READY) {
+	if (mv_access_needs_attach(m->h.type) && cl->state != MV_CL_READY) {
 		snprintf(why, whylen, "message type %u before HELLO and ATTACH", m->h.type);
 		return -EBADMSG;
 	}

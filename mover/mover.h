@@ -655,6 +655,9 @@ uint32_t mv_access_roles(const struct mover *mv, int sock, const struct ucred *c
  * per refusal (the first few of each connection) with its pid and uid. */
 int mv_access_check(struct mover *mv, struct mv_client *cl, uint16_t type, char *why,
                     size_t whylen);
+/* Whether a message of type must wait for the client's HELLO and ATTACH:
+ * a client's do, an admin's or a peer mover's do not. */
+int mv_access_needs_attach(uint16_t type);
 /* Resolves cfg.admin_group; 0, or -errno with why. */
 int mv_access_init(struct mover *mv, char *why, size_t whylen);
 
