@@ -15,8 +15,8 @@
  * A connection with no role is refused at accept. Every message type needs
  * one role; a message whose sender lacks it is refused with -EACCES and a
  * message saying who may send it, and the mover logs the refusal with the
- * sender's pid and uid (the first few of each connection: a tenant cannot
- * flood the log). Nothing here opens a path or hands out an fd.
+ * sender's pid and uid (through log.c's per-client rate limit: a tenant
+ * cannot flood the log). Nothing here opens a path or hands out an fd.
  */
 #include "mover.h"
 
@@ -25,8 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define LOGGED_REFUSALS 5u /* per connection; later ones are counted */
 
 struct msg_rule {
 	uint32_t roles; /* any of them may send it */
@@ -145,12 +143,8 @@ int mv_access_check(struct mover *mv, struct mv_client *cl, uint16_t type, char 
 	holders(mv, rules[type].roles, who, sizeof(who));
 	snprintf(why, whylen, "%s is for %s; this connection is uid %u", rules[type].name, who,
 	         (unsigned)cl->uid);
-	if (cl->refusals < LOGGED_REFUSALS)
-		mv_log("refused %s from pid %d uid %u: only %s may send it", rules[type].name,
-		       cl->pid, (unsigned)cl->uid, who);
-	else if (cl->refusals == LOGGED_REFUSALS)
-		mv_log("pid %d uid %u: further refusals on this connection are not logged", cl->pid,
-		       (unsigned)cl->uid);
-	cl->refusals++;
+	mv_log_client(MV_LOG_WARN, (uint64_t)cl->pid,
+	              "refused %s from pid %d uid %u: only %s may send it", rules[type].name,
+	              cl->pid, (unsigned)cl->uid, who);
 	return -EACCES;
 }

@@ -307,8 +307,10 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 		if (r && r->secret != req->secret) {
 			snprintf(why, whylen,
 			         "GPU region %u: the request's secret is not its blob's", req->id);
-			mv_log("refused GPU_FD for region %u from pid %d uid %u: wrong secret",
-			       req->id, cl->pid, (unsigned)cl->uid);
+			mv_log_client(
+			    MV_LOG_WARN, (uint64_t)cl->pid,
+			    "refused GPU_FD for region %u from pid %d uid %u: wrong secret",
+			    req->id, cl->pid, (unsigned)cl->uid);
 			return -EACCES;
 		}
 		if (!r || !r->is_gpu || r->gpu_fd < 0) {

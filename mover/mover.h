@@ -296,9 +296,8 @@ struct mv_client {
 	uint32_t id;
 	int sock;
 	pid_t pid;
-	uid_t uid;         /* from SO_PEERCRED at accept */
-	uint32_t roles;    /* MV_ROLE_*, from the credentials (access.c) */
-	uint32_t refusals; /* requests refused for their sender's roles or quotas */
+	uid_t uid;            /* from SO_PEERCRED at accept */
+	uint32_t roles;       /* MV_ROLE_*, from the credentials (access.c) */
 	uint32_t max_batches; /* its batch ids run below this (quota.c, at HELLO) */
 	uint64_t reg_bytes;   /* bytes of its regions */
 	int pidfd;

@@ -84,8 +84,8 @@ static int refuse(struct mv_client *cl, enum mv_quota_res res, const char *scope
 	         " more; its limit is %" PRIu64 " (quota_%s_%s)",
 	         scope, have, res_words[res], more, limit, scope[0] == 'u' ? "uid" : "client",
 	         res_name[res]);
-	if (cl->refusals++ < 5)
-		mv_log("pid %d uid %u: %s", cl->pid, (unsigned)cl->uid, why);
+	mv_log_client(MV_LOG_WARN, (uint64_t)cl->pid, "pid %d uid %u: %s", cl->pid,
+	              (unsigned)cl->uid, why);
 	return -EDQUOT;
 }
 

@@ -458,8 +458,11 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 			         "region blob names region %u of this mover, but it is not a blob "
 			         "this mover handed out (a forged or stale blob)",
 			         b->region);
-			mv_log("refused IMPORT of region %u from pid %d uid %u: forged or stale blob",
-			       b->region, cl->pid, (unsigned)cl->uid);
+			mv_log_client(
+			    MV_LOG_WARN, (uint64_t)cl->pid,
+			    "refused IMPORT of region %u from pid %d uid %u: forged or stale "
+			    "blob",
+			    b->region, cl->pid, (unsigned)cl->uid);
 			return -EACCES;
 		}
 	}
