@@ -76,6 +76,11 @@ struct mv_cuda {
 #define MV_CU_FIELD(field, decl, sym) __typeof__(&decl) field;
 	MV_CU_FNS(MV_CU_FIELD)
 #undef MV_CU_FIELD
+	/* Optional (CUDA 11.7 and later drivers): a dma-buf fd for a range of
+	 * device memory, how current NIC stacks register GPU memory. NULL when
+	 * the driver lacks it; callers fall back. */
+	CUresult (*MemGetHandleForAddressRange)(void *handle, CUdeviceptr dptr, size_t size,
+	                                        int type, unsigned long long flags);
 };
 
 static struct mv_cuda mv_cu;
@@ -98,6 +103,8 @@ static void mv_cuda_load_once(void)
 	}
 	MV_CU_FNS(MV_CU_LOAD)
 #undef MV_CU_LOAD
+	mv_cu.MemGetHandleForAddressRange =
+	    (__typeof__(mv_cu.MemGetHandleForAddressRange))dlsym(h, "cuMemGetHandleForAddressRange");
 	CUresult r = mv_cu.Init(0);
 	int n = 0;
 	if (r == CUDA_SUCCESS)

@@ -50,6 +50,10 @@ static const struct mv_key opts[] = {
     {"no_gpu_copy", "no-gpu-copy", 0, MV_KEY_BOOL, F(no_gpu_copy), 0, 0, "yes", NULL, "no",
      "never copy into a same-host peer's GPU memory with CUDA;\n"
      "send it as landing messages, as to another host"},
+    {"gpu_path", "gpu-path", 0, MV_KEY_STR, F(gpu_path), 0, 15, NULL, "PATH", "auto",
+     "auto|fabric|copy|staged: how writes of GPU memory move\n"
+     "(default auto: the fastest the mover measured at start;\n"
+     "a forced path is used wherever it can work)"},
     {"allow_any_uid", "allow-any-uid", 0, MV_KEY_BOOL, F(allow_any_uid), 0, 0, "yes", NULL, "no",
      "serve clients of every uid (default: own uid only)"},
     {"admin_group", "admin-group", 0, MV_KEY_STR, F(admin_group), 0, 255, NULL, "G", "none",

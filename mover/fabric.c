@@ -30,7 +30,7 @@ static const char *prov_filter(const char *prov)
 	return prov;
 }
 
-static struct fi_info *make_hints(const char *prov, const char *iface)
+static struct fi_info *make_hints(const char *prov, const char *iface, int hmem)
 {
 	struct fi_info *h = fi_allocinfo();
 
@@ -42,6 +42,12 @@ static struct fi_info *make_hints(const char *prov, const char *iface)
 	h->ep_attr->type = FI_EP_RDM;
 	h->mode = FI_CONTEXT | FI_CONTEXT2;
 	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	/* Providers answer an FI_HMEM request only from applications that
+	 * register every buffer they pass (FI_MR_HMEM); shm and efa both insist. */
+	if (hmem) {
+		h->caps |= FI_HMEM;
+		h->domain_attr->mr_mode |= FI_MR_HMEM;
+	}
 	h->domain_attr->threading = FI_THREAD_DOMAIN;
 	h->domain_attr->data_progress = FI_PROGRESS_MANUAL;
 	if (prov_filter(prov))
@@ -81,7 +87,7 @@ static int usable(const struct fi_info *i)
 int mv_fabric_list(const char *prov, const char *iface, char names[][64], char pci[][32], int max,
                    char *chosen, size_t chosen_len)
 {
-	struct fi_info *h = make_hints(prov, iface), *info = NULL, *i;
+	struct fi_info *h = make_hints(prov, iface, 0), *info = NULL, *i;
 	int n = 0, best = 99, ret;
 
 	if (!h)
@@ -120,11 +126,10 @@ int mv_fabric_list(const char *prov, const char *iface, char names[][64], char p
 
 int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int hmem)
 {
-	struct fi_info *h = make_hints(prov, iface), *info = NULL;
+	/* hmem: the probe found the provider registers GPU memory. */
+	struct fi_info *h = make_hints(prov, iface, hmem), *info = NULL;
 	int rma_event = 0;
 
-	if (h && hmem)
-		h->caps |= FI_HMEM; /* the probe found GPU registration works */
 	struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD};
 	struct fi_av_attr ava = {.type = FI_AV_TABLE};
 	int ret;
@@ -282,19 +287,41 @@ int mv_fabric_reg(struct mv_fabric *f, void *buf, size_t len, uint64_t key, stru
 }
 
 #ifdef MV_HAVE_CUDA
-int mv_fabric_reg_hmem(struct mv_fabric *f, uint64_t dptr, size_t len, int dev, uint64_t key,
-                       struct fid_mr **mr, void **desc, uint64_t *out_key, char *why, size_t whylen)
+/*
+ * Registers GPU memory with the provider: by dma-buf fd first where the
+ * headers, the driver and the provider all offer it (how current efa and
+ * verbs stacks pin GPU pages for the NIC), else by address with the CUDA
+ * interface named. *by_dmabuf says which one took.
+ */
+int mv_fabric_reg_hmem(struct mv_fabric *f, const struct mv_gpu_map *m, size_t len, uint64_t key,
+                       struct fid_mr **mr, void **desc, uint64_t *out_key, int *by_dmabuf,
+                       char *why, size_t whylen)
 {
-	struct iovec iov = {(void *)(uintptr_t)dptr, len};
+	struct iovec iov = {(void *)(uintptr_t)m->dptr, len};
 	struct fi_mr_attr a = {.mr_iov = &iov,
 	                       .iov_count = 1,
 	                       .access = FI_REMOTE_WRITE | FI_WRITE,
 	                       .requested_key = key,
 	                       .iface = FI_HMEM_CUDA};
-	int ret;
+	int ret = -FI_ENOSYS;
 
-	a.device.cuda = dev;
-	ret = fi_mr_regattr(f->domain, &a, 0, mr);
+	a.device.cuda = m->dev;
+	*by_dmabuf = 0;
+#ifdef FI_MR_DMABUF
+	if (m->has_dmabuf) {
+		struct fi_mr_dmabuf db = {.fd = m->dmabuf_fd,
+		                          .offset = m->dmabuf_off,
+		                          .len = len,
+		                          .base_addr = (void *)(uintptr_t)(m->dptr - m->dmabuf_off)};
+		struct fi_mr_attr d = a;
+		d.dmabuf = &db;
+		ret = fi_mr_regattr(f->domain, &d, FI_MR_DMABUF, mr);
+		if (!ret)
+			*by_dmabuf = 1;
+	}
+#endif
+	if (ret)
+		ret = fi_mr_regattr(f->domain, &a, 0, mr);
 	if (ret) {
 		snprintf(why, whylen, "fi_mr_regattr(FI_HMEM_CUDA) of %zu bytes on %s: %s", len,
 		         f->prov, fi_strerror(-ret));
@@ -306,17 +333,16 @@ int mv_fabric_reg_hmem(struct mv_fabric *f, uint64_t dptr, size_t len, int dev, 
 }
 
 /* Path 1 is real only if a domain opened with FI_HMEM registers GPU memory. */
-int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dptr, size_t len,
-                         char *why, size_t whylen)
+int mv_fabric_hmem_probe(const char *prov, const char *iface, const struct mv_gpu_map *m,
+                         size_t len, int *by_dmabuf, char *why, size_t whylen)
 {
-	struct fi_info *h = make_hints(prov, iface), *info = NULL;
+	struct fi_info *h = make_hints(prov, iface, 1), *info = NULL;
 	struct fid_fabric *fab = NULL;
 	struct fid_domain *dom = NULL;
 	int ret;
 
 	if (!h)
 		return -ENOMEM;
-	h->caps |= FI_HMEM;
 	ret = fi_getinfo(MV_FI_VERSION, NULL, NULL, 0, h, &info);
 	fi_freeinfo(h);
 	if (ret) {
@@ -332,8 +358,7 @@ int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dpt
 		void *desc;
 		uint64_t key;
 		snprintf(f.prov, sizeof(f.prov), "%s", info->fabric_attr->prov_name);
-		ret = mv_fabric_reg_hmem(&f, (uint64_t)(uintptr_t)dptr, len, dev, 1, &mr, &desc,
-		                         &key, why, whylen);
+		ret = mv_fabric_reg_hmem(&f, m, len, 1, &mr, &desc, &key, by_dmabuf, why, whylen);
 		if (!ret)
 			fi_close(&mr->fid);
 	} else {
@@ -347,14 +372,15 @@ int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dpt
 	return ret;
 }
 #else
-int mv_fabric_reg_hmem(struct mv_fabric *f, uint64_t dptr, size_t len, int dev, uint64_t key,
-                       struct fid_mr **mr, void **desc, uint64_t *out_key, char *why, size_t whylen)
+int mv_fabric_reg_hmem(struct mv_fabric *f, const struct mv_gpu_map *m, size_t len, uint64_t key,
+                       struct fid_mr **mr, void **desc, uint64_t *out_key, int *by_dmabuf,
+                       char *why, size_t whylen)
 {
 	snprintf(why, whylen, "built without CUDA");
 	return -ENOTSUP;
 }
-int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dptr, size_t len,
-                         char *why, size_t whylen)
+int mv_fabric_hmem_probe(const char *prov, const char *iface, const struct mv_gpu_map *m,
+                         size_t len, int *by_dmabuf, char *why, size_t whylen)
 {
 	snprintf(why, whylen, "built without CUDA");
 	return -ENOTSUP;

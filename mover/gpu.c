@@ -145,10 +145,38 @@ static int open_desc(struct mover *mv, const struct mv_gpu_desc *g, int fd, stru
 	return 0;
 }
 
+/*
+ * A dma-buf fd of the region's pages, for the provider to register by fd.
+ * The driver wants host-page-aligned ranges: the buffer starts at the page
+ * holding dptr, and the offset says where dptr lies in it. Best effort: a
+ * driver or a mapping that offers none leaves registration by address.
+ */
+static void map_dmabuf(struct mv_gpu_map *m, uint64_t len)
+{
+	struct mv_cuda *cu = mv_cuda_load(NULL);
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t start = m->dptr & ~(pg - 1), end = (m->dptr + len + pg - 1) & ~(pg - 1);
+	int fd = -1;
+
+	m->has_dmabuf = 0;
+	if (!cu || !cu->MemGetHandleForAddressRange || !len)
+		return;
+	if (cu->MemGetHandleForAddressRange(&fd, (CUdeviceptr)start, end - start,
+	                                    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) != CUDA_SUCCESS ||
+	    fd < 0)
+		return;
+	m->has_dmabuf = 1;
+	m->dmabuf_fd = fd;
+	m->dmabuf_off = m->dptr - start;
+}
+
 static void close_map(struct mv_gpu_map *m)
 {
 	struct mv_cuda *cu = mv_cuda_load(NULL);
 
+	if (m->has_dmabuf)
+		close(m->dmabuf_fd);
+	m->has_dmabuf = 0;
 	if (!cu || !m->base)
 		return;
 	if (m->kind == MV_GPU_IPC) {
@@ -175,6 +203,8 @@ int mv_gpu_region_open(struct mover *mv, struct mv_region *r, const struct mv_gp
 	ret = open_desc(mv, g, fd, &r->gpu, why, whylen);
 	if (ret)
 		return ret;
+	if (mv->hmem)
+		map_dmabuf(&r->gpu, r->len);
 	r->gdesc = *g;
 	r->is_gpu = 1;
 	return 0;
@@ -436,8 +466,12 @@ int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen)
 	r = cu->MemAlloc(&p, 1 << 20);
 	if (r != CUDA_SUCCESS)
 		return cu_fail(why, whylen, "cuMemAlloc for the FI_HMEM probe", r);
-	ret = mv_fabric_hmem_probe(mv->prov, mv->shards[0].iface, d, (void *)(uintptr_t)p, 1 << 20,
+	struct mv_gpu_map m = {.dev = d, .dptr = (uint64_t)p};
+	map_dmabuf(&m, 1 << 20);
+	ret = mv_fabric_hmem_probe(mv->prov, mv->shards[0].iface, &m, 1 << 20, &mv->hmem_dmabuf,
 	                           why, whylen);
+	if (m.has_dmabuf)
+		close(m.dmabuf_fd);
 	cu->MemFree(p);
 	return ret;
 }

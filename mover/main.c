@@ -141,7 +141,19 @@ int main(int argc, char **argv)
 	/* Path 1 only if the provider really registers GPU memory: try it. */
 	if (mv_gpu_hmem_probe(mv, why, sizeof(why)) == 0)
 		mv->hmem = 1;
-	mv_log("GPU memory: %s", mv->hmem ? "the provider registers it (FI_HMEM, path 1)" : why);
+	mv_log("GPU memory: %s", mv->hmem ? mv->hmem_dmabuf
+	                                        ? "the provider registers it by dma-buf (FI_HMEM, path 1)"
+	                                        : "the provider registers it (FI_HMEM, path 1)"
+	                                  : why);
+	/* Which path each kind of GPU write takes: measured, unless forced. */
+	if (mv_gpu_path_parse(mv->cfg.gpu_path) < 0)
+		mv_gpu_calibrate(mv);
+	ret = mv_gpu_paths_choose(mv, why, sizeof(why));
+	if (ret) {
+		mv_error("%s", why);
+		return fail_early(mv);
+	}
+	mv_gpu_paths_log(mv);
 	ret = mv_topo_place(mv, why, sizeof(why));
 	if (ret) {
 		mv_error("topology: %s", why);

@@ -93,6 +93,27 @@ struct mv_gpu_map {
 	uint64_t base; /* of the allocation, as mapped here */
 	uint64_t size;
 	uint64_t dptr; /* the region's start */
+	/* A dma-buf of the region's pages, for fabric registration by fd
+	 * (FI_MR_DMABUF) where driver and provider offer it. */
+	int has_dmabuf;
+	int dmabuf_fd;
+	uint64_t dmabuf_off; /* of dptr within the dma-buf */
+};
+
+/* What the paths of GPU memory are made of here, measured at start (GB/s). */
+struct mv_gpu_rates {
+	int gpu;                           /* a CUDA device is there */
+	int measured;                      /* all of the below that can be, were */
+	double fab_hh, fab_gg, fab_hg, fab_gh; /* the fabric writing to itself, src->dst */
+	double dtoh, htod, dtod;           /* CUDA copies */
+	char why[160];                     /* when not measured, why not */
+};
+
+/* The path one kind of write takes (gpu_calib.c), and why. */
+struct mv_gpu_choice {
+	uint8_t path; /* MV_PATH_* */
+	double rate;  /* GB/s it was expected to reach, 0 unmeasured */
+	char why[120];
 };
 
 /* A same-host peer's GPU region, opened for CUDA copies (path 2). */
@@ -146,6 +167,7 @@ struct mv_region {
 	struct mv_gpu_desc gdesc; /* as the client described it, for same-host peers */
 	uint64_t shard_mask;      /* shards near the memory (hwloc); 0: any */
 	int gpu_fd;               /* VMM: the exported fd, for same-host peers; else -1 */
+	int by_dmabuf;            /* the fabric registered it by dma-buf fd (any shard) */
 	uint64_t secret;          /* random, in its blob: proves a blob came from us */
 };
 
@@ -182,6 +204,7 @@ struct mv_import {
 	uint32_t nshards;
 	uint32_t flags;               /* MV_BLOB_* of the peer's region */
 	struct mv_gpu_remote *remote; /* same-host GPU region, opened here (path 2) */
+	_Atomic uint32_t told;        /* bit per source kind: its GPU path was logged */
 	uint64_t len;
 	uint64_t addr[MV_MAX_SHARDS];
 	uint64_t key[MV_MAX_SHARDS];
@@ -471,6 +494,13 @@ struct mover {
 	void *gpu_ctx[MV_MAX_GPUS];         /* primary contexts, retained on first use */
 	struct mv_gpu_remote *gpu_remote;   /* same-host peers' GPU regions (main thread) */
 	int hmem;                           /* path 1: the provider registers GPU memory */
+	int hmem_dmabuf;                    /* ... and takes it by dma-buf fd */
+	struct mv_gpu_rates gpu_rates;
+	struct mv_gpu_choice gpu_path[2][2][2]; /* [src GPU][dst GPU][same host] */
+	int gpu_forced;                     /* MV_PATH_* from gpu_path, or -1: auto */
+	int gpu_land;                       /* GPU regions take landing messages */
+	int hmem_unused;                    /* hmem offered, but slower: turned off */
+	int cal_dev;
 	uint8_t host_id[16];                /* boot id: who shares this host */
 	uint64_t pidns;                     /* inode of our pid namespace */
 	struct mv_wake_page *wake;          /* our shards' sleeping words (shm) */
@@ -490,12 +520,12 @@ int mv_fabric_list(const char *prov, const char *iface, char names[][64], char p
 int mv_fabric_reg(struct mv_fabric *f, void *buf, size_t len, uint64_t key, struct fid_mr **mr,
                   void **desc, uint64_t *out_key, char *why, size_t whylen);
 int mv_fabric_av_insert(struct mv_fabric *f, const void *addr, fi_addr_t *out);
-int mv_fabric_reg_hmem(struct mv_fabric *f, uint64_t dptr, size_t len, int dev, uint64_t key,
-                       struct fid_mr **mr, void **desc, uint64_t *out_key, char *why,
-                       size_t whylen);
+int mv_fabric_reg_hmem(struct mv_fabric *f, const struct mv_gpu_map *m, size_t len, uint64_t key,
+                       struct fid_mr **mr, void **desc, uint64_t *out_key, int *by_dmabuf,
+                       char *why, size_t whylen);
 int mv_fabric_shm_release(const void *addr, size_t addrlen, pid_t pid, char *why, size_t whylen);
-int mv_fabric_hmem_probe(const char *prov, const char *iface, int dev, void *dptr, size_t len,
-                         char *why, size_t whylen);
+int mv_fabric_hmem_probe(const char *prov, const char *iface, const struct mv_gpu_map *m,
+                         size_t len, int *by_dmabuf, char *why, size_t whylen);
 
 /* gpu.c */
 int mv_gpu_region_open(struct mover *mv, struct mv_region *r, const struct mv_gpu_desc *g, int fd,
@@ -515,6 +545,15 @@ void *mv_gpu_pinned(struct mv_shard *s, size_t len, char *why, size_t whylen);
 void mv_gpu_unpin(void *p);
 #define MV_GPU_EV_DONE ((void *)1) /* a group whose stream was waited for */
 int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen);
+
+/* gpu_calib.c */
+int mv_gpu_calibrate(struct mover *mv);
+int mv_gpu_paths_choose(struct mover *mv, char *why, size_t whylen);
+void mv_gpu_paths_log(struct mover *mv);
+void mv_gpu_path_tell(struct mv_shard *s, const struct mv_region *src, struct mv_import *dst,
+                      uint8_t path, const struct mv_gpu_choice *c);
+int mv_gpu_path_parse(const char *v);
+const char *mv_gpu_path_name(int path);
 
 /* Main-thread epoll tags besides client slots: | a peer index. */
 #define MV_TAG_PEER 0x02000000u

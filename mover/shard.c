@@ -156,21 +156,24 @@ static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 		break;
 	case MV_CMD_REG: {
 		uint64_t want = 0, key = 0;
+		int dmabuf;
 		r = c->arg;
 		if (s->fab.key_size >= 8)
 			want = (uint64_t)(uint32_t)random() << 32;
 		want |= r->id;
-		if (r->is_gpu && !s->mv->hmem) {
-			/* Not registrable: it is reached by CUDA copies or by
-			 * landing messages, into buffers this shard posts. */
+		if (r->is_gpu && s->mv->gpu_land) {
+			/* Reached by CUDA copies or by landing messages, into
+			 * buffers this shard posts (and, with FI_HMEM, by the
+			 * fabric too: the writer picks). */
 			ret = mv_gpu_shard_ready(s, r->gpu.dev, c->msg, sizeof(c->msg));
 			if (!ret)
 				ret = mv_land_init(s, c->msg, sizeof(c->msg));
-			break;
+			if (ret || !s->mv->hmem)
+				break;
 		}
 		if (r->is_gpu)
-			ret = mv_fabric_reg_hmem(&s->fab, r->gpu.dptr, r->len, r->gpu.dev, want,
-			                         &r->mr[s->id], &r->desc[s->id], &key, c->msg,
+			ret = mv_fabric_reg_hmem(&s->fab, &r->gpu, r->len, want, &r->mr[s->id],
+			                         &r->desc[s->id], &key, s->id ? &dmabuf : &r->by_dmabuf, c->msg,
 			                         sizeof(c->msg));
 		else
 			ret = mv_fabric_reg(&s->fab, r->base, r->len, want, &r->mr[s->id],

@@ -59,6 +59,18 @@ int mv_stats_init(struct mover *mv)
 	snprintf(h->provider, sizeof(h->provider), "%s", mv->prov);
 	snprintf(h->socket, sizeof(h->socket), "%s", mv->cfg.socket_path);
 	snprintf(h->release, sizeof(h->release), "%s", MVC_VERSION);
+	const struct mv_gpu_rates *rt = &mv->gpu_rates;
+	double mbps[7] = {rt->fab_hh, rt->fab_gg, rt->fab_hg, rt->fab_gh, rt->dtoh, rt->htod, rt->dtod};
+	h->gpu = (uint32_t)rt->gpu;
+	h->gpu_measured = (uint32_t)rt->measured;
+	h->gpu_forced = mv->gpu_forced;
+	for (int i = 0; i < 7; i++)
+		h->gpu_mbps[i] = (uint32_t)(mbps[i] * 1e3);
+	for (int i = 0; i < 8; i++) {
+		const struct mv_gpu_choice *c = &mv->gpu_path[i >> 2][(i >> 1) & 1][i & 1];
+		h->gpu_path[i] = c->path;
+		snprintf(h->gpu_why[i], sizeof(h->gpu_why[i]), "%s", c->why);
+	}
 	atomic_store_explicit(&h->heartbeat_ns, (uint64_t)mv_now_ns(), memory_order_relaxed);
 	for (uint32_t s = 0; s < mv->nshards; s++) {
 		struct mv_shard *sh = &mv->shards[s];

@@ -55,7 +55,17 @@ struct mv_stats_hdr {
 	_Atomic uint64_t trace_records;
 	_Atomic uint64_t trace_dropped;
 	char trace_path[256];
+	/* How writes of GPU memory move (gpu_calib.c): written once before
+	 * the magic. Movers before 0.3 end the header above (hdr_size says). */
+	uint32_t gpu;          /* a CUDA device is there */
+	uint32_t gpu_measured; /* the rates below were measured at start */
+	int32_t gpu_forced;    /* MV_PATH_* forced by gpu_path, or -1 */
+	uint32_t gpu_mbps[7];  /* fabric to itself host->host, GPU->GPU, host->GPU,
+	                        * GPU->host; CUDA D2H, H2D, D2D (MB/s) */
+	uint8_t gpu_path[8];   /* [src GPU * 4 + dst GPU * 2 + same host]: MV_PATH_* */
+	char gpu_why[8][120];  /* why that path, as the log says it */
 };
+#define MV_STATS_HDR_GPU_END (offsetof(struct mv_stats_hdr, gpu_why) + 8 * 120)
 static_assert(offsetof(struct mv_stats_hdr, heartbeat_ns) == 256,
               "the release took padding: ABI 4 keeps its offsets");
 

@@ -35,16 +35,29 @@ void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 	uint32_t t = (uint32_t)s->id % dst->nshards;
 	uint64_t off = 0;
 
-	/* GPU memory picks the path: a same-host peer's GPU region gets CUDA
-	 * copies; a GPU source the provider cannot register goes through the
-	 * bounce pool; whatever the fabric registered is written directly. */
-	uint8_t path = src->is_gpu || (dst->flags & MV_BLOB_GPU) ? MV_PATH_HMEM : MV_PATH_HOST;
-	int land = !dst->remote && (dst->flags & MV_BLOB_NO_FABRIC);
-	if (dst->remote)
-		path = MV_PATH_COPY;
-	else if (land || (src->is_gpu && !src->mr[s->id]))
-		path = MV_PATH_STAGED;
-	if (path == MV_PATH_COPY || (src->is_gpu && !src->mr[s->id])) {
+	/* GPU memory takes the path the mover chose for this kind of write
+	 * (gpu_calib.c), as far as both sides allow: CUDA copies into a
+	 * same-host peer's mapped GPU region; the fabric reading and writing
+	 * registered GPU memory; or staging, through the bounce pool on a GPU
+	 * source and as landing messages into a GPU destination. */
+	uint8_t path = MV_PATH_HOST;
+	int land = 0, sg = src->is_gpu, dg = !!(dst->flags & MV_BLOB_GPU);
+	if (sg || dg) {
+		const struct mv_gpu_choice *c = &s->mv->gpu_path[sg][dg][dst->remote != NULL];
+		if (c->path == MV_PATH_COPY && dst->remote) {
+			path = MV_PATH_COPY;
+		} else {
+			int dst_direct = !(dst->flags & MV_BLOB_NO_FABRIC) &&
+			                 (c->path == MV_PATH_HMEM || !(dst->flags & MV_BLOB_LANDING));
+			land = dg && !dst_direct;
+			int src_staged = sg && (!src->mr[s->id] || c->path != MV_PATH_HMEM || land);
+			path = src_staged || land ? MV_PATH_STAGED : MV_PATH_HMEM;
+			if (path == MV_PATH_STAGED && dg && !land && !sg)
+				path = MV_PATH_HMEM; /* host memory into registered GPU memory */
+		}
+		mv_gpu_path_tell(s, src, dst, path, c);
+	}
+	if (path == MV_PATH_COPY || (sg && path == MV_PATH_STAGED)) {
 		mv_take_gpu(s, at, d, src, dst, path, land);
 		return;
 	}

@@ -29,7 +29,8 @@ struct mvproc {
 };
 
 static const char *prov = "tcp";
-static const char *mover_extra; /* one more mover option, or NULL */
+static const char *mover_extra;  /* one more mover option, or NULL */
+static const char *mover_extra2; /* and another */
 static struct mvproc A, B, C;
 
 static inline double now_s(void)
@@ -96,6 +97,8 @@ static inline void mover_start(struct mvproc *m, const char *name, int shards)
 	}
 	if (mover_extra)
 		argv[n++] = mover_extra;
+	if (mover_extra2)
+		argv[n++] = mover_extra2;
 	mover_spawn(m, argv);
 	/* Up to 30 s: a mover on a GPU host starts CUDA before it listens. */
 	mover_listening(m, name, 30);

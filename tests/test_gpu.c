@@ -24,18 +24,23 @@
 
 static struct mv_cuda *cu;
 
-static void gpu_setup(void)
+static void gpu_setup_on(void (*movers)(void))
 {
 	const char *why;
 	CUcontext ctx;
 	CUdevice dev;
 
-	setup_tcp(); /* movers first: fork+exec before this process starts CUDA */
+	movers(); /* movers first: fork+exec before this process starts CUDA */
 	cu = mv_cuda_load(&why);
 	ck_assert_msg(cu, "%s", why);
 	ck_assert_int_eq(cu->DeviceGet(&dev, 0), CUDA_SUCCESS);
 	ck_assert_int_eq(cu->DevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
 	ck_assert_int_eq(cu->CtxSetCurrent(ctx), CUDA_SUCCESS);
+}
+
+static void gpu_setup(void)
+{
+	gpu_setup_on(setup_tcp);
 }
 
 /* cudaMalloc-style memory: shared through an IPC handle. */
@@ -328,6 +333,7 @@ END_TEST
 static void landing_setup(void)
 {
 	mover_extra = "--no-gpu-copy"; /* one host, taken as two */
+	mover_extra2 = "--gpu-path=staged";
 	gpu_setup();
 }
 
@@ -392,6 +398,195 @@ START_TEST(test_gpu_to_gpu_staged_on_both_sides)
 }
 END_TEST
 
+/* A GPU region freed by its owner (source or target) while a write through
+ * it is in flight: the write's batch completes once (done or failed, never
+ * hung), and the mover's GPU work goes on for everyone: a fresh pair of
+ * regions moves and verifies right after. */
+static void free_mid_write(int free_target)
+{
+	struct gpair p;
+	struct gbufs g, h;
+	const size_t n = 96u << 20, m = 6u << 20;
+	uint8_t *want = malloc(m), *got = malloc(m), *big = malloc(n);
+
+	gpair_open(&p);
+	gbufs_open(&p, &g, big, n, 51);
+	ck_assert_int_eq(mvc_write(p.a, g.src.region, 0, g.imp, 0, n), 0);
+	ck_assert_int_eq(mvc_submit(p.a, 60), 0);
+	if (free_target)
+		ck_assert_msg(mvc_free(p.b, &g.dst) == 0, "%s", mvc_error(p.b));
+	else
+		ck_assert_msg(mvc_free(p.a, &g.src) == 0, "%s", mvc_error(p.a));
+	struct mvc_event e = wait_batch(p.a, 60, 30);
+	printf("test_gpu: %s freed mid-write: batch %s%s\n", free_target ? "target" : "source",
+	       e.status ? "failed: " : "done", e.status ? e.msg : "");
+	/* Everyone's GPU work goes on: a second client of each mover too. */
+	struct gpair q;
+	gpair_open(&q);
+	gbufs_open(&q, &h, want, m, 53);
+	ck_assert_int_eq(mvc_write(q.a, h.src.region, 0, h.imp, 0, m), 0);
+	landed(q.a, h.imp, q.b, 61);
+	from_dev(got, h.d, m);
+	ck_assert_msg(!memcmp(got, want, m), "device data differs after the free");
+	mvc_disconnect(q.a);
+	mvc_disconnect(q.b);
+	mvc_disconnect(p.a);
+	mvc_disconnect(p.b);
+	free(want);
+	free(got);
+	free(big);
+}
+
+START_TEST(test_gpu_source_freed_mid_write_disturbs_nobody)
+{
+	free_mid_write(0);
+}
+END_TEST
+
+START_TEST(test_gpu_target_freed_mid_write_disturbs_nobody)
+{
+	free_mid_write(1);
+}
+END_TEST
+
+/* ---- path 1: the provider reads and writes GPU memory (FI_HMEM) ---- */
+
+static void fabric_setup_shm(void)
+{
+	mover_extra = "--no-gpu-copy"; /* one host, taken as two */
+	mover_extra2 = "--gpu-path=fabric";
+	gpu_setup_on(setup_shm);
+}
+
+static void fabric_setup_tcp(void)
+{
+	mover_extra = "--no-gpu-copy";
+	mover_extra2 = "--gpu-path=fabric";
+	gpu_setup_on(setup_tcp);
+}
+
+/* The first line of the mover's log holding what, or "" (into buf). */
+static const char *log_line(const struct mvproc *m, const char *what, char *buf, size_t len)
+{
+	FILE *f = fopen(m->log, "r");
+
+	buf[0] = 0;
+	while (f && fgets(buf, (int)len, f))
+		if (strstr(buf, what)) {
+			buf[strcspn(buf, "\n")] = 0;
+			fclose(f);
+			return buf;
+		}
+	if (f)
+		fclose(f);
+	buf[0] = 0;
+	return buf;
+}
+
+/* Path 1 runs only where the provider registers GPU memory: else the test
+ * says why (the mover's own log line) and passes nothing off as tested. */
+static int fabric_offered(void)
+{
+	char line[512];
+
+	if (*log_line(&A, "the provider registers it", line, sizeof(line)))
+		return 1;
+	log_line(&A, "GPU memory:", line, sizeof(line));
+	printf("test_gpu: path 1 on %s SKIPPED: %s\n", prov,
+	       *line ? strstr(line, "GPU memory:") : "?");
+	return 0;
+}
+
+START_TEST(test_gpu_to_gpu_by_the_fabric_with_immediate)
+{
+	struct gpair p;
+	struct gbufs g;
+	const size_t n = (9u << 20) + 4096; /* chunks and a short tail */
+	uint8_t *want = malloc(n), *got = malloc(n);
+	char line[512];
+
+	if (!fabric_offered())
+		return;
+	gpair_open(&p);
+	gbufs_open(&p, &g, want, n, 31);
+	ck_assert_int_eq(mvc_write(p.a, g.src.region, 0, g.imp, 0, n), 0);
+	landed(p.a, g.imp, p.b, 40); /* the immediate after every byte landed */
+	from_dev(got, g.d, n);
+	ck_assert_msg(!memcmp(got, want, n), "device data differs");
+	usleep(50000);
+	ck_assert_uint_eq(path_bytes(&A, "\"hmem_bytes\""), n);
+	ck_assert_uint_eq(path_bytes(&A, "\"staged_bytes\""), 0);
+	ck_assert_msg(*log_line(&A, "path fabric (forced by gpu_path)", line, sizeof(line)),
+	              "the sender's log does not say the write took path 1");
+	mvc_disconnect(p.a);
+	mvc_disconnect(p.b);
+	free(want);
+	free(got);
+}
+END_TEST
+
+START_TEST(test_host_and_gpu_both_ways_by_the_fabric)
+{
+	struct gpair p;
+	const size_t n = 5u << 20;
+	uint8_t *got = malloc(n), *want = malloc(n);
+	struct mvc_mem hsrc, hdst, gsrc, gdst;
+
+	if (!fabric_offered())
+		return;
+	gpair_open(&p);
+	CUdeviceptr s = dev_alloc(n), d = dev_alloc(n);
+	fill(want, n, 37);
+	to_dev(s, want, n);
+	ck_assert_int_eq(cu->MemsetD8(d, 0, n), CUDA_SUCCESS);
+	ck_assert_int_eq(mvc_alloc(p.a, n, &hsrc), 0);
+	ck_assert_int_eq(mvc_alloc(p.b, n, &hdst), 0);
+	ck_assert_int_eq(mvc_register_cuda(p.a, (void *)s, n, &gsrc), 0);
+	ck_assert_int_eq(mvc_register_cuda(p.b, (void *)d, n, &gdst), 0);
+	uint32_t ih = gpair_import(&p, hdst.region), ig = gpair_import(&p, gdst.region);
+	/* GPU to host memory, then host memory to GPU, both by the fabric. */
+	ck_assert_int_eq(mvc_write(p.a, gsrc.region, 0, ih, 0, n), 0);
+	landed(p.a, ih, p.b, 41);
+	ck_assert_msg(!memcmp(hdst.addr, want, n), "host data differs");
+	fill(hsrc.addr, n, 43);
+	ck_assert_int_eq(mvc_write(p.a, hsrc.region, 0, ig, 0, n), 0);
+	landed(p.a, ig, p.b, 42);
+	from_dev(got, d, n);
+	ck_assert_msg(!memcmp(got, hsrc.addr, n), "device data differs");
+	usleep(50000);
+	ck_assert_uint_eq(path_bytes(&A, "\"hmem_bytes\""), 2 * n);
+	mvc_disconnect(p.a);
+	mvc_disconnect(p.b);
+	free(want);
+	free(got);
+}
+END_TEST
+
+/* With no path forced, the movers measured the paths at start and say what
+ * they chose for each kind of write, and why, in mvstat. */
+START_TEST(test_paths_chosen_by_measurement_are_in_mvstat)
+{
+	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
+	char cmd[512], out[32768] = "", line[512];
+
+	snprintf(cmd, sizeof(cmd), "%s/bin/mvstat --socket %s --json --interval 0.05", b, A.sock);
+	FILE *f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	size_t n = fread(out, 1, sizeof(out) - 1, f);
+	pclose(f);
+	out[n] = 0;
+	ck_assert_msg(strstr(out, "\"gpu\":{\"measured\":true"), "%.400s",
+	              strstr(out, "\"gpu\"") ? strstr(out, "\"gpu\"") : out);
+	ck_assert_msg(strstr(out, "\"why\":\"measured "), "no measured choice in %.400s", out);
+	/* A same-host GPU destination: CUDA copies beat any fabric here. */
+	ck_assert_msg(strstr(out, "\"src\":\"gpu\",\"dst\":\"gpu\",\"same_host\":true,"
+	                          "\"path\":\"copy\""),
+	              "%.600s", strstr(out, "\"paths\""));
+	ck_assert_msg(*log_line(&A, "GPU paths measured", line, sizeof(line)),
+	              "the log does not give the measured rates");
+}
+END_TEST
+
 /* In a child, so the parent stays free of CUDA: "" if usable, else why not. */
 static int gpu_usable(char *why, size_t len)
 {
@@ -430,14 +625,31 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_gpu_to_gpu_same_host_by_cuda_copy);
 	tcase_add_test(tc, test_host_to_gpu_same_host);
-	tcase_add_test(tc, test_gpu_to_host_staged_through_bounce_buffers);
 	tcase_add_test(tc, test_paged_write_of_scattered_device_pages);
 	tcase_add_test(tc, test_gpu_destination_no_path_reaches_is_refused);
+	tcase_add_test(tc, test_paths_chosen_by_measurement_are_in_mvstat);
+	tcase_add_test(tc, test_gpu_source_freed_mid_write_disturbs_nobody);
+	tcase_add_test(tc, test_gpu_target_freed_mid_write_disturbs_nobody);
 	suite_add_tcase(s, tc);
+	/* Path 1 on each provider here: run where it registers GPU memory. */
+	void (*fab[])(void) = {fabric_setup_shm, fabric_setup_tcp};
+	for (int i = 0; i < 2; i++) {
+		TCase *tf = tcase_create(i ? "fabric-tcp" : "fabric-shm");
+		tcase_add_checked_fixture(tf, fab[i], teardown);
+		tcase_set_timeout(tf, 120);
+		tcase_add_test(tf, test_gpu_to_gpu_by_the_fabric_with_immediate);
+		tcase_add_test(tf, test_host_and_gpu_both_ways_by_the_fabric);
+		tcase_add_test(tf, test_gpu_source_freed_mid_write_disturbs_nobody);
+		tcase_add_test(tf, test_gpu_target_freed_mid_write_disturbs_nobody);
+		suite_add_tcase(s, tf);
+	}
 	TCase *tl = tcase_create("landing");
 	tcase_add_checked_fixture(tl, landing_setup, teardown);
 	tcase_set_timeout(tl, 120);
 	tcase_add_test(tl, test_host_to_gpu_by_landing_messages);
+	tcase_add_test(tl, test_gpu_to_host_staged_through_bounce_buffers);
+	tcase_add_test(tl, test_gpu_source_freed_mid_write_disturbs_nobody);
+	tcase_add_test(tl, test_gpu_target_freed_mid_write_disturbs_nobody);
 	tcase_add_test(tl, test_gpu_to_gpu_staged_on_both_sides);
 	suite_add_tcase(s, tl);
 	SRunner *sr = srunner_create(s);

@@ -1,15 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * mvgpubench: GPU memory through the mover, against what the hardware does
- * without it, measured in the same run, interleaved, medians:
- *   path 2 (same host): GPU to GPU through two movers (CUDA copies between
- *          IPC-opened memory) against cuMemcpyDtoD in one process;
- *   path 3 (staged):    GPU to another process's host memory through the
- *          movers' pinned bounce buffers and the fabric, against the lesser
- *          of the pinned device-to-host copy rate and the fabric's host to
- *          host rate through the same movers.
- * Bars: path 2 >= 0.9x the copy ceiling from 1 MiB; path 3 >= 0.8x the
- * lesser rate. Needs a CUDA device; says why not and exits 0 without one.
+ * without it, measured in the same run, interleaved, medians. Four pairs of
+ * movers on this host, started before any CUDA in this process:
+ *   same   default settings: a same-host GPU destination gets CUDA copies
+ *          (path 2), against cuMemcpyDtoD in one process (bar 0.9x);
+ *   auto   --no-gpu-copy, so that writes cross the fabric as to another
+ *          host, the path chosen by the movers' own measurement;
+ *   fabric the same, forced to path 1 (the provider reads and writes GPU
+ *          memory: FI_HMEM), where the provider registers GPU memory;
+ *   staged the same, forced to path 3 (pinned bounce buffers, landing
+ *          messages), against the lesser of the pinned device-to-host copy
+ *          and the fabric's host rate (bar 0.8x).
+ * For GPU->GPU, GPU->host and host->GPU writes the chosen path must reach
+ * 0.9x the best of the forced ones at every size (the issue's bar). Needs a
+ * CUDA device; says why not and exits 0 without one.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -34,21 +39,36 @@
 #define WINDOW 16 /* transfers in flight, through the mover and in the baselines */
 
 static pid_t start_mover(const char *bin, const char *prov, int shards, const char *sock,
-                         const char *log)
+                         const char *log, const char *path, int nocopy)
 {
 	char ns[16];
-	pid_t pid = fork();
+	const char *argv[16];
+	int n = 0;
+	pid_t pid;
 
 	snprintf(ns, sizeof(ns), "%d", shards);
+	argv[n++] = bin;
+	argv[n++] = "--provider";
+	argv[n++] = prov;
+	if (!strcmp(prov, "tcp")) {
+		argv[n++] = "--iface";
+		argv[n++] = "lo";
+	}
+	argv[n++] = "--shards";
+	argv[n++] = ns;
+	argv[n++] = "--socket";
+	argv[n++] = sock;
+	argv[n++] = "--no-config";
+	argv[n++] = "--gpu-path";
+	argv[n++] = path;
+	if (nocopy)
+		argv[n++] = "--no-gpu-copy";
+	argv[n] = NULL;
+	pid = fork();
 	if (pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		freopen(log, "w", stderr);
-		if (!strcmp(prov, "tcp"))
-			execl(bin, bin, "--provider", "tcp", "--iface", "lo", "--shards", ns,
-			      "--socket", sock, "--no-config", (char *)NULL);
-		else
-			execl(bin, bin, "--provider", prov, "--shards", ns, "--socket", sock,
-			      "--no-config", (char *)NULL);
+		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < 600; i++) {
@@ -151,6 +171,85 @@ static double copy_rate(struct mv_cuda *cu, CUdeviceptr dst_d, void *dst_h, CUde
 	return (double)(n * size) / (now_s() - t0);
 }
 
+/* Two movers and a receiving process, set one way. */
+struct pair {
+	const char *name, *path;
+	int nocopy;
+	pid_t ma, mb, rcv;
+	int to_rcv[2], from_rcv[2];
+	char sa[600], sb[600], la[600], lb[600];
+	struct mvc *c;
+	uint32_t peer, gdst, hdst;
+	struct mvc_mem gsrc, hsrc;
+};
+
+enum { P_SAME, P_AUTO, P_FABRIC, P_STAGED, NPAIRS };
+
+static void pair_start(struct pair *p, const char *bin, const char *dir, const char *prov,
+                       int shards, size_t max)
+{
+	snprintf(p->sa, sizeof(p->sa), "%s/%s-a.sock", dir, p->name);
+	snprintf(p->sb, sizeof(p->sb), "%s/%s-b.sock", dir, p->name);
+	snprintf(p->la, sizeof(p->la), "%s/%s-a.log", dir, p->name);
+	snprintf(p->lb, sizeof(p->lb), "%s/%s-b.log", dir, p->name);
+	if (pipe(p->to_rcv) || pipe(p->from_rcv))
+		exit(1);
+	p->ma = start_mover(bin, prov, shards, p->sa, p->la, p->path, p->nocopy);
+	p->mb = start_mover(bin, prov, shards, p->sb, p->lb, p->path, p->nocopy);
+	p->rcv = fork();
+	if (p->rcv == 0)
+		_exit(receiver(p->sb, max, p->from_rcv[1], p->to_rcv[0]));
+}
+
+/* In this process, after CUDA: the sending client of the pair. */
+static int pair_connect(struct pair *p, CUdeviceptr src, size_t max)
+{
+	struct blobs b;
+
+	if (read(p->from_rcv[0], &b, sizeof(b)) != sizeof(b)) {
+		fprintf(stderr, "mvgpubench: the %s receiver failed; see %s\n", p->name, p->lb);
+		return -1;
+	}
+	if (mvc_connect(&p->c, p->sa) || mvc_register_cuda(p->c, (void *)src, max, &p->gsrc) ||
+	    mvc_alloc(p->c, max, &p->hsrc) || mvc_peer_add(p->c, b.addr, b.alen, &p->peer) ||
+	    mvc_import(p->c, p->peer, b.gpu, b.glen, &p->gdst) ||
+	    mvc_import(p->c, p->peer, b.host, b.hlen, &p->hdst)) {
+		fprintf(stderr, "mvgpubench: %s pair: %s\n", p->name,
+		        p->c ? mvc_error(p->c) : mvc_connect_error());
+		return -1;
+	}
+	memset(p->hsrc.addr, 0x33, max);
+	return 0;
+}
+
+static void pair_stop(struct pair *p)
+{
+	if (p->c)
+		mvc_disconnect(p->c);
+	if (write(p->to_rcv[1], "x", 1) < 0) {
+		/* the receiver is gone already */
+	}
+	waitpid(p->rcv, NULL, 0);
+	kill(p->ma, SIGTERM);
+	kill(p->mb, SIGTERM);
+	waitpid(p->ma, NULL, 0);
+	waitpid(p->mb, NULL, 0);
+}
+
+/* Whether a forced path really ran: its mover's log says so per import. */
+static int log_has(const char *log, const char *what)
+{
+	char line[1024];
+	int found = 0;
+	FILE *f = fopen(log, "r");
+
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
 int main(int argc, char **argv)
 {
 	const char *prov = "shm", *why;
@@ -190,9 +289,11 @@ int main(int argc, char **argv)
 		default:
 			fprintf(c == 'h' ? stdout : stderr,
 			        "usage: mvgpubench [-p tcp|shm] [-n shards] [-t seconds] [-q]\n"
-			        "GPU memory through two movers on this host against what the\n"
-			        "hardware does without them (path 2: cuMemcpyDtoD; path 3: the\n"
-			        "lesser of the device-to-host copy and the fabric's host rate);\n"
+			        "GPU memory through movers on this host against what the hardware\n"
+			        "does without them, and each path against the others: path 2\n"
+			        "against cuMemcpyDtoD, path 3 against the lesser of the device-to-\n"
+			        "host copy and the fabric's host rate, and the path the movers\n"
+			        "chose by measurement against the best of paths 1 and 3 forced;\n"
 			        "says why and exits 0 without a CUDA device.\n"
 			        "  -p, --provider P   tcp or shm (default shm)\n"
 			        "  -n, --shards N     shards per mover (default 2)\n"
@@ -203,34 +304,29 @@ int main(int argc, char **argv)
 			return c == 'h' ? 0 : 2;
 		}
 	}
-	char bin[512], dir[] = "/tmp/mvgpu.XXXXXX", sa[600], sb[600], la[600], lb[600];
+	char bin[512], dir[] = "/tmp/mvgpu.XXXXXX";
 	ssize_t k = readlink("/proc/self/exe", bin, sizeof(bin) - 16);
 	if (k <= 0 || !mkdtemp(dir))
 		return 1;
 	bin[k] = 0;
 	strcpy(strrchr(bin, '/') + 1, "mover");
-	snprintf(sa, sizeof(sa), "%s/a.sock", dir);
-	snprintf(sb, sizeof(sb), "%s/b.sock", dir);
-	snprintf(la, sizeof(la), "%s/a.log", dir);
-	snprintf(lb, sizeof(lb), "%s/b.log", dir);
 
 	/* Everything that forks goes first: no CUDA in this process yet. */
 	size_t max = sizes[nsizes - 1];
-	int p1[2], p2[2];
-	if (pipe(p1) || pipe(p2))
-		return 1;
-	pid_t ma = start_mover(bin, prov, shards, sa, la);
-	pid_t mb = start_mover(bin, prov, shards, sb, lb);
-	pid_t rcv = fork();
-	if (rcv == 0)
-		_exit(receiver(sb, max, p1[1], p2[0]));
+	struct pair pr[NPAIRS] = {
+	    [P_SAME] = {.name = "same", .path = "auto"},
+	    [P_AUTO] = {.name = "auto", .path = "auto", .nocopy = 1},
+	    [P_FABRIC] = {.name = "fabric", .path = "fabric", .nocopy = 1},
+	    [P_STAGED] = {.name = "staged", .path = "staged", .nocopy = 1},
+	};
+	for (int i = 0; i < NPAIRS; i++)
+		pair_start(&pr[i], bin, dir, prov, shards, max);
 
 	struct mv_cuda *cu = mv_cuda_load(&why);
 	if (!cu) {
 		printf("mvgpubench: SKIPPED: %s\n", why);
-		kill(rcv, SIGKILL);
-		kill(ma, SIGTERM);
-		kill(mb, SIGTERM);
+		for (int i = 0; i < NPAIRS; i++)
+			pair_stop(&pr[i]);
 		return 0;
 	}
 	CUdevice dev;
@@ -238,7 +334,6 @@ int main(int argc, char **argv)
 	CUdeviceptr src, dd;
 	CUstream st;
 	void *pinned;
-	char name[64] = "";
 	cu->DeviceGet(&dev, 0);
 	cu->DevicePrimaryCtxRetain(&ctx, dev);
 	cu->CtxSetCurrent(ctx);
@@ -248,46 +343,42 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	cu->MemsetD8(src, 0x5a, max);
-	struct blobs b;
-	if (read(p1[0], &b, sizeof(b)) != sizeof(b)) {
-		fprintf(stderr, "mvgpubench: the receiver failed; see %s\n", lb);
-		return 1;
-	}
-	struct mvc *cl;
-	struct mvc_mem gsrc, hsrc;
-	uint32_t peer, gdst, hdst;
-	if (mvc_connect(&cl, sa) || mvc_register_cuda(cl, (void *)src, max, &gsrc) ||
-	    mvc_alloc(cl, max, &hsrc) || mvc_peer_add(cl, b.addr, b.alen, &peer) ||
-	    mvc_import(cl, peer, b.gpu, b.glen, &gdst) ||
-	    mvc_import(cl, peer, b.host, b.hlen, &hdst)) {
-		fprintf(stderr, "mvgpubench: %s\n", cl ? mvc_error(cl) : mvc_connect_error());
-		return 1;
-	}
-	memset(hsrc.addr, 0x33, max);
+	for (int i = 0; i < NPAIRS; i++)
+		if (pair_connect(&pr[i], src, max))
+			return 1;
 
-	printf(
-	    "mvgpubench: %s, %d shards per mover, %d reps of %.2f s, interleaved, medians (GB/s)\n",
-	    prov, shards, REPS, secs);
-	printf("%9s | %9s %9s %6s %4s | %9s %9s %9s %6s %4s\n", "size", "path2", "DtoD", "ratio",
-	       "bar", "path3", "DtoH", "fabric", "ratio", "bar");
-	int low = 0;
+	/* A forced path that cannot work here runs as the movers fall back:
+	 * then its column is not a path of its own. */
+	through(pr[P_FABRIC].c, pr[P_FABRIC].gsrc.region, pr[P_FABRIC].gdst, 1 << 20, 0.01);
+	int have1 = log_has(pr[P_FABRIC].la, "path fabric (");
+	printf("mvgpubench: %s, %d shards per mover, %d reps of %.2f s, interleaved, medians "
+	       "(GB/s)%s\n",
+	       prov, shards, REPS, secs,
+	       have1 ? "" : "; path 1 (fabric) is not offered here: its column is what the movers "
+	                    "fell back to");
+	printf("same host   %9s | %9s %9s %6s %4s | %9s %9s %9s %6s %4s\n", "size", "path2", "DtoD",
+	       "ratio", "bar", "path3", "DtoH", "fabric", "ratio", "bar");
+	int low = 0, nbars = 0;
 	for (int i = 0; i < nsizes; i++) {
 		size_t s = sizes[i];
 		double p2v[REPS], dd_v[REPS], p3v[REPS], dh_v[REPS], fab_v[REPS];
 		for (int r = 0; r < REPS; r++) {
-			p2v[r] = through(cl, gsrc.region, gdst, s, secs);
+			p2v[r] = through(pr[P_SAME].c, pr[P_SAME].gsrc.region, pr[P_SAME].gdst, s, secs);
 			dd_v[r] = copy_rate(cu, dd, NULL, src, s, secs, st);
-			p3v[r] = through(cl, gsrc.region, hdst, s, secs);
+			p3v[r] = through(pr[P_STAGED].c, pr[P_STAGED].gsrc.region, pr[P_STAGED].hdst,
+			                 s, secs);
 			dh_v[r] = copy_rate(cu, 0, pinned, src, s, secs, st);
-			fab_v[r] = through(cl, hsrc.region, hdst, s, secs);
+			fab_v[r] = through(pr[P_STAGED].c, pr[P_STAGED].hsrc.region,
+			                   pr[P_STAGED].hdst, s, secs);
 		}
 		double m2 = median(p2v, REPS) / 1e9, mdd = median(dd_v, REPS) / 1e9;
 		double m3 = median(p3v, REPS) / 1e9, mdh = median(dh_v, REPS) / 1e9;
 		double mf = median(fab_v, REPS) / 1e9, lesser = mdh < mf ? mdh : mf;
 		int ok2 = m2 >= 0.9 * mdd, ok3 = m3 >= 0.8 * lesser;
 		low += !ok2 + !ok3;
-		printf("%6zu MiB | %9.2f %9.2f %6.3f %4s | %9.2f %9.2f %9.2f %6.3f %4s\n", s >> 20,
-		       m2, mdd, m2 / mdd, ok2 ? "ok" : "LOW", m3, mdh, mf, m3 / lesser,
+		nbars += 2;
+		printf("same host   %5zu MiB | %9.2f %9.2f %6.3f %4s | %9.2f %9.2f %9.2f %6.3f %4s\n",
+		       s >> 20, m2, mdd, m2 / mdd, ok2 ? "ok" : "LOW", m3, mdh, mf, m3 / lesser,
 		       ok3 ? "ok" : "LOW");
 		printf("BENCH mvgpubench prov=%s shards=%d size=%zu path2_GBps=%.3f dtod_GBps=%.3f "
 		       "path2_ratio=%.3f path3_GBps=%.3f dtoh_GBps=%.3f fabric_GBps=%.3f "
@@ -295,17 +386,55 @@ int main(int argc, char **argv)
 		       prov, shards, s, m2, mdd, m2 / mdd, m3, mdh, mf, m3 / lesser);
 		fflush(stdout);
 	}
-	(void)name;
-	mvc_disconnect(cl);
-	if (write(p2[1], "x", 1) < 0) {
-		/* the receiver is gone already */
-	}
-	waitpid(rcv, NULL, 0);
-	kill(ma, SIGTERM);
-	kill(mb, SIGTERM);
-	waitpid(ma, NULL, 0);
-	waitpid(mb, NULL, 0);
-	printf("mvgpubench: %d of %d figures below their bar\n", low, 2 * nsizes);
+
+	/* As to another host: each kind of write by path 1, path 3 and the
+	 * path the movers chose, interleaved. */
+	static const char *const kinds[] = {"GPU->GPU", "GPU->host", "host->GPU"};
+	printf("other host  %9s %-9s | %9s %9s | %9s %6s %6s %4s\n", "size", "kind", "path1",
+	       "path3", "chosen", "/best", "path", "bar");
+	for (int i = 0; i < nsizes; i++)
+		for (int kd = 0; kd < 3; kd++) {
+			size_t s = sizes[i];
+			double v[3][REPS];
+			for (int r = 0; r < REPS; r++)
+				for (int q = 0; q < 3; q++) {
+					struct pair *p = &pr[P_AUTO + q];
+					uint32_t from = kd == 2 ? p->hsrc.region : p->gsrc.region;
+					uint32_t to = kd == 1 ? p->hdst : p->gdst;
+					v[q][r] = through(p->c, from, to, s, secs);
+				}
+			double ma = median(v[0], REPS) / 1e9, m1 = median(v[1], REPS) / 1e9;
+			double m3 = median(v[2], REPS) / 1e9;
+			double best = have1 && m1 > m3 ? m1 : m3;
+			int ok = ma >= 0.9 * best;
+			low += !ok;
+			nbars++;
+			/* Which path the auto movers took, from the sender's log. */
+			char want[64];
+			snprintf(want, sizeof(want), "%s region", kd == 2 ? "host" : "GPU");
+			const char *took = "?";
+			char line[1024];
+			FILE *f = fopen(pr[P_AUTO].la, "r");
+			while (f && fgets(line, sizeof(line), f))
+				if (strstr(line, "GPU write: ") && strstr(line, want) &&
+				    strstr(line, kd == 1 ? "-> host" : "-> GPU"))
+					took = strstr(line, "path fabric")   ? "fabric"
+					       : strstr(line, "path staged") ? "staged"
+					       : strstr(line, "path copy")   ? "copy"
+					                                     : "?";
+			if (f)
+				fclose(f);
+			printf("other host  %5zu MiB %-9s | %9.2f %9.2f | %9.2f %6.3f %6s %4s\n",
+			       s >> 20, kinds[kd], m1, m3, ma, ma / best, took, ok ? "ok" : "LOW");
+			printf("BENCH mvgpubench prov=%s shards=%d size=%zu kind=%s path1_GBps=%.3f "
+			       "path1_offered=%d path3_GBps=%.3f chosen_GBps=%.3f chosen_path=%s "
+			       "chosen_ratio=%.3f\n",
+			       prov, shards, s, kinds[kd], m1, have1, m3, ma, took, ma / best);
+			fflush(stdout);
+		}
+	for (int i = 0; i < NPAIRS; i++)
+		pair_stop(&pr[i]);
+	printf("mvgpubench: %d of %d figures below their bar (logs in %s)\n", low, nbars, dir);
 	return low ? 3 : 0;
 }
 
