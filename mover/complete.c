@@ -34,6 +34,18 @@ static void deliver_imm(struct mv_shard *s, uint64_t data)
 		cl->att[s->id]->imm_at = now;
 	mv_push_cqe(cl->att[s->id], &c);
 }
+/* Why a landing message failed, naming the region (thread-local text). */
+static const char *land_failed(const struct mv_wr *op)
+{
+	static _Thread_local char msg[MV_ERRLEN];
+
+	snprintf(msg, sizeof(msg),
+	         "the target mover could not put the data in its GPU region %u (freed by its "
+	         "owner, or a CUDA copy failed: its log says which)",
+	         op->dst_region);
+	return msg;
+}
+
 
 /* A target says a landing message is on its GPU (or could not be). */
 static void ack_arrived(struct mv_shard *s, uint64_t data)
@@ -52,9 +64,7 @@ static void ack_arrived(struct mv_shard *s, uint64_t data)
 		return;
 	mv_posted_del(s, op);
 	s->st.completed++;
-	mv_op_done(s, op, op->land_err ? -EIO : 0,
-	           op->land_err ? "the target mover could not put the data in its GPU memory"
-	                        : NULL);
+	mv_op_done(s, op, op->land_err ? -EIO : 0, op->land_err ? land_failed(op) : NULL);
 }
 
 int mv_reap(struct mv_shard *s)
@@ -123,9 +133,7 @@ int mv_reap(struct mv_shard *s)
 				continue; /* sent; landed once the ack comes */
 			if (op->kind == MV_OPK_LAND && op->land_err) {
 				mv_posted_del(s, op);
-				mv_op_done(
-				    s, op, -EIO,
-				    "the target mover could not put the data in its GPU memory");
+				mv_op_done(s, op, -EIO, land_failed(op));
 				continue;
 			}
 			mv_posted_del(s, op);

@@ -8,6 +8,8 @@
  */
 #include "shard_int.h"
 
+#include <stdio.h>
+
 /*
  * Copies on one stream finish in order, so one event can stand for many:
  * the copies queued since the last fence form a group, and the event
@@ -30,6 +32,18 @@ int mv_fence(struct mv_shard *s, char *why, size_t whylen)
 		s->gq_tail->ev = MV_GPU_EV_DONE;
 	}
 	return ret;
+}
+
+/* A failed CUDA copy, naming the regions (the source may have been freed by
+ * its owner mid-write). */
+static const char *copy_failed(const struct mv_wr *op, const char *why)
+{
+	static _Thread_local char msg[MV_ERRLEN];
+
+	snprintf(msg, sizeof(msg), "%s from region %u into peer region %u: %s",
+	         op->kind == MV_OPK_COPY ? "CUDA copy" : "staging copy", op->src_region,
+	         op->dst_region, why);
+	return msg;
 }
 
 /* Paths 2 and 3: one op per chunk, copies issued (or queued for a bounce
@@ -57,6 +71,8 @@ void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 
 		op->kind = path == MV_PATH_COPY ? MV_OPK_COPY : MV_OPK_STAGE;
 		op->path = path;
+		op->src_region = src->id;
+		op->dst_region = dst->region;
 		op->at = at;
 		op->batch = d->batch;
 		op->peer = dst->peer;
@@ -77,7 +93,7 @@ void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 			                  why, sizeof(why));
 			if (ret) {
 				s->ngpu--;
-				mv_op_done(s, op, ret, why);
+				mv_op_done(s, op, ret, copy_failed(op, why));
 			} else {
 				mv_wr_append(&s->gq_head, &s->gq_tail, op);
 				s->gpu_open_dev = dev; /* fenced after this consume round */
@@ -129,7 +145,7 @@ int mv_gpu_progress(struct mv_shard *s)
 			ret = mv_gpu_event(s, op->dev, &op->ev, why, sizeof(why));
 		if (ret) {
 			s->ngpu--;
-			mv_op_done(s, op, ret, why);
+			mv_op_done(s, op, ret, copy_failed(op, why));
 		} else {
 			mv_wr_append(&s->gq_head, &s->gq_tail, op);
 		}
@@ -155,7 +171,7 @@ int mv_gpu_progress(struct mv_shard *s)
 			n++;
 			int last = op == f;
 			if (done < 0 || op->kind == MV_OPK_COPY) {
-				mv_op_done(s, op, done < 0 ? -EIO : 0, why);
+				mv_op_done(s, op, done < 0 ? -EIO : 0, done < 0 ? copy_failed(op, why) : why);
 			} else if (op->land) {
 				op->kind = MV_OPK_LAND;
 				op->niov = 2;

@@ -51,6 +51,8 @@ void mv_take_land(struct mv_shard *s, struct mv_attach *at, const struct mv_desc
 		struct mv_wr *op = mv_op_get(s);
 
 		op->path = MV_PATH_STAGED;
+		op->src_region = src->id;
+		op->dst_region = dst->region;
 		op->at = at;
 		op->batch = d->batch;
 		op->peer = dst->peer;

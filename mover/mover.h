@@ -167,7 +167,8 @@ struct mv_region {
 	struct mv_gpu_desc gdesc; /* as the client described it, for same-host peers */
 	uint64_t shard_mask;      /* shards near the memory (hwloc); 0: any */
 	int gpu_fd;               /* VMM: the exported fd, for same-host peers; else -1 */
-	int by_dmabuf;            /* the fabric registered it by dma-buf fd (any shard) */
+	int by_dmabuf;            /* the fabric registered it by dma-buf fd (shard 0) */
+	_Atomic int fabric_refused; /* GPU: a shard's provider refused it: staged */
 	uint64_t secret;          /* random, in its blob: proves a blob came from us */
 };
 

@@ -282,8 +282,9 @@ void mv_region_blob(struct mover *mv, const struct mv_region *r, struct mv_regio
 	b->len = r->len;
 	b->secret = r->secret;
 	if (r->is_gpu) {
-		b->flags = MV_BLOB_GPU | (mv->hmem ? 0 : MV_BLOB_NO_FABRIC) |
-		           (mv->gpu_land ? MV_BLOB_LANDING : 0);
+		int refused = atomic_load_explicit(&r->fabric_refused, memory_order_relaxed);
+		b->flags = MV_BLOB_GPU | (mv->hmem && !refused ? 0 : MV_BLOB_NO_FABRIC) |
+		           (mv->gpu_land || refused ? MV_BLOB_LANDING : 0);
 		memcpy(b->host, mv->host_id, sizeof(b->host));
 		b->gpu = r->gdesc;
 		snprintf(b->sock, sizeof(b->sock), "%s", mv->cfg.socket_path);

@@ -63,6 +63,8 @@ struct mv_wr {
 	int acks;             /* landing: events still due, the send's and the ack */
 	uint32_t seq;         /* landing: matches the ack to this use of the op */
 	int land_err;
+	uint32_t src_region;  /* GPU and landing ops: for the messages naming them */
+	uint32_t dst_region;  /* ... the peer's region written */
 	int land_counted;     /* counted in the shard's landing messages in flight */
 	int inflight_counted; /* counted in at->inflight (posted, not yet reported) */
 	struct mv_attach *at;
