@@ -25,9 +25,11 @@
  */
 #include "shard_int.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <rdma/fi_errno.h>
@@ -42,6 +44,7 @@ struct mv_hb {
 	struct mv_peer *p;
 	int64_t sent_at; /* the last one posted */
 	int64_t ok_at;   /* the last one answered (or the peer added) */
+	uint64_t cpu;    /* same host: the peer process's CPU ticks when last read */
 	uint8_t inflight;
 };
 
@@ -218,6 +221,43 @@ int mv_hb_event(struct mv_shard *s, void *ctx, int err)
 }
 
 /*
+ * A peer on this host that is about to be called SILENT may only be busy:
+ * on shm its shard copies what it receives inside its progress calls, and
+ * with both movers flooding each other on a crowded host one such call
+ * has been seen to take 270 ms. If its process is neither stopped nor
+ * traced and has run since we last looked (its CPU time grew), it is busy,
+ * not hung: 1, and the next look at it is an interval away. A SIGSTOPped
+ * or deadlocked mover runs no CPU. /proc/PID/stat, after the command
+ * name's closing parenthesis: state, then utime and stime as fields 14
+ * and 15.
+ */
+static int peer_busy(struct mv_hb *h)
+{
+	char path[64], buf[512];
+	unsigned long long ut, st;
+	char state;
+
+	if (h->p->pid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)h->p->pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	const char *r = strrchr(buf, ')');
+	if (!r || sscanf(r + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &state,
+	                 &ut, &st) != 3)
+		return 0;
+	uint64_t cpu = ut + st, was = h->cpu;
+	h->cpu = cpu;
+	return state != 'T' && state != 't' && cpu > was;
+}
+
+/*
  * Each look (every eighth of an interval, and whenever a peer's process
  * exited): heartbeats due go out, and peers whose state changed are told.
  * A peer is SILENT once its last answer is two intervals old, so a peer
@@ -256,6 +296,11 @@ int mv_hb_tick(struct mv_shard *s)
 		}
 		if (!h->inflight && s->now - h->sent_at >= iv)
 			send_one(s, h);
+		if (s->now - h->ok_at > 2 * iv && atomic_load(&h->p->live) == MV_LIVE_OK &&
+		    peer_busy(h)) {
+			h->ok_at = s->now - iv;
+			continue;
+		}
 		if (s->now - h->ok_at > 2 * iv)
 			set_live(s, h, MV_LIVE_SILENT);
 	}

@@ -217,6 +217,61 @@ START_TEST(test_killed_sender_fails_expectation)
 }
 END_TEST
 
+/* A peer busy with bulk both ways is never declared dead: heartbeats are
+ * posted outside the clients' queues and wait behind what is on the
+ * connection, never behind the backlog. */
+START_TEST(test_busy_peer_is_not_declared_dead)
+{
+	struct pair p, r;
+	const uint64_t big = 8u << 20;
+	uint64_t sent = 0, back = 0;
+	int inflight = 0, rin = 0;
+
+	pair_open(&p, big, big);
+	pair_open_on(&r, &B, &A, big, big); /* the other way round */
+	uint32_t from = add_sender(&p);
+	ck_assert_int_eq(mvc_imm_expect_from(p.b, from, 900, 1, 9900), 0);
+	for (double end = now_s() + 16 * HB_S; now_s() < end;) {
+		struct mvc_event ev[8];
+		while (inflight < 4) {
+			ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, big), 0);
+			ck_assert_int_eq(mvc_submit(p.a, sent++), 0);
+			inflight++;
+		}
+		while (rin < 4) {
+			ck_assert_int_eq(mvc_write(r.a, r.src.region, 0, r.imp, 0, big), 0);
+			ck_assert_int_eq(mvc_submit(r.a, back++), 0);
+			rin++;
+		}
+		int n = mvc_wait(p.a, ev, 8, 5);
+		for (int i = 0; i < n; i++, inflight--)
+			ck_assert_msg(ev[i].status == 0, "%s", ev[i].msg);
+		n = mvc_poll(r.a, ev, 8);
+		for (int i = 0; i < n; i++, rin--)
+			ck_assert_msg(ev[i].status == 0, "%s", ev[i].msg);
+		n = mvc_poll(p.b, ev, 8);
+		for (int i = 0; i < n; i++)
+			ck_assert_msg(ev[i].type != MVC_EV_IMM_COUNT, "busy peer declared: %s",
+			              ev[i].msg);
+		mvc_poll(r.b, ev, 8);
+	}
+	fprintf(stderr,
+	        "liveness(%s): %llu + %llu MiB moved both ways in %.1f s of 250 ms "
+	        "heartbeats, no peer declared dead\n",
+	        prov, (unsigned long long)(sent * 8), (unsigned long long)(back * 8), 16 * HB_S);
+	for (double end = now_s() + 30; (inflight || rin) && now_s() < end;) {
+		struct mvc_event ev[8];
+		inflight -= mvc_wait(p.a, ev, 8, 5);
+		rin -= mvc_poll(r.a, ev, 8);
+	}
+	send_imms(&p, 900, 1, 1u << 20);
+	struct mvc_event ev = next_count(p.b, 10);
+	ck_assert_msg(ev.status == 0, "%s", ev.msg);
+	pair_close(&r);
+	pair_close(&p);
+}
+END_TEST
+
 /* ---- bad input: a peer that hands out garbage ---- */
 
 /* A region blob of another protocol from peer A (which speaks ours):
@@ -284,6 +339,7 @@ static TCase *faults(const char *name, void (*setup)(void))
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_stopped_sender_fails_expectation_then_comes_back);
 	tcase_add_test(tc, test_killed_sender_fails_expectation);
+	tcase_add_test(tc, test_busy_peer_is_not_declared_dead);
 	return tc;
 }
 
