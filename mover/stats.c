@@ -147,7 +147,8 @@ static void publish_rows(struct mv_shard *s)
 			int live = atomic_load_explicit(&peer->live, memory_order_relaxed);
 			int64_t rtt = atomic_load_explicit(&peer->rtt_ns, memory_order_relaxed);
 			PUT(s->pub_peers[p].mover_id, peer->mover_id);
-			PUT(s->pub_peers[p].live, gone == MV_PEER_REMOVED ? 0u : (uint32_t)live + 1);
+			PUT(s->pub_peers[p].live,
+			    gone == MV_PEER_REMOVED ? 0u : (uint32_t)live + 1);
 			PUT(s->pub_peers[p].rtt_us, (uint32_t)(rtt / 1000));
 		}
 		if (!s->pst[p].writes && !s->pst[p].errors)

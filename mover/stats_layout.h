@@ -27,9 +27,9 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI   5u /* 5: peers' liveness */
-#define MV_STATS_RINGS 256u /* ring rows per shard: client slots */
-#define MV_STATS_PEERS 256u /* peer rows per shard: the first peer slots */
+#define MV_STATS_ABI   5u                  /* 5: peers' liveness */
+#define MV_STATS_RINGS 256u                /* ring rows per shard: client slots */
+#define MV_STATS_PEERS 256u                /* peer rows per shard: the first peer slots */
 
 struct mv_stats_hdr {
 	uint64_t magic;

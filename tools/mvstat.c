@@ -448,7 +448,9 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 	for (uint32_t p = 0; p < h->npeers; p++) {
 		struct peer_total t;
 		if (peer_total(v, p, &t) && t.live)
-			fprintf(f, "mover_peer_up{mover=\"%016" PRIx64 "\",peer=\"%016" PRIx64 "\"} %d\n",
+			fprintf(f,
+			        "mover_peer_up{mover=\"%016" PRIx64 "\",peer=\"%016" PRIx64
+			        "\"} %d\n",
 			        h->mover_id, t.id, t.live == 1);
 	}
 }
