@@ -682,7 +682,12 @@ int mvc_peer_add(struct mvc *c, const void *addr, size_t len, uint32_t *peer)
 		return ret;
 	*peer = rep.id;
 	rep.r.msg[sizeof(rep.r.msg) - 1] = 0;
-	mvc_peer_added(c, rep.id, rep.live, rep.r.msg);
+	/* The mover checked the blob: its mover id is where it says. */
+	uint64_t id = 0;
+	if (len >= offsetof(struct mv_addr_blob, mover_id) + sizeof(id))
+		memcpy(&id, (const char *)addr + offsetof(struct mv_addr_blob, mover_id),
+		       sizeof(id));
+	mvc_peer_added(c, rep.id, id, rep.live, rep.r.msg);
 	return 0;
 }
 

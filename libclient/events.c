@@ -148,13 +148,13 @@ void mvc_peer_down(struct mvc *c, uint32_t peer, int status, int cause, const ch
 	}
 }
 
-void mvc_peer_added(struct mvc *c, uint32_t peer, uint32_t live, const char *msg)
+void mvc_peer_added(struct mvc *c, uint32_t peer, uint64_t mover_id, uint32_t live, const char *msg)
 {
 	struct mvc_peer_state *st = peer_state(c, peer);
 
 	if (!st)
 		return;
-	*st = (struct mvc_peer_state){.added = 1};
+	*st = (struct mvc_peer_state){.added = 1, .mover_id = mover_id};
 	if (live == MV_LIVE_SILENT || live == MV_LIVE_DEAD)
 		mvc_peer_down(c, peer, live == MV_LIVE_DEAD ? -EHOSTUNREACH : -ETIMEDOUT,
 		              MVC_CAUSE_PEER_DEAD, msg);
@@ -183,7 +183,8 @@ void mvc_events_free(struct mvc *c)
 /* A PEER completion: the mover's word on one of our peers' liveness. */
 static void peer_told(struct mvc *c, const struct mv_cqe *e)
 {
-	if (e->imm >= MVC_MAX_PEERS || !c->peers || !c->peers[e->imm].added)
+	if (e->imm >= MVC_MAX_PEERS || !c->peers || !c->peers[e->imm].added ||
+	    c->peers[e->imm].mover_id != e->cookie)
 		return;
 	if (e->region == MV_LIVE_OK) {
 		c->peers[e->imm].cause = 0;

@@ -45,6 +45,8 @@ struct imm_ent {
 /* What this connection knows of one of its peers (events.c): added, and
  * whether its mover is down, as the mover last told us (PEER completions). */
 struct mvc_peer_state {
+	uint64_t mover_id; /* from its address blob: a PEER completion for an
+	                      earlier peer of the same handle is not about it */
 	uint8_t added;
 	uint8_t cause; /* MVC_CAUSE_PEER_*: down; 0: up */
 	int32_t status;
@@ -141,7 +143,8 @@ MVC_INTERNAL void mvc_batch_done(struct mvc *c, uint32_t b);
 /* events.c: peers' liveness. peer_added: live is enum mv_live, msg why
  * when it is not OK. peer_down: fails the expectations naming peer. */
 #define MVC_MAX_PEERS 1024u /* the mover's per-client limit */
-MVC_INTERNAL void mvc_peer_added(struct mvc *c, uint32_t peer, uint32_t live, const char *msg);
+MVC_INTERNAL void mvc_peer_added(struct mvc *c, uint32_t peer, uint64_t mover_id, uint32_t live,
+                                 const char *msg);
 MVC_INTERNAL void mvc_peer_down(struct mvc *c, uint32_t peer, int status, int cause,
                                 const char *msg);
 MVC_INTERNAL void mvc_peer_removed(struct mvc *c, uint32_t peer);

@@ -70,7 +70,7 @@ int mv_sleep_once(struct mv_shard *s, int64_t idle_ns)
 		}
 	}
 	/* The next look at the peers' heartbeats is due (heartbeat.c). */
-	if (s->hb) {
+	if (s->hb && s->hb_n) {
 		int64_t due = s->hb_next - mv_now_ns();
 		if (due < timeout)
 			timeout = due > 1000 ? due : 1000;
