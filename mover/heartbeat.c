@@ -44,7 +44,9 @@ struct mv_hb {
 	struct mv_peer *p;
 	int64_t sent_at; /* the last one posted */
 	int64_t ok_at;   /* the last one answered (or the peer added) */
-	uint64_t cpu;    /* same host: the peer process's CPU ticks when last read */
+	uint64_t cpu;    /* same host: the peer process's CPU ticks when last read, */
+	int64_t cpu_at;  /* at this time (0: unknown) */
+	int64_t grace;   /* busy (peer_busy): not called SILENT before this */
 	uint8_t inflight;
 };
 
@@ -221,39 +223,55 @@ int mv_hb_event(struct mv_shard *s, void *ctx, int err)
 }
 
 /*
+ * The CPU ticks a peer process on this host has used, and its state
+ * letter; -1 when unknown. /proc/PID/stat, after the command name's
+ * closing parenthesis: state, then utime and stime as fields 14 and 15.
+ */
+static int peer_cpu(const struct mv_peer *p, uint64_t *cpu, char *state)
+{
+	char path[64], buf[512];
+	unsigned long long ut, st;
+
+	if (p->pid <= 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)p->pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	const char *r = strrchr(buf, ')');
+	if (!r || sscanf(r + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", state, &ut,
+	                 &st) != 3)
+		return -1;
+	*cpu = ut + st;
+	return 0;
+}
+
+/*
  * A peer on this host that is about to be called SILENT may only be busy:
  * on shm its shard copies what it receives inside its progress calls, and
  * with both movers flooding each other on a crowded host one such call
  * has been seen to take 270 ms. If its process is neither stopped nor
- * traced and has run since we last looked (its CPU time grew), it is busy,
- * not hung: 1, and the next look at it is an interval away. A SIGSTOPped
- * or deadlocked mover runs no CPU. /proc/PID/stat, after the command
- * name's closing parenthesis: state, then utime and stime as fields 14
- * and 15.
+ * traced and ran since the baseline taken when its answer was an interval
+ * late (its CPU time grew), it is busy, not hung: 1, and the next look at
+ * it is an interval away, up to MV_HB_BUSY_MAX intervals of silence. A
+ * SIGSTOPped or deadlocked mover runs no CPU.
  */
+#define MV_HB_BUSY_MAX 8
 static int peer_busy(struct mv_hb *h)
 {
-	char path[64], buf[512];
-	unsigned long long ut, st;
+	uint64_t cpu;
 	char state;
 
-	if (h->p->pid <= 0)
+	if (!h->cpu_at || peer_cpu(h->p, &cpu, &state))
 		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)h->p->pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = 0;
-	const char *r = strrchr(buf, ')');
-	if (!r || sscanf(r + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &state,
-	                 &ut, &st) != 3)
-		return 0;
-	uint64_t cpu = ut + st, was = h->cpu;
+	uint64_t was = h->cpu;
 	h->cpu = cpu;
+	h->cpu_at = mv_now_ns();
 	return state != 'T' && state != 't' && cpu > was;
 }
 
@@ -296,13 +314,19 @@ int mv_hb_tick(struct mv_shard *s)
 		}
 		if (!h->inflight && s->now - h->sent_at >= iv)
 			send_one(s, h);
-		if (s->now - h->ok_at > 2 * iv && atomic_load(&h->p->live) == MV_LIVE_OK &&
-		    peer_busy(h)) {
-			h->ok_at = s->now - iv;
+		/* An answer an interval late: the baseline for peer_busy(). */
+		if (s->now - h->ok_at > iv && h->cpu_at <= h->ok_at) {
+			char state;
+			h->cpu_at = peer_cpu(h->p, &h->cpu, &state) ? 0 : s->now;
+		}
+		if (s->now - h->ok_at <= 2 * iv || s->now < h->grace)
+			continue;
+		if (s->now - h->ok_at <= MV_HB_BUSY_MAX * iv &&
+		    atomic_load(&h->p->live) == MV_LIVE_OK && peer_busy(h)) {
+			h->grace = s->now + iv;
 			continue;
 		}
-		if (s->now - h->ok_at > 2 * iv)
-			set_live(s, h, MV_LIVE_SILENT);
+		set_live(s, h, MV_LIVE_SILENT);
 	}
 	return 0;
 }
