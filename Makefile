@@ -191,9 +191,10 @@ $(B)/tests/test_mover: $(B)/tests/test_mover.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
-$(B)/tests/test_liveness: $(B)/tests/test_liveness.o $(CLIENT_LIB)
+# test_liveness is also a raw libfabric peer that sends garbage.
+$(B)/tests/test_liveness: $(B)/tests/test_liveness.o $(B)/mover/fabric.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
 
 # test_tenants is also a raw libfabric peer, with the mover's fabric code.
 $(B)/tests/test_tenants: $(B)/tests/test_tenants.o $(B)/mover/fabric.o $(CLIENT_LIB)

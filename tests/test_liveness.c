@@ -16,6 +16,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include "../mover/mover.h" /* struct mv_fabric: the raw peer below */
 #include "mv_wire.h"
 #include "mvc.h"
 
@@ -331,6 +336,78 @@ START_TEST(test_garbage_blob_fails_only_that_peers_expectations)
 }
 END_TEST
 
+/* A raw libfabric peer writes remote CQ data to B's shard 0 doorbell:
+ * immediates for regions B never had (stale generations, indices out of
+ * range), heartbeat tags, a landing ack for no op of ours. The fabric says nothing
+ * of who wrote them, so nobody is blamed: B counts and logs them, and the
+ * honest A's immediates are expected and met before and after. */
+START_TEST(test_unknown_immediates_are_dropped_and_logged)
+{
+	static const uint64_t junk[] = {0xffffffffull << 32 | 7,
+	                                0x3fff0001ull << 32 | 1,
+	                                1ull << 32,
+	                                MV_HB | 12345,
+	                                MV_HB | (0x3fffffffull << 32),
+	                                0x0000ffffull << 32 | 0xffffffffu};
+	struct pair p;
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+	struct mv_fabric f;
+	fi_addr_t to;
+
+	pair_open(&p, 1u << 20, 1u << 20);
+	uint32_t from = add_sender(&p);
+	ck_assert_int_eq(mvc_imm_expect_from(p.b, from, 950, 2, 9500), 0);
+	send_imms(&p, 950, 1, 1);
+	ck_assert_int_eq(mvc_address(p.b, blob, &len), 0);
+	const struct mv_addr_blob *ab = (const void *)blob;
+	ck_assert_int_eq(mv_fabric_open(&f, "tcp", "lo", 0), 0);
+	ck_assert_int_eq(mv_fabric_av_insert(&f, ab->addr[0], &to), 0);
+	for (size_t i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
+		struct fi_context2 ctx;
+		struct fi_rma_iov ri = {.addr = ab->bell[0].addr, .len = 0, .key = ab->bell[0].key};
+		struct fi_msg_rma m = {.rma_iov = &ri,
+		                       .rma_iov_count = 1,
+		                       .addr = to,
+		                       .context = &ctx,
+		                       .data = junk[i]};
+		ssize_t ret;
+		for (double end = now_s() + 5;
+		     (ret = fi_writemsg(f.ep, &m, FI_COMPLETION | FI_REMOTE_CQ_DATA | f.dc_flag)) ==
+		         -FI_EAGAIN &&
+		     now_s() < end;)
+			;
+		ck_assert_int_eq(ret, 0);
+		int done = 0;
+		for (double end = now_s() + 10; !done && now_s() < end;) {
+			struct fi_cq_data_entry e;
+			ssize_t n = fi_cq_read(f.cq, &e, 1);
+			ck_assert_msg(n == 1 || n == -FI_EAGAIN, "raw write %zu: %zd", i, n);
+			done = n == 1;
+		}
+		ck_assert_msg(done, "raw write %zu did not complete", i);
+	}
+	mv_fabric_close(&f);
+	/* No event for the junk; the honest peer carries on. */
+	quiet_for(p.b, 0.2);
+	send_imms(&p, 950, 1, 2);
+	struct mvc_event ev = next_count(p.b, 10);
+	ck_assert_msg(ev.status == 0 && ev.cookie == 9500 && ev.count == 2, "%d %s", ev.status,
+	              ev.msg);
+	FILE *lf = fopen(B.log, "r");
+	char line[512];
+	int logged = 0;
+	while (lf && fgets(line, sizeof(line), lf))
+		logged += strstr(line, "which is not ours") != NULL;
+	if (lf)
+		fclose(lf);
+	fprintf(stderr, "liveness: %zu junk CQ data words, %d logged as not ours\n",
+	        sizeof(junk) / sizeof(junk[0]), logged);
+	ck_assert_msg(logged >= 3, "%d log lines in %s", logged, B.log);
+	pair_close(&p);
+}
+END_TEST
+
 static TCase *faults(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -353,6 +430,7 @@ int main(void)
 	tcase_add_test(api, test_expect_from_is_met_by_its_peer);
 	tcase_add_test(api, test_expect_from_unknown_peer_is_enoent);
 	tcase_add_test(api, test_garbage_blob_fails_only_that_peers_expectations);
+	tcase_add_test(api, test_unknown_immediates_are_dropped_and_logged);
 	suite_add_tcase(s, api);
 	suite_add_tcase(s, faults("faults_tcp", setup_hb_tcp));
 	suite_add_tcase(s, faults("faults_shm", setup_hb_shm));
