@@ -61,15 +61,15 @@ MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_c
 	mover/registry.c mover/fabric.c mover/topo.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
 	mover/access.c mover/quota.c \
-	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/gpu_calib.c mover/land.c mover/post.c \
-	mover/complete.c mover/batch.c mover/idle.c
+	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/gpu_calib.c mover/land.c \
+	mover/post.c mover/complete.c mover/batch.c mover/idle.c mover/heartbeat.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
 	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c \
 	tools/bench/rows_lat.c tools/bench/lat_direct.c tools/bench/rows_fair.c tools/bench/rows_reg.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
-	test_trace test_gpu test_tenants test_fair
-SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh tests/operate.sh
+	test_trace test_gpu test_tenants test_fair test_liveness
+SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
 
@@ -197,6 +197,11 @@ $(B)/tests/test_gpu: $(B)/tests/test_gpu.o $(CLIENT_LIB)
 $(B)/tests/test_mover: $(B)/tests/test_mover.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+# test_liveness is also a raw libfabric peer that sends garbage.
+$(B)/tests/test_liveness: $(B)/tests/test_liveness.o $(B)/mover/fabric.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
 
 # test_tenants is also a raw libfabric peer, with the mover's fabric code.
 $(B)/tests/test_tenants: $(B)/tests/test_tenants.o $(B)/mover/fabric.o $(CLIENT_LIB)

@@ -353,6 +353,7 @@ void mvc_disconnect(struct mvc *c)
 	mvc_batch_tables_free(c);
 	free(c->imm_tab);
 	free(c->imm_due);
+	mvc_events_free(c);
 	free(c);
 }
 
@@ -677,14 +678,26 @@ int mvc_peer_add(struct mvc *c, const void *addr, size_t len, uint32_t *peer)
 		return mvc_fail(c, -EINVAL, "address blob of %zu bytes is larger than any mover's",
 		                len);
 	ret = call(c, MV_MSG_PEER_ADD, addr, len, NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
-	if (!ret)
-		*peer = rep.id;
-	return ret;
+	if (ret)
+		return ret;
+	*peer = rep.id;
+	rep.r.msg[sizeof(rep.r.msg) - 1] = 0;
+	/* The mover checked the blob: its mover id is where it says. */
+	uint64_t id = 0;
+	if (len >= offsetof(struct mv_addr_blob, mover_id) + sizeof(id))
+		memcpy(&id, (const char *)addr + offsetof(struct mv_addr_blob, mover_id),
+		       sizeof(id));
+	mvc_peer_added(c, rep.id, id, rep.live, rep.r.msg);
+	return 0;
 }
 
 int mvc_peer_remove(struct mvc *c, uint32_t peer)
 {
-	return id_call(c, MV_MSG_PEER_DEL, peer);
+	int ret = id_call(c, MV_MSG_PEER_DEL, peer);
+
+	if (!ret)
+		mvc_peer_removed(c, peer);
+	return ret;
 }
 
 int mvc_unimport(struct mvc *c, uint32_t handle)
@@ -707,6 +720,10 @@ int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint3
 	memcpy(&req.blob, blob, len);
 	ret = call(c, MV_MSG_IMPORT, &req, offsetof(struct mv_import_req, blob) + len, NULL, 0,
 	           &rep, sizeof(rep), NULL, 0, NULL);
+	/* The peer handed out a blob of another protocol: garbage from a
+	 * mover that speaks ours. What we expect of it fails. */
+	if (ret == -EPROTO)
+		mvc_peer_down(c, peer, -EPROTO, MVC_CAUSE_PEER_BAD, mvc_error(c));
 	if (ret)
 		return ret;
 	*handle = rep.id;

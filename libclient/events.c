@@ -49,8 +49,24 @@ static struct imm_ent *imm_find(struct mvc *c, uint32_t value, int add)
 	return &c->imm_tab[h];
 }
 
-static int imm_ready(struct imm_ent *e, struct mvc_event *ev)
+static int imm_ready(struct mvc *c, struct imm_ent *e, struct mvc_event *ev)
 {
+	if (e->want && e->fail && e->count < e->want) {
+		/* Its peer went down first: what arrived goes with the failure. */
+		*ev = (struct mvc_event){.type = MVC_EV_IMM_COUNT,
+		                         .status = e->fail,
+		                         .cookie = e->cookie,
+		                         .imm = e->value,
+		                         .count = e->count,
+		                         .cause = (int)e->cause};
+		if (c->peers && e->from)
+			snprintf(ev->msg, sizeof(ev->msg), "%s", c->peers[e->from - 1].msg);
+		e->count = 0;
+		e->want = 0;
+		e->fail = 0;
+		return 1;
+	}
+	e->fail = 0;
 	if (!e->want || e->count < e->want)
 		return 0;
 	*ev = (struct mvc_event){
@@ -60,9 +76,10 @@ static int imm_ready(struct imm_ent *e, struct mvc_event *ev)
 	return 1;
 }
 
-int mvc_imm_expect(struct mvc *c, uint32_t imm, uint32_t count, uint64_t cookie)
+static int expect(struct mvc *c, uint32_t from, uint32_t imm, uint32_t count, uint64_t cookie)
 {
 	struct imm_ent *e = imm_find(c, imm, 1);
+	const struct mvc_peer_state *st = from ? &c->peers[from - 1] : NULL;
 
 	if (!e)
 		return mvc_fail(c, -ENOMEM, "no memory to count immediates");
@@ -70,7 +87,8 @@ int mvc_imm_expect(struct mvc *c, uint32_t imm, uint32_t count, uint64_t cookie)
 		return mvc_fail(c, -EINVAL, "expecting 0 immediates of %u", imm);
 	if (e->want)
 		return mvc_fail(c, -EBUSY, "immediates of value %u are already being counted", imm);
-	if (e->count >= count && c->ndue == c->due_cap) {
+	int down = st && st->cause && e->count < count;
+	if ((e->count >= count || down) && c->ndue == c->due_cap) {
 		uint32_t cap = c->due_cap ? c->due_cap * 2 : 16;
 		uint32_t *due = realloc(c->imm_due, cap * sizeof(*due));
 		if (!due)
@@ -80,10 +98,120 @@ int mvc_imm_expect(struct mvc *c, uint32_t imm, uint32_t count, uint64_t cookie)
 	}
 	e->want = count;
 	e->cookie = cookie;
-	/* Enough already arrived: no later immediate may come to report it. */
-	if (e->count >= count)
+	e->from = from;
+	e->fail = down ? st->status : 0;
+	e->cause = down ? st->cause : 0;
+	/* Enough already arrived, or its peer is down: no later immediate
+	 * may come to report it. */
+	if (e->count >= count || down)
 		c->imm_due[c->ndue++] = imm;
 	return 0;
+}
+
+int mvc_imm_expect(struct mvc *c, uint32_t imm, uint32_t count, uint64_t cookie)
+{
+	return expect(c, 0, imm, count, cookie);
+}
+
+int mvc_imm_expect_from(struct mvc *c, uint32_t peer, uint32_t imm, uint32_t count, uint64_t cookie)
+{
+	if (peer >= MVC_MAX_PEERS || !c->peers || !c->peers[peer].added)
+		return mvc_fail(c, -ENOENT, "peer %u is not one of this connection's peers", peer);
+	return expect(c, peer + 1, imm, count, cookie);
+}
+
+static struct mvc_peer_state *peer_state(struct mvc *c, uint32_t peer)
+{
+	if (peer >= MVC_MAX_PEERS)
+		return NULL;
+	if (!c->peers)
+		c->peers = calloc(MVC_MAX_PEERS, sizeof(*c->peers));
+	return c->peers ? &c->peers[peer] : NULL;
+}
+
+void mvc_peer_down(struct mvc *c, uint32_t peer, int status, int cause, const char *msg)
+{
+	struct mvc_peer_state *st = peer_state(c, peer);
+
+	if (!st)
+		return;
+	st->status = status;
+	st->cause = (uint8_t)cause;
+	snprintf(st->msg, sizeof(st->msg), "%s", msg);
+	for (uint32_t i = 0; i < c->imm_cap; i++) {
+		struct imm_ent *e = &c->imm_tab[i];
+		if (e->used && e->want && e->from == peer + 1 && !e->fail) {
+			e->fail = status;
+			e->cause = (uint32_t)cause;
+			c->peer_scan = 1;
+		}
+	}
+}
+
+void mvc_peer_added(struct mvc *c, uint32_t peer, uint64_t mover_id, uint32_t live, const char *msg)
+{
+	struct mvc_peer_state *st = peer_state(c, peer);
+
+	if (!st)
+		return;
+	*st = (struct mvc_peer_state){.added = 1, .mover_id = mover_id};
+	if (live == MV_LIVE_SILENT || live == MV_LIVE_DEAD)
+		mvc_peer_down(c, peer, live == MV_LIVE_DEAD ? -EHOSTUNREACH : -ETIMEDOUT,
+		              MVC_CAUSE_PEER_DEAD, msg);
+	else if (live == MV_LIVE_CUT)
+		mvc_peer_down(c, peer, -EPROTO, MVC_CAUSE_PEER_BAD, msg);
+}
+
+void mvc_peer_removed(struct mvc *c, uint32_t peer)
+{
+	char msg[88];
+
+	if (peer >= MVC_MAX_PEERS || !c->peers || !c->peers[peer].added)
+		return;
+	snprintf(msg, sizeof(msg), "peer %u was removed before its immediates came", peer);
+	mvc_peer_down(c, peer, -ENOENT, MVC_CAUSE_PEER_GONE, msg);
+	c->peers[peer].added = 0;
+	c->peers[peer].cause = 0;
+}
+
+void mvc_events_free(struct mvc *c)
+{
+	free(c->peers);
+	c->peers = NULL;
+}
+
+/* A PEER completion: the mover's word on one of our peers' liveness. */
+static void peer_told(struct mvc *c, const struct mv_cqe *e)
+{
+	if (e->imm >= MVC_MAX_PEERS || !c->peers || !c->peers[e->imm].added ||
+	    c->peers[e->imm].mover_id != e->cookie)
+		return;
+	if (e->region == MV_LIVE_OK) {
+		c->peers[e->imm].cause = 0;
+		c->peers[e->imm].status = 0;
+		return;
+	}
+	char msg[88];
+	memcpy(msg, e->msg, sizeof(msg));
+	msg[sizeof(msg) - 1] = 0;
+	mvc_peer_down(c, e->imm, e->status < 0 ? e->status : -EHOSTUNREACH,
+	              e->cause == MVC_CAUSE_PEER_BAD ? MVC_CAUSE_PEER_BAD : MVC_CAUSE_PEER_DEAD,
+	              msg);
+}
+
+/* Expectations failed by their peer, up to max events. */
+static int peer_failures(struct mvc *c, struct mvc_event *ev, int max)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < c->imm_cap && n < max; i++) {
+		struct imm_ent *e = &c->imm_tab[i];
+		if (e->used && e->want && e->fail)
+			n += imm_ready(c, e, &ev[n]);
+	}
+	if (n < max)
+		c->peer_scan = 0;
+	return n;
 }
 
 /* One completion entry to at most one event; 1 if ev was filled. */
@@ -126,10 +254,14 @@ static int translate(struct mvc *c, const struct mv_cqe *q, struct mvc_event *ev
 		if (t) {
 			t->count++;
 			if (t->want)
-				return imm_ready(t, ev);
+				return imm_ready(c, t, ev);
 		}
 		*ev = (struct mvc_event){.type = MVC_EV_IMM, .imm = e.imm, .region = e.region};
 		return 1;
+	}
+	if (e.type == MV_CQE_PEER) {
+		peer_told(c, &e);
+		return 0;
 	}
 	if (e.type == MV_CQE_CUTOFF) {
 		/* Its batches in flight fail in mvc_poll(); every shard that
@@ -208,8 +340,10 @@ int mvc_poll(struct mvc *c, struct mvc_event *ev, int max)
 	while (c->ndue && n < max) {
 		struct imm_ent *t = imm_find(c, c->imm_due[--c->ndue], 0);
 		if (t)
-			n += imm_ready(t, &ev[n]);
+			n += imm_ready(c, t, &ev[n]);
 	}
+	if (c->peer_scan && n < max)
+		n += peer_failures(c, ev + n, max - n);
 	for (uint32_t s = 0; s < c->info.nshards && n < max; s++) {
 		struct shmring *r = &c->sh[s].comp;
 		uint32_t pos, used = 0;
@@ -223,6 +357,8 @@ int mvc_poll(struct mvc *c, struct mvc_event *ev, int max)
 		if (used)
 			shmring_release(r, used);
 	}
+	if (c->peer_scan && n < max)
+		n += peer_failures(c, ev + n, max - n);
 	if (c->cut[0] && n < max)
 		n += fail_cut(c, ev + n, max - n);
 	return n;

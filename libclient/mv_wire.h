@@ -31,10 +31,11 @@
 /*
  * The wire version: what the client, the mover and peer movers must agree
  * on. Bumped with every change to a format below; releases map onto it
- * (4: mover 0.1.x; 5: 0.2.0, which added the release to the address blob).
+ * (4: mover 0.1.x; 5: 0.2.0, which added the release to the address blob;
+ * 6: peer liveness, the PEER completion and heartbeats between movers).
  */
 #define MV_WIRE_MAGIC   0x3143564du /* "MVC1" */
-#define MV_WIRE_VERSION 5u
+#define MV_WIRE_VERSION 6u
 #define MV_MAX_MSG      65536u
 #define MV_MAX_SHARDS   64u
 #define MV_MAX_ADDRLEN  64u
@@ -225,7 +226,9 @@ struct mv_addr_blob {
 	uint8_t host[16];
 	/* Each shard's doorbell: a small registered buffer immediates are
 	 * written to (no bytes, only remote CQ data), whatever memory the data
-	 * went to, GPU memory the fabric cannot reach included. */
+	 * went to, GPU memory the fabric cannot reach included. From
+	 * protocol 6 it is 16 KiB, and peers' heartbeats write up to 8 KiB
+	 * of it. */
 	struct {
 		uint64_t addr;
 		uint64_t key;
@@ -252,7 +255,23 @@ struct mv_id_req {
 struct mv_id_rep {
 	struct mv_reply_hdr r;
 	uint32_t id; /* new peer (PEER_ADD) or import handle (IMPORT) */
-	uint32_t rsvd;
+	/* PEER_ADD: enum mv_live of the peer as its heartbeats stand now; not
+	 * MV_LIVE_OK: r.msg says why (the add itself succeeded). */
+	uint32_t live;
+};
+
+/*
+ * Peer liveness (mover/heartbeat.c): what a mover knows of a peer mover,
+ * told to each client that added the peer as a PEER completion when it
+ * changes. A peer comes back from SILENT when a heartbeat is answered
+ * again; DEAD (its process exited) and CUT (it sent garbage) are final for
+ * that mover id.
+ */
+enum mv_live {
+	MV_LIVE_OK = 0,     /* answers its heartbeats */
+	MV_LIVE_SILENT = 1, /* no heartbeat answered for 2 intervals: hung or unreachable */
+	MV_LIVE_DEAD = 2,   /* its process exited (same host, pidfd) */
+	MV_LIVE_CUT = 3,    /* it sent what no mover sends: cut off */
 };
 
 struct mv_import_req {
@@ -290,6 +309,9 @@ struct mv_trace_req {
 #define MV_LAND_HDR   128u
 #define MV_ACK        (1ull << 63)
 #define MV_ACK_ERR    (1ull << 62)
+/* Remote CQ data of a peer's heartbeat (with MV_ACK clear): no immediate,
+ * since region ids stay below 2^30 (generation < 2^14). Dropped. */
+#define MV_HB (1ull << 62)
 
 struct mv_land_hdr {
 	uint32_t magic;
@@ -440,6 +462,9 @@ enum mv_cqe_type {
 	MV_CQE_IMM = 2,    /* an immediate landed in one of our regions */
 	MV_CQE_CUTOFF = 3, /* the mover takes nothing more from this client: msg says why;
 	                      every batch in flight is failed by the client library */
+	MV_CQE_PEER = 4,   /* a peer's liveness changed: imm = the client's peer handle,
+	                      region = enum mv_live, status 0 (OK) or -errno, msg why,
+	                      cookie = the peer's mover id */
 };
 
 /* Causes, so a program can branch without parsing text. */
@@ -453,7 +478,9 @@ enum mv_cause {
 	MV_CAUSE_PROVIDER,  /* the fabric reported an error */
 	MV_CAUSE_CANCELLED, /* client detached before the batch ran */
 	/* 8 is the client library's own MVC_CAUSE_MOVER_GONE */
-	MV_CAUSE_PROTOCOL = 9, /* the client broke the ring protocol and was cut off */
+	MV_CAUSE_PROTOCOL = 9,   /* the client broke the ring protocol and was cut off */
+	MV_CAUSE_PEER_DEAD = 10, /* the peer mover is dead, hung or unreachable */
+	MV_CAUSE_PEER_BAD = 11,  /* the peer mover sent garbage and was cut off */
 };
 
 struct mv_cqe {

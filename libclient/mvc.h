@@ -100,6 +100,15 @@ enum mvc_cause {
 	MVC_CAUSE_CANCELLED,
 	MVC_CAUSE_MOVER_GONE,
 	MVC_CAUSE_PROTOCOL, /* the connection was cut off: its rings broke the protocol */
+	/* mvc_imm_expect_from: the peer mover the expectation names exited, or
+	 * answered no heartbeat for two intervals (hung, or its host
+	 * unreachable); msg names the peer mover. status -EHOSTUNREACH (exited)
+	 * or -ETIMEDOUT (silent). */
+	MVC_CAUSE_PEER_DEAD,
+	/* mvc_imm_expect_from: the peer mover sent what no mover sends (a bad
+	 * landing header, a region blob of another version) and was cut off;
+	 * status -EPROTO. */
+	MVC_CAUSE_PEER_BAD,
 };
 
 /* One (source offset, destination offset, length) triple of a writev. */
@@ -228,6 +237,23 @@ int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms);
  * have arrived (counting those already here). Immediates of a value being
  * counted are not reported one by one. */
 int mvc_imm_expect(struct mvc *c, uint32_t imm, uint32_t count, uint64_t cookie);
+
+/*
+ * The same, naming the peer (a handle from mvc_peer_add) whose mover the
+ * immediates come from: if that mover exits, stops answering heartbeats
+ * (mover.conf heartbeat, default 1 s; silent for two intervals: hung, or its
+ * host unreachable) or is cut off for sending garbage before count arrived,
+ * the one MVC_EV_IMM_COUNT event comes with status < 0, cause
+ * MVC_CAUSE_PEER_DEAD or MVC_CAUSE_PEER_BAD, count = how many had arrived,
+ * and msg naming the peer mover; those immediates are used up with it. An
+ * expectation made while the peer is down fails at once, the same way;
+ * removing the peer fails its expectations with MVC_CAUSE_PEER_GONE. A
+ * peer that answers again (SIGCONT, a link back up) takes new
+ * expectations; failed ones stay failed. -ENOENT: peer is not one of this
+ * connection's; -EINVAL, -EBUSY, -ENOMEM as mvc_imm_expect.
+ */
+int mvc_imm_expect_from(struct mvc *c, uint32_t peer, uint32_t imm, uint32_t count,
+                        uint64_t cookie);
 
 /*
  * How long immediates waited between the mover reading them from its fabric

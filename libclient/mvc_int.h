@@ -37,6 +37,20 @@ struct imm_ent {
 	uint32_t want;  /* > 0 while an expectation is open */
 	uint32_t used;
 	uint64_t cookie;
+	uint32_t from;  /* the expectation's peer handle + 1; 0: any sender */
+	int32_t fail;   /* its peer went down: the status it fails with, due in mvc_poll */
+	uint32_t cause; /* ... and the MVC_CAUSE_* */
+};
+
+/* What this connection knows of one of its peers (events.c): added, and
+ * whether its mover is down, as the mover last told us (PEER completions). */
+struct mvc_peer_state {
+	uint64_t mover_id; /* from its address blob: a PEER completion for an
+	                      earlier peer of the same handle is not about it */
+	uint8_t added;
+	uint8_t cause; /* MVC_CAUSE_PEER_*: down; 0: up */
+	int32_t status;
+	char msg[88];
 };
 
 /* The list arena (arena.c): lists are taken in submission order, and a
@@ -99,6 +113,8 @@ struct mvc {
 	 * them before reading the rings. */
 	uint32_t *imm_due;
 	uint32_t ndue, due_cap;
+	struct mvc_peer_state *peers; /* MVC_MAX_PEERS entries, made on first use */
+	int peer_scan;                /* expectations failed by a peer going down wait */
 
 	/* GPU regions and the shards near them (hwloc, via the mover). */
 	struct {
@@ -123,6 +139,16 @@ MVC_INTERNAL int mvc_fail(struct mvc *c, int err, const char *fmt, ...)
 MVC_INTERNAL int mvc_batch_tables_alloc(struct mvc *c, uint32_t nb);
 MVC_INTERNAL void mvc_batch_tables_free(struct mvc *c);
 MVC_INTERNAL void mvc_batch_done(struct mvc *c, uint32_t b);
+
+/* events.c: peers' liveness. peer_added: live is enum mv_live, msg why
+ * when it is not OK. peer_down: fails the expectations naming peer. */
+#define MVC_MAX_PEERS 1024u /* the mover's per-client limit */
+MVC_INTERNAL void mvc_peer_added(struct mvc *c, uint32_t peer, uint64_t mover_id, uint32_t live,
+                                 const char *msg);
+MVC_INTERNAL void mvc_peer_down(struct mvc *c, uint32_t peer, int status, int cause,
+                                const char *msg);
+MVC_INTERNAL void mvc_peer_removed(struct mvc *c, uint32_t peer);
+MVC_INTERNAL void mvc_events_free(struct mvc *c);
 
 /* arena.c */
 MVC_INTERNAL int mvc_arena_open(struct mvc_arena *a, uint64_t size, uint32_t max_batches, char *why,

@@ -22,8 +22,18 @@ static void deliver_imm(struct mv_shard *s, uint64_t data)
 	int64_t now = mv_now_ns();
 
 	s->st.imm_rx++;
-	if (!r)
-		return; /* the region went away: nobody to tell */
+	if (!r) {
+		/* The region went away, or never was: an immediate carries no
+		 * sender (remote CQ data is region and value only), so there is
+		 * nobody to blame for it either. Counted and logged. */
+		s->imm_unknown++;
+		mv_log_client(MV_LOG_WARN, MV_WHO_SHARD | (uint64_t)s->id,
+		              "shard %d: immediate %u for region %u, which is not ours (%llu so "
+		              "far); dropped",
+		              s->id, (uint32_t)data, (uint32_t)(data >> 32),
+		              (unsigned long long)s->imm_unknown);
+		return;
+	}
 	struct mv_client *cl = s->mv->clients[r->owner % MV_MAX_CLIENTS];
 	if (!cl || cl->id != r->owner || !cl->att[s->id])
 		return;
@@ -85,6 +95,8 @@ int mv_reap(struct mv_shard *s)
 			s->st.cq_errors++;
 			const char *pe =
 			    fi_cq_strerror(s->fab.cq, e.prov_errno, e.err_data, buf, sizeof(buf));
+			if (mv_hb_event(s, e.op_context, e.err ? e.err : FI_EIO))
+				continue;
 			if (!e.op_context || (e.flags & FI_REMOTE_WRITE)) {
 				mv_log_client(MV_LOG_WARN, MV_WHO_SHARD | (uint64_t)s->id,
 				              "shard %d: remote write error: %s", s->id,
@@ -119,10 +131,14 @@ int mv_reap(struct mv_shard *s)
 			if (ent[i].flags & FI_REMOTE_CQ_DATA) {
 				if (ent[i].data & MV_ACK)
 					ack_arrived(s, ent[i].data);
+				else if (ent[i].data & MV_HB)
+					s->hb_rx++; /* a peer's heartbeat (heartbeat.c) */
 				else
 					deliver_imm(s, ent[i].data);
 				continue;
 			}
+			if (mv_hb_event(s, ent[i].op_context, 0))
+				continue;
 			struct mv_land_buf *lb = mv_land_of(s, ent[i].op_context);
 			if (lb) {
 				mv_land_event(s, lb, ent[i].op_context, ent[i].len, 0);
@@ -164,14 +180,15 @@ int mv_expire(struct mv_shard *s)
 	/* A1 pairs with R1 in mv_peer_exited(). */
 	uint32_t deaths = atomic_load_explicit(&s->mv->peer_deaths, memory_order_acquire);
 	if (deaths != s->seen_deaths) {
-		/* An exited peer completes nothing more: its posted writes fail
-		 * now, not at their deadline (still parked: the provider owns
-		 * them). Pending ones fail when mv_post() reaches them. */
+		/* An exited (or cut-off) peer completes nothing more: its
+		 * posted writes fail now, not at their deadline (still parked:
+		 * the provider owns them). Pending ones fail when mv_post()
+		 * reaches them. */
 		s->seen_deaths = deaths;
 		for (struct mv_wr *op = s->posted_head; op; op = op->pnext) {
 			char text[MV_ERRLEN];
 			if (op->abandoned ||
-			    atomic_load_explicit(&op->peer->gone, memory_order_relaxed) !=
+			    atomic_load_explicit(&op->peer->gone, memory_order_relaxed) <
 			        MV_PEER_EXITED)
 				continue;
 			mv_peer_why(op->peer, text, sizeof(text));

@@ -40,6 +40,10 @@ static const struct mv_key opts[] = {
     {"op_timeout", "op-timeout", 0, MV_KEY_SECONDS, F(op_timeout_ms), 0, 86400, NULL, "S", "10",
      "fail a write the fabric has not completed in S seconds\n"
      "(default 10: a peer that died or never answered)"},
+    {"heartbeat", "heartbeat", 0, MV_KEY_SECONDS, F(heartbeat_ms), 0, 3600, NULL, "S", "1",
+     "send each peer mover a heartbeat every S seconds over the\n"
+     "fabric; one silent for 2 S is hung or unreachable, and\n"
+     "the expectations naming it fail (default 1)"},
     {"trace", "trace", 0, MV_KEY_PATH, F(trace), 0, 4095, NULL, "FILE", "none",
      "record every batch to FILE (see mvtrace; also switched\n"
      "at run time with 'mvtrace start|stop')"},
@@ -595,6 +599,7 @@ int mv_config_load(struct mv_config *cfg, int argc, char **argv, char *why, size
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->provider = "auto";
 	cfg->op_timeout_ms = 10000;
+	cfg->heartbeat_ms = 1000;
 	for (int i = 0; i < MV_Q_N; i++)
 		cfg->quota.client[i] = cfg->quota.uid[i] = UINT64_MAX; /* unlimited */
 	cfg->log_level = MV_LOG_INFO;

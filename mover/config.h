@@ -76,9 +76,10 @@ struct mv_config {
 	const char *admin_group; /* --admin-group: its members administer the mover */
 	gid_t admin_gid;         /* admin_group resolved at start-up (access.c) */
 	struct mv_quotas quota;  /* --quota-client-X, --quota-uid-X */
-	int op_timeout_ms; /* a write not completed by then fails its batch */
-	int no_gpu_copy;   /* never path 2: same-host GPU regions land as messages */
-	const char *gpu_path; /* auto, or the path GPU memory takes where it can */
+	int op_timeout_ms;       /* a write not completed by then fails its batch */
+	int heartbeat_ms;        /* between heartbeats to each peer mover (heartbeat.c) */
+	int no_gpu_copy;         /* never path 2: same-host GPU regions land as messages */
+	const char *gpu_path;    /* auto, or the path GPU memory takes where it can */
 	struct mv_uid_weight weights[MV_MAX_WEIGHTS]; /* weight_uid = UID:W, ... */
 	uint32_t nweights;
 	/* Fair share while a shard is shared (post.c), 0 for its defaults (32

@@ -356,9 +356,11 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
 		memcpy(&b, m->payload, m->len < sizeof(b) ? m->len : sizeof(b));
-		ret = mv_peer_add(mv, cl, &b, m->len, &rep.id, why, whylen);
+		ret = mv_peer_add(mv, cl, &b, m->len, &rep.id, &rep.live, why, whylen);
 		if (ret)
 			return ret;
+		if (rep.live != MV_LIVE_OK)
+			snprintf(rep.r.msg, sizeof(rep.r.msg), "%s", why);
 		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
 	}
 	case MV_MSG_PEER_DEL:
@@ -645,6 +647,7 @@ int mv_control_run(struct mover *mv)
 				if (read(mv->efd, &v, sizeof(v)) < 0) {
 					/* drained by an earlier wake-up */
 				}
+				mv_peer_cut_check(mv);
 			} else if (tag & MV_TAG_PEER) {
 				struct mv_peer *p = mv->peers[(tag & ~MV_TAG_PEER) % MV_MAX_PEERS];
 				if (p)

@@ -69,6 +69,12 @@ int mv_sleep_once(struct mv_shard *s, int64_t idle_ns)
 			}
 		}
 	}
+	/* The next look at the peers' heartbeats is due (heartbeat.c). */
+	if (s->hb && s->hb_n) {
+		int64_t due = s->hb_next - mv_now_ns();
+		if (due < timeout)
+			timeout = due > 1000 ? due : 1000;
+	}
 	if (s->fab.cq_fd >= 0) {
 		struct fid *f = &s->fab.cq->fid;
 		if (fi_trywait(s->fab.fabric, &f, 1) != FI_SUCCESS)

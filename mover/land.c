@@ -8,7 +8,10 @@
  */
 #include "shard_int.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
@@ -128,6 +131,38 @@ static fi_addr_t land_sender(struct mv_shard *s, const struct mv_land_hdr *h)
 	return fa;
 }
 
+/*
+ * A landing header no mover would send (its length not the message's, a
+ * region that is not a GPU region, a range outside it), naming a peer of
+ * ours by its mover id and its shard's fabric address as that peer's
+ * address blob has them: the peer is cut off (heartbeat.c). The fabric
+ * says nothing of who sent a message, so a header naming no peer, or
+ * naming one with another's address, is only dropped and logged.
+ */
+static void garbage(struct mv_shard *s, const struct mv_land_hdr *h, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void garbage(struct mv_shard *s, const struct mv_land_hdr *h, const char *fmt, ...)
+{
+	char what[MV_ERRLEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	for (uint32_t i = 0; i < MV_MAX_PEERS; i++) {
+		struct mv_peer *p = atomic_load_explicit(&s->mv->peers[i], memory_order_acquire);
+		if (!p || p->mover_id != h->mover_id)
+			continue;
+		if (h->shard < p->nshards && h->addrlen == p->blob.addrlen &&
+		    h->addrlen <= MV_MAX_ADDRLEN &&
+		    !memcmp(h->addr, p->blob.addr[h->shard], h->addrlen))
+			mv_peer_garbage(s->mv, p->mover_id, "%s", what);
+		return;
+	}
+	mv_log_client(MV_LOG_WARN, MV_WHO_SHARD | (uint64_t)s->id,
+	              "shard %d: %s, naming no peer of ours; dropped", s->id, what);
+}
+
 static void lq_push(struct mv_shard *s, struct mv_land_buf *lb)
 {
 	lb->next = NULL;
@@ -156,6 +191,18 @@ void mv_land_event(struct mv_shard *s, struct mv_land_buf *lb, void *ctx, size_t
 		return;
 	}
 	memcpy(&h, lb->buf, sizeof(h));
+	if (len >= MV_LAND_HDR && h.magic == MV_LAND_MAGIC) {
+		struct mv_region *r = mv_region_get(s->mv, h.region);
+		if (h.len != len - MV_LAND_HDR)
+			garbage(s, &h, "a landing header says %llu bytes; %zu came",
+			        (unsigned long long)h.len, len - MV_LAND_HDR);
+		else if (r && (!r->is_gpu || h.offset > r->len || r->len - h.offset < h.len))
+			garbage(s, &h,
+			        "a landing message of %llu bytes at %llu for region %u (%s, %llu "
+			        "bytes)",
+			        (unsigned long long)h.len, (unsigned long long)h.offset, h.region,
+			        r->is_gpu ? "GPU" : "host memory", (unsigned long long)r->len);
+	}
 	if (len < MV_LAND_HDR || h.magic != MV_LAND_MAGIC || h.len != len - MV_LAND_HDR) {
 		mv_log_client(MV_LOG_WARN, MV_WHO_SHARD | (uint64_t)s->id,
 		              "shard %d: a landing message of %zu bytes is malformed; dropped",

@@ -94,9 +94,14 @@ void mv_peer_exited(struct mover *mv, struct mv_peer *p)
 
 void mv_peer_why(const struct mv_peer *p, char *why, size_t whylen)
 {
-	if (atomic_load_explicit(&p->gone, memory_order_relaxed) == MV_PEER_EXITED)
+	int gone = atomic_load_explicit(&p->gone, memory_order_relaxed);
+
+	if (gone == MV_PEER_EXITED)
 		snprintf(why, whylen, "peer mover %016llx (pid %d) exited",
 		         (unsigned long long)p->mover_id, (int)p->pid);
+	else if (gone == MV_PEER_CUT)
+		snprintf(why, whylen, "peer mover %016llx was cut off: %s",
+		         (unsigned long long)p->mover_id, p->cut_why);
 	else
 		snprintf(why, whylen, "peer mover %016llx was removed",
 		         (unsigned long long)p->mover_id);

@@ -62,6 +62,8 @@ static_assert(MV_MAX_WRITE / MV_CHUNK + 1 + MV_IOV_MAX < MV_OPS_PER_SHARD, "a WR
 #define MV_MAX_GPUS      16
 #define MV_BOUNCE_CHUNKS 8 /* pinned MV_CHUNK bounce buffers per shard (path 3) */
 #define MV_LAND_BUFS     8 /* receive buffers per shard for landing messages */
+/* A shard's doorbell: bytes registered for peers' writes (mv_addr_blob). */
+#define MV_BELL_SIZE (16u << 10)
 
 /* log.c: mv_log (info), mv_dbg, mv_warn, mv_error, mv_log_client */
 
@@ -179,6 +181,7 @@ enum mv_peer_state {
 	MV_PEER_LIVE = 0,
 	MV_PEER_REMOVED = 1, /* its last client removed it: refuse new work */
 	MV_PEER_EXITED = 2,  /* its process exited (same host): fail all work */
+	MV_PEER_CUT = 3,     /* it sent garbage (heartbeat.c): fail all work */
 };
 
 /* Another mover, known by its address blob. */
@@ -196,6 +199,16 @@ struct mv_peer {
 	/* Per local shard, written by that shard once (PEER_ADD) and read on
 	 * every post. Nothing here is written per op: shards would share it. */
 	fi_addr_t fiaddr[MV_MAX_SHARDS];
+	/* What its heartbeats say (heartbeat.c): enum mv_live and the last
+	 * round trip, written by shard 0 only, read by the main thread at
+	 * PEER_ADD and by the stats. */
+	_Atomic int live;
+	_Atomic int64_t rtt_ns;
+	_Atomic int64_t silent_since; /* CLOCK_MONOTONIC ns of the last answer while not OK */
+	/* Garbage from it (a shard found it): 1 while the finder writes
+	 * cut_why, then 2; the main thread then sets gone = MV_PEER_CUT. */
+	_Atomic int cut;
+	char cut_why[MV_ERRLEN];
 };
 
 /* A peer's region as imported by one client. */
@@ -330,7 +343,9 @@ struct mv_client {
 	struct mv_attach *att[MV_MAX_SHARDS];
 	struct mv_batch *batches;
 	_Atomic(struct mv_import *) imports[MV_CLIENT_MAX_IMPORTS];
-	struct mv_peer *peers[MV_CLIENT_MAX_PEERS];
+	/* Written by the main thread; shard 0 reads them to tell the clients
+	 * of a peer that its liveness changed (heartbeat.c). */
+	_Atomic(struct mv_peer *) peers[MV_CLIENT_MAX_PEERS];
 	_Atomic uint32_t shards_detached;
 	struct mv_cmd *detach_cmds;
 	uint32_t nregions;
@@ -438,10 +453,18 @@ struct mv_shard {
 	int64_t post_hold;    /* after a full queue, no post before this (post.c) */
 	int64_t hold_ns;      /* the wait after the last refusal in a row, or 0 */
 	uint64_t rx_seen;     /* rx_cntr's value when last read */
+	/* Heartbeats (heartbeat.c), shard 0 only: one slot per peer index. */
+	struct mv_hb *hb;
+	uint32_t hb_n;        /* slots up to the highest peer index seen, + 1 */
+	int64_t hb_next;      /* the next look at the peers */
+	uint32_t hb_deaths;   /* mv->peer_deaths at the last look */
+	uint64_t imm_unknown; /* immediates for no region we know (no sender to blame) */
+	uint64_t hb_rx;       /* peers' heartbeats that carried remote CQ data (shm) */
 
 	struct mv_shard_counters st;
 	uint8_t *bell; /* the doorbell immediates land on (see mv_addr_blob) */
 	struct fid_mr *bell_mr;
+	void *bell_desc;
 	uint64_t bell_key;
 	struct mv_gpu_shard gpu;
 	struct mv_wr *gq_head, *gq_tail; /* GPU copies in flight, in stream order */
@@ -485,7 +508,9 @@ struct mover {
 	_Atomic int shards_stopped; /* every shard left its loop: no mailbox answers */
 	_Atomic(struct mv_region *) regions[MV_MAX_REGIONS];
 	uint16_t region_gen[MV_MAX_REGIONS];
-	struct mv_peer *peers[MV_MAX_PEERS];
+	/* Written by the main thread (a peer is never freed before exit);
+	 * shards read them to find a peer by mover id. */
+	_Atomic(struct mv_peer *) peers[MV_MAX_PEERS];
 	struct mv_client *clients[MV_MAX_CLIENTS];
 	struct mv_region *graveyard; /* freed regions in quarantine (main thread) */
 	struct mv_stats_hdr *stats;
@@ -510,6 +535,10 @@ struct mover {
 	/* Bumped when a peer's process exits: a shard that sees it change
 	 * fails its posted writes to exited peers at once. */
 	_Atomic uint32_t peer_deaths;
+	/* Bumped by a shard that found a peer sending garbage (p->cut == 2):
+	 * the main thread cuts it off (heartbeat.c). */
+	_Atomic uint32_t peer_cuts;
+	uint32_t seen_cuts; /* main thread */
 	char prov[32];
 };
 
@@ -565,6 +594,22 @@ void mv_peer_unwatch(struct mover *mv, struct mv_peer *p);
 void mv_peer_exited(struct mover *mv, struct mv_peer *p);
 void mv_peer_why(const struct mv_peer *p, char *why, size_t whylen);
 
+/* heartbeat.c: peers' liveness over the fabric, run by shard 0. */
+struct mv_hb;
+int mv_hb_init(struct mv_shard *s);
+void mv_hb_fini(struct mv_shard *s);
+void mv_hb_peer_add(struct mv_shard *s, struct mv_peer *p);
+int mv_hb_tick(struct mv_shard *s);
+/* A heartbeat's completion (err 0) or error: 1 if ctx was one. */
+int mv_hb_event(struct mv_shard *s, void *ctx, int err);
+/* The peer's liveness in words, for PEER_ADD's reply; its enum mv_live. */
+int mv_hb_state(const struct mv_peer *p, char *why, size_t whylen);
+/* A shard found garbage from the peer with this mover id: cut it off. */
+void mv_peer_garbage(struct mover *mv, uint64_t mover_id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Main thread: peers a shard marked as sending garbage are cut off. */
+void mv_peer_cut_check(struct mover *mv);
+
 /* wake.c */
 int mv_wake_open(struct mover *mv, char *why, size_t whylen);
 void mv_wake_close(struct mover *mv);
@@ -616,8 +661,9 @@ int mv_region_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why
 struct mv_region *mv_region_get(struct mover *mv, uint32_t id);
 void mv_region_reap(struct mover *mv, int all);
 void mv_region_blob(struct mover *mv, const struct mv_region *r, struct mv_region_blob *b);
+/* *live: enum mv_live of the peer now; not MV_LIVE_OK: why says so. */
 int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blob *b, size_t len,
-                uint32_t *out, char *why, size_t whylen);
+                uint32_t *out, uint32_t *live, char *why, size_t whylen);
 int mv_peer_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why, size_t whylen);
 int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
                   const struct mv_region_blob *b, size_t len, uint32_t *out, char *why,

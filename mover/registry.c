@@ -319,7 +319,7 @@ void mv_addr_blob(struct mover *mv, struct mv_addr_blob *b)
 }
 
 int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blob *b, size_t len,
-                uint32_t *out, char *why, size_t whylen)
+                uint32_t *out, uint32_t *live, char *why, size_t whylen)
 {
 	struct mv_peer *p = NULL;
 	uint32_t slot, free_slot = MV_MAX_PEERS;
@@ -372,9 +372,9 @@ int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blo
 		}
 		mv->peers[free_slot] = p;
 	}
-	if (atomic_load(&p->gone) == MV_PEER_EXITED) {
+	if (atomic_load(&p->gone) >= MV_PEER_EXITED) {
 		mv_peer_why(p, why, whylen);
-		return -EHOSTUNREACH;
+		return atomic_load(&p->gone) == MV_PEER_CUT ? -EPROTO : -EHOSTUNREACH;
 	}
 	/* A peer removed earlier and added again comes back to life: the AV
 	 * entries were kept, since in-flight ops may still name them. */
@@ -382,6 +382,8 @@ int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blo
 	p->refs++;
 	cl->peers[slot] = p;
 	*out = slot;
+	/* After the slot is stored (seq_cst): see tell() in heartbeat.c. */
+	*live = (uint32_t)mv_hb_state(p, why, whylen);
 	return 0;
 }
 
@@ -441,6 +443,18 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 		return -ENOENT;
 	}
 	ret = mv_check_region_blob(b, len, why, whylen);
+	if (ret == -EPROTO && b->mover_id == p->mover_id) {
+		/* The peer speaks our protocol (PEER_ADD checked its address
+		 * blob) yet handed out a region blob of another: garbage. The
+		 * client's expectations of it fail (libmvc); a client cannot
+		 * cut a peer off for the others, so they carry on. */
+		snprintf(why, whylen,
+		         "peer mover %016llx handed out a region blob of protocol %u (its address "
+		         "says %u): garbage",
+		         (unsigned long long)p->mover_id, b->version, MV_WIRE_VERSION);
+		mv_log_client(MV_LOG_WARN, (uint64_t)cl->pid, "client %u (pid %d): %s", cl->id,
+		              (int)cl->pid, why);
+	}
 	if (ret)
 		return ret;
 	if (b->mover_id != p->mover_id || b->nshards != p->nshards) {

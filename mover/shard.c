@@ -205,6 +205,8 @@ static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 		if (ret)
 			snprintf(c->msg, sizeof(c->msg), "fi_av_insert of peer shard %u: %s", t,
 			         fi_strerror(-ret));
+		else
+			mv_hb_peer_add(s, p);
 		break;
 	}
 	case MV_CMD_SYNC:
@@ -285,6 +287,7 @@ static void shard_loop(struct mv_shard *s)
 		if (s->nland_busy || s->land)
 			work += mv_land_progress(s);
 		work += mv_expire(s);
+		mv_hb_tick(s);
 		work += mv_flush_all(s);
 		reap_detached(s);
 		mv_stats_publish(s, 0);
@@ -401,14 +404,25 @@ void *mv_shard_main(void *arg)
 		sem_post(&s->started);
 		return NULL;
 	}
-	void *bell_desc; /* unused: the doorbell is only written to, by peers */
-	s->bell = aligned_alloc(4096, 4096);
-	ret = s->bell ? mv_fabric_reg(&s->fab, s->bell, 4096, 0xbe11000000ull + (uint64_t)s->id,
-	                              &s->bell_mr, &bell_desc, &s->bell_key, s->start_msg,
-	                              sizeof(s->start_msg))
+	/* Peers write immediates here, and heartbeats of up to MV_BELL_SIZE
+	 * bytes (heartbeat.c); ours are sent from it too. */
+	s->bell = aligned_alloc(4096, MV_BELL_SIZE);
+	ret = s->bell ? mv_fabric_reg(&s->fab, s->bell, MV_BELL_SIZE,
+	                              0xbe11000000ull + (uint64_t)s->id, &s->bell_mr, &s->bell_desc,
+	                              &s->bell_key, s->start_msg, sizeof(s->start_msg))
 	              : -ENOMEM;
 	if (ret) {
 		s->start_status = ret;
+		free(s->bell);
+		free(s->ops);
+		mv_fabric_close(&s->fab);
+		sem_post(&s->started);
+		return NULL;
+	}
+	if (mv_hb_init(s)) {
+		s->start_status = -ENOMEM;
+		snprintf(s->start_msg, sizeof(s->start_msg), "no memory for heartbeats");
+		fi_close(&s->bell_mr->fid);
 		free(s->bell);
 		free(s->ops);
 		mv_fabric_close(&s->fab);
@@ -442,6 +456,7 @@ void *mv_shard_main(void *arg)
 		}
 	}
 	mv_fabric_close(&s->fab);
+	mv_hb_fini(s);
 	free(s->ops);
 	cmd_done(s, stop, 0);
 	return NULL;

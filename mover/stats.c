@@ -154,6 +154,15 @@ static void publish_rows(struct mv_shard *s)
 			atomic_store_explicit(&s->pub_rings[slot].used, 0, memory_order_release);
 	for (uint32_t p = 0; p < MV_STATS_PEERS && p < MV_MAX_PEERS; p++) {
 		struct mv_peer *peer = s->mv->peers[p];
+		if (s->hb && peer) {
+			int gone = atomic_load_explicit(&peer->gone, memory_order_relaxed);
+			int live = atomic_load_explicit(&peer->live, memory_order_relaxed);
+			int64_t rtt = atomic_load_explicit(&peer->rtt_ns, memory_order_relaxed);
+			PUT(s->pub_peers[p].mover_id, peer->mover_id);
+			PUT(s->pub_peers[p].live,
+			    gone == MV_PEER_REMOVED ? 0u : (uint32_t)live + 1);
+			PUT(s->pub_peers[p].rtt_us, (uint32_t)(rtt / 1000));
+		}
 		if (!s->pst[p].writes && !s->pst[p].errors)
 			continue;
 		PUT(s->pub_peers[p].bytes, s->pst[p].bytes);

@@ -27,9 +27,9 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI   4u
-#define MV_STATS_RINGS 256u /* ring rows per shard: client slots */
-#define MV_STATS_PEERS 256u /* peer rows per shard: the first peer slots */
+#define MV_STATS_ABI   5u                  /* 5: peers' liveness */
+#define MV_STATS_RINGS 256u                /* ring rows per shard: client slots */
+#define MV_STATS_PEERS 256u                /* peer rows per shard: the first peer slots */
 
 struct mv_stats_hdr {
 	uint64_t magic;
@@ -150,16 +150,20 @@ struct mv_stats_ring {
 	_Atomic uint64_t rsvd[1];
 };
 
-/* Traffic to one peer from one shard. */
+/* Traffic to one peer from one shard; shard 0's row also says what the
+ * peer's heartbeats say (mover/heartbeat.c). */
 struct mv_stats_peer {
 	_Atomic uint64_t mover_id; /* 0: row unused */
 	_Atomic uint64_t bytes;
 	_Atomic uint64_t writes;
 	_Atomic uint64_t errors;
+	_Atomic uint32_t live;   /* 0: not watched (no client holds it); else enum mv_live + 1 */
+	_Atomic uint32_t rtt_us; /* the last heartbeat's round trip */
 };
 
 static_assert(sizeof(struct mv_stats_shard) % 64 == 0, "shard entries own whole lines");
 static_assert(sizeof(struct mv_stats_ring) == 96, "ring rows are 96 bytes");
+static_assert(sizeof(struct mv_stats_peer) == 40, "peer rows are 40 bytes");
 static_assert(offsetof(struct mv_stats_hdr, magic) == 0, "magic first");
 
 #endif

@@ -8,7 +8,11 @@
 #   mvhosts.sh up DIR PROVIDER SHARDS   starts both, writes DIR/env
 #   mvhosts.sh down DIR                 stops both (SIGTERM), removes namespaces
 #
-# DIR/env sets MV_SOCK_A, MV_SOCK_B, MV_PID_A, MV_PID_B, MV_NETNS (1 or 0).
+# DIR/env sets MV_SOCK_A, MV_SOCK_B, MV_PID_A, MV_PID_B, MV_NETNS (1 or 0),
+# and with namespaces MV_NS_A, MV_NS_B and the veth ends MV_IF_A, MV_IF_B.
+# $MV_MOVER_ARGS: more options for both movers (e.g. "--heartbeat 0.25");
+# $MV_MOVER_WRAP: a command both run under (e.g. "unshare --pid --fork
+# --kill-child", so that neither can watch the other's pid).
 set -u
 cmd=$1 dir=$2
 B=${MV_BUILD:-build}
@@ -54,10 +58,10 @@ up)
 	fi
 	iface_a="--iface $ifA" iface_b="--iface $ifB"
 	[ "$prov" = shm ] && iface_a="" iface_b=""
-	$pre_a "$B"/bin/mover --no-config --provider "$prov" $iface_a --shards "$shards" --socket "$dir"/a.sock \
+	$pre_a ${MV_MOVER_WRAP:-} "$B"/bin/mover --no-config --provider "$prov" $iface_a --shards "$shards" --socket "$dir"/a.sock ${MV_MOVER_ARGS:-} \
 		>"$dir"/a.log 2>&1 &
 	pa=$!
-	$pre_b "$B"/bin/mover --no-config --provider "$prov" $iface_b --shards "$shards" --socket "$dir"/b.sock \
+	$pre_b ${MV_MOVER_WRAP:-} "$B"/bin/mover --no-config --provider "$prov" $iface_b --shards "$shards" --socket "$dir"/b.sock ${MV_MOVER_ARGS:-} \
 		>"$dir"/b.log 2>&1 &
 	pb=$!
 	cat >"$dir"/env <<EOT
@@ -68,6 +72,8 @@ MV_PID_B=$pb
 MV_NETNS=$netns
 MV_NS_A=$nsA
 MV_NS_B=$nsB
+MV_IF_A=$vA
+MV_IF_B=$vB
 EOT
 	if ! wait_sock "$dir"/a.sock $pa || ! wait_sock "$dir"/b.sock $pb; then
 		echo "mvhosts: a mover did not start:" >&2

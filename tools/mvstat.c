@@ -5,7 +5,8 @@
  * prints per shard: provider, NIC, CPU, posted and completed writes, bytes,
  * Gbit/s and messages/s over the interval, pending and in-flight depth,
  * EAGAINs, CQ errors; per client ring: positions, occupancy and high-water
- * marks, owner pid and liveness, who sleeps; per peer: bytes and errors.
+ * marks, owner pid and liveness, who sleeps; per peer: bytes, errors and
+ * what its heartbeats say (ok, silent, dead, cut) with their round trip.
  * --watch refreshes like top (plain blocks when piped), --json prints one
  * snapshot, --prometheus the text exposition format. A mover that stopped,
  * died or stopped beating is reported as such, with its last numbers.
@@ -54,9 +55,18 @@ static void take(const struct view *v, struct snap *s)
 
 struct peer_total {
 	uint64_t id, bytes, writes, errors;
+	uint32_t live, rtt_us; /* shard 0's: enum mv_live + 1, 0 when not watched */
 };
 
-/* One peer's traffic over every shard; 0 when nobody wrote to it. */
+static const char *live_name(uint32_t live)
+{
+	static const char *const names[] = {"-", "ok", "silent", "dead", "cut"};
+
+	return live < 5 ? names[live] : "?";
+}
+
+/* One peer's traffic over every shard, and its liveness; 0 when nobody
+ * wrote to it and no client holds it. */
 static int peer_total(const struct view *v, uint32_t p, struct peer_total *t)
 {
 	memset(t, 0, sizeof(*t));
@@ -66,8 +76,12 @@ static int peer_total(const struct view *v, uint32_t p, struct peer_total *t)
 		t->bytes += GET(x->bytes);
 		t->writes += GET(x->writes);
 		t->errors += GET(x->errors);
+		if (s == 0) {
+			t->live = GET(x->live);
+			t->rtt_us = GET(x->rtt_us);
+		}
 	}
-	return t->writes || t->errors;
+	return t->writes || t->errors || t->live;
 }
 
 /* "running", "stopped", "dead" or "stale": never zeros for a mover that is gone. */
@@ -261,9 +275,10 @@ static void print_text(FILE *f, const struct view *v, const struct snap *a, cons
 		if (!peer_total(v, p, &t))
 			continue;
 		if (!any++)
-			fprintf(f, "%-16s %14s %12s %8s\n", "peer", "bytes", "writes", "errors");
-		fprintf(f, "%016" PRIx64 " %14" PRIu64 " %12" PRIu64 " %8" PRIu64 "\n", t.id,
-		        t.bytes, t.writes, t.errors);
+			fprintf(f, "%-16s %14s %12s %8s %-7s %9s\n", "peer", "bytes", "writes",
+			        "errors", "state", "rtt_us");
+		fprintf(f, "%016" PRIx64 " %14" PRIu64 " %12" PRIu64 " %8" PRIu64 " %-7s %9u\n",
+		        t.id, t.bytes, t.writes, t.errors, live_name(t.live), t.rtt_us);
 	}
 }
 
@@ -402,8 +417,10 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 		if (peer_total(v, p, &t))
 			fprintf(f,
 			        "%s{\"peer\":\"%016" PRIx64 "\",\"bytes\":%" PRIu64
-			        ",\"writes\":%" PRIu64 ",\"errors\":%" PRIu64 "}",
-			        any++ ? "," : "", t.id, t.bytes, t.writes, t.errors);
+			        ",\"writes\":%" PRIu64 ",\"errors\":%" PRIu64
+			        ",\"state\":\"%s\",\"rtt_us\":%u}",
+			        any++ ? "," : "", t.id, t.bytes, t.writes, t.errors,
+			        live_name(t.live), t.rtt_us);
 	}
 	fprintf(f, "]}\n");
 }
@@ -512,6 +529,16 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 			        "mover_peer_bytes_total{mover=\"%016" PRIx64 "\",peer=\"%016" PRIx64
 			        "\"} %" PRIu64 "\n",
 			        h->mover_id, t.id, t.bytes);
+	}
+	fprintf(f, "# HELP mover_peer_up 1 while a peer mover answers its heartbeats\n"
+	           "# TYPE mover_peer_up gauge\n");
+	for (uint32_t p = 0; p < h->npeers; p++) {
+		struct peer_total t;
+		if (peer_total(v, p, &t) && t.live)
+			fprintf(f,
+			        "mover_peer_up{mover=\"%016" PRIx64 "\",peer=\"%016" PRIx64
+			        "\"} %d\n",
+			        h->mover_id, t.id, t.live == 1);
 	}
 }
 

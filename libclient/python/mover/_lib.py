@@ -88,6 +88,7 @@ _PROTOTYPES = {
     "mvc_poll": (c_int, [c_void_p, POINTER(mvc_event), c_int]),
     "mvc_wait": (c_int, [c_void_p, POINTER(mvc_event), c_int, c_int]),
     "mvc_imm_expect": (c_int, [c_void_p, c_uint32, c_uint32, c_uint64]),
+    "mvc_imm_expect_from": (c_int, [c_void_p, c_uint32, c_uint32, c_uint32, c_uint64]),
     "mvc_latency": (c_int, [c_void_p, POINTER(mvc_latency)]),
     "mvc_shard_bytes": (c_uint64, [c_void_p, c_uint32]),
     "mvc_shard_descs": (c_uint64, [c_void_p, c_uint32]),

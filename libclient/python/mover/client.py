@@ -2,7 +2,8 @@
 """Client: one connection to the local mover (struct mvc), covering mvc.h:
 memory (alloc, register_fd, register_cuda), blobs, peers and imports,
 building and submitting batches (write, writev, write_paged, write_imm,
-submit, abort), and completions (poll, wait, imm_expect, latency).
+submit, abort), and completions (poll, wait, imm_expect, imm_expect_from,
+latency).
 
 Every argument is checked before libmvc sees it: TypeError for a wrong type
 or dtype, ValueError for a wrong value, shape or length, ValueError on a
@@ -556,6 +557,22 @@ class Client:
         ret = _lib_.mvc_imm_expect(c, imm, count, _index(cookie, "cookie"))
         if ret < 0:
             raise self._fail(ret, "mvc_imm_expect")
+
+    def imm_expect_from(self, peer: Peer | int, imm: int, count: int, cookie: int = 0) -> None:
+        """imm_expect, naming the peer the immediates come from: if its mover
+        exits, stops answering heartbeats or is cut off first, the IMM_COUNT
+        event comes with status < 0 and cause PEER_DEAD or PEER_BAD, its
+        count what had arrived, its msg naming the peer's mover."""
+        c = self._h()
+        if isinstance(peer, (Import, Region)):
+            raise TypeError(f"imm_expect_from() takes a Peer, not {type(peer).__name__}")
+        pid = _u32(peer, "peer")
+        imm, count = _u32(imm, "imm"), _u32(count, "count")
+        if count == 0:
+            raise ValueError(f"expecting 0 immediates of {imm}")
+        ret = _lib_.mvc_imm_expect_from(c, pid, imm, count, _index(cookie, "cookie"))
+        if ret < 0:
+            raise self._fail(ret, "mvc_imm_expect_from")
 
     def latency(self) -> Latency:
         """How long immediates waited in our completion rings (mvc_latency)."""

@@ -25,6 +25,8 @@ class Cause(enum.IntEnum):
     CANCELLED = 7
     MOVER_GONE = 8
     PROTOCOL = 9  # the connection was cut off: its rings broke the protocol
+    PEER_DEAD = 10  # imm_expect_from: the peer's mover exited, hung or is unreachable
+    PEER_BAD = 11  # imm_expect_from: the peer's mover sent garbage
 
     @classmethod
     def of(cls, value: int) -> Cause | int:

@@ -5,6 +5,7 @@ free what an exception leaves behind; a mover that goes away is reported."""
 from __future__ import annotations
 
 import errno
+import os
 import pickle
 import time
 
@@ -199,3 +200,46 @@ def test_bad_cookies_raise_and_leave_the_batch_open(tcp_pair):
             p.a.submit(bad)
     ck = p.a.submit((1 << 64) - 1)
     assert p.a.wait_batch(ck, timeout=10).cookie == (1 << 64) - 1
+
+
+def test_imm_expect_from_fails_when_the_senders_mover_stops(start_mover):
+    """A receiver expecting immediates from a peer hears, within three
+    heartbeats, that the peer's mover stopped (SIGSTOP), with the cause and
+    the mover named; after SIGCONT the peer's immediates are expected again."""
+    import signal
+
+    hb = ("--heartbeat", "0.25")
+    ma, mb = start_mover("tcp", 1, hb), start_mover("tcp", 1, hb)
+    a, b = ma.client(), mb.client()
+    try:
+        dst = b.alloc(1 << 20)
+        imp = a.import_region(a.peer_add(b.address()), dst.blob())
+        sender = b.peer_add(a.address())
+        with pytest.raises(mover.MoverError) as ei:
+            b.imm_expect_from(sender.id + 1, 1, 1)
+        assert ei.value.errno == errno.ENOENT
+        with pytest.raises(TypeError):
+            b.imm_expect_from(imp, 1, 1)
+        with pytest.raises(ValueError):
+            b.imm_expect_from(sender, 1, 0)
+        b.imm_expect_from(sender, 77, 2, cookie=5)
+        time.sleep(0.5)
+        os.kill(ma.pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            ev = b.wait_for(lambda e: e.type == mover.EventType.IMM_COUNT, timeout=5)
+            dt = time.monotonic() - t0
+        finally:
+            os.kill(ma.pid, signal.SIGCONT)
+        assert not ev.ok and ev.cookie == 5 and ev.cause == mover.Cause.PEER_DEAD
+        assert ev.status == -errno.ETIMEDOUT and f"{a.info.mover_id:016x}" in ev.msg
+        assert dt <= 0.75, f"told after {dt:.3f} s"
+        b.wait(0.75)  # reads the news that the peer answers again
+        b.imm_expect_from(sender, 78, 1, cookie=6)
+        a.write_imm(imp, 78)
+        a.wait_batch(a.submit(), timeout=10)
+        ev = b.wait_for(lambda e: e.type == mover.EventType.IMM_COUNT, timeout=10)
+        assert ev.ok and ev.cookie == 6
+    finally:
+        a.close()
+        b.close()
