@@ -49,7 +49,8 @@ CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubun
 DEPS_STAMP := $(B)/.deps-ok
 
 SHMRING_SRC := shmring/shmring.c
-CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c
+CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c \
+	libclient/rejoin.c
 MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_check.c \
 	mover/registry.c mover/fabric.c mover/topo.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
@@ -61,7 +62,7 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 	tools/bench/rows_lat.c tools/bench/lat_direct.c tools/bench/rows_fair.c tools/bench/rows_reg.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
-	test_trace test_gpu test_tenants test_fair
+	test_trace test_gpu test_tenants test_fair test_reconnect
 SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh tests/operate.sh
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
@@ -195,6 +196,10 @@ $(B)/tests/test_mover: $(B)/tests/test_mover.o $(CLIENT_LIB)
 $(B)/tests/test_tenants: $(B)/tests/test_tenants.o $(B)/mover/fabric.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
+
+$(B)/tests/test_reconnect: $(B)/tests/test_reconnect.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
 $(B)/tests/test_fair: $(B)/tests/test_fair.o $(CLIENT_LIB)
 	@mkdir -p $(@D)

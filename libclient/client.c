@@ -67,8 +67,8 @@ uint32_t mvc_inflight(const struct mvc *c)
 }
 
 /* One request, one reply: the control path is synchronous and rare. */
-static int call(struct mvc *c, uint16_t type, const void *payload, size_t len, const int *fds,
-                int nfds, void *rep, size_t replen, int *rfds, int maxrfds, int *nrfds)
+int mvc_call(struct mvc *c, uint16_t type, const void *payload, size_t len, const int *fds,
+             int nfds, void *rep, size_t replen, int *rfds, int maxrfds, int *nrfds)
 {
 	struct mv_msg_hdr h = {.magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = type};
 	union mv_cmsg u;
@@ -201,55 +201,42 @@ int mvc_connect(struct mvc **out, const char *path)
 	return mvc_connect_opts(out, path, NULL);
 }
 
-int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *opts)
+/*
+ * One session with the mover at c->path: the socket, HELLO, a submission
+ * and a completion ring per shard, the list arena and ATTACH, and the batch
+ * tables. The eventfd c->efd outlives sessions (made here the first time).
+ * 0, or -errno with c->err set and nothing of the session left open.
+ */
+int mvc_session_open(struct mvc *c)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	struct mv_hello_rep hello;
 	int fds[2 * MV_MAX_SHARDS + 2], nfds = 0, ret;
-	uint64_t arena;
-	char buf[sizeof(a.sun_path)];
-	struct mvc *c = calloc(1, sizeof(*c));
 
-	*out = NULL;
-	connect_err[0] = 0;
-	if (!c)
-		return -ENOMEM;
 	for (uint32_t s = 0; s < MV_MAX_SHARDS; s++) {
 		c->sh[s].doorbell = -1;
 		c->sh[s].sub.fd = c->sh[s].comp.fd = c->sh[s].sub.pidfd = c->sh[s].comp.pidfd = -1;
 	}
-	c->efd = -1;
 	c->arena.fd = -1;
-	ret = arena_size(opts, &arena, c->err, sizeof(c->err));
-	if (ret)
-		goto err_free;
-	ret = wait_spin(&c->wait_spin_ns, c->err, sizeof(c->err));
-	if (ret)
-		goto err_free;
-	if (opts && opts->share_pct > MV_SHARE_FULL) {
-		snprintf(c->err, sizeof(c->err),
-		         "mvc_opts.share_pct %u: give a percent of the uid's weight, 1 to %u "
-		         "(0: all of it)",
-		         opts->share_pct, MV_SHARE_FULL);
-		ret = -EINVAL;
-		goto err_free;
-	}
-	if (!path)
-		path = mv_default_socket(buf, sizeof(buf));
-	if (strlen(path) >= sizeof(a.sun_path)) {
-		ret = -ENAMETOOLONG;
-		goto err_free;
-	}
-	strcpy(a.sun_path, path);
+	c->dead = 0;
+	if (strlen(c->path) >= sizeof(a.sun_path))
+		return mvc_fail(c, -ENAMETOOLONG, "socket path %s is too long", c->path);
+	strcpy(a.sun_path, c->path);
 	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->sock < 0 || connect(c->sock, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		ret = -errno;
-		snprintf(c->err, sizeof(c->err), "connecting to the mover at %s: %s", path,
-		         strerror(errno));
+		ret = mvc_fail(c, -errno, "connecting to the mover at %s: %s", c->path,
+		               strerror(errno));
 		goto err_sock;
 	}
-	ret = call(c, MV_MSG_HELLO, NULL, 0, NULL, 0, &hello, sizeof(hello), fds, MV_MAX_SHARDS,
-	           &nfds);
+	if (c->ctl_timeout_ms) {
+		/* A mover that accepted but does not answer must not hold the
+		 * application's thread for ever (reconnect.c). */
+		struct timeval tv = {.tv_sec = c->ctl_timeout_ms / 1000,
+		                     .tv_usec = (c->ctl_timeout_ms % 1000) * 1000};
+		setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	}
+	ret = mvc_call(c, MV_MSG_HELLO, NULL, 0, NULL, 0, &hello, sizeof(hello), fds, MV_MAX_SHARDS,
+	               &nfds);
 	if (ret == -EPROTONOSUPPORT) {
 		/* The mover names its protocol; we name ours and our release. */
 		char m[sizeof(c->err)];
@@ -281,8 +268,7 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 		/* hdr.user: the share this connection asks for (mv_wire.h). */
 		struct shmring_opts so = {.capacity = hello.sub_capacity,
 		                          .slot_size = 64,
-		                          .user = opts && opts->share_pct ? opts->share_pct
-		                                                          : MV_SHARE_FULL,
+		                          .user = c->share_pct,
 		                          .name = "mvc-sub"};
 		struct shmring_opts co = {
 		    .capacity = hello.comp_capacity, .slot_size = 128, .name = "mvc-comp"};
@@ -293,13 +279,16 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 		if (ret) {
 			mvc_fail(c, ret, "creating the rings of shard %u: %s", s,
 			         shmring_error(&c->sh[s].sub));
+			for (uint32_t k = s + 1; k < hello.nshards; k++)
+				close(fds[k]);
 			goto err_rings;
 		}
 		shmring_set_doorbell(&c->sh[s].sub, c->sh[s].doorbell);
 	}
-	c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->efd < 0)
+		c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (c->efd < 0) {
-		ret = -errno;
+		ret = mvc_fail(c, -errno, "eventfd: %s", strerror(errno));
 		goto err_rings;
 	}
 	struct mv_attach_req req = {.nshards = hello.nshards};
@@ -309,32 +298,101 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 		fds[hello.nshards + s] = shmring_fd(&c->sh[s].comp);
 	}
 	fds[2 * hello.nshards] = c->efd;
-	ret = mvc_arena_open(&c->arena, arena, hello.max_batches, c->err, sizeof(c->err));
+	ret = mvc_arena_open(&c->arena, c->arena_size, hello.max_batches, c->err, sizeof(c->err));
 	if (ret)
 		goto err_rings;
 	fds[2 * hello.nshards + 1] = c->arena.fd;
-	ret = call(c, MV_MSG_ATTACH, &req, sizeof(req), fds, (int)(2 * hello.nshards + 2), &rep,
-	           sizeof(rep), NULL, 0, NULL);
+	ret = mvc_call(c, MV_MSG_ATTACH, &req, sizeof(req), fds, (int)(2 * hello.nshards + 2), &rep,
+	               sizeof(rep), NULL, 0, NULL);
 	if (ret)
 		goto err_rings;
-
 	ret = mvc_batch_tables_alloc(c, hello.max_batches);
+	if (ret) {
+		mvc_fail(c, ret, "no memory for %u batch ids", hello.max_batches);
+		goto err_tables;
+	}
+	return 0;
+
+err_tables:
+	mvc_batch_tables_free(c);
+err_rings:
+	close_rings(c);
+	mvc_arena_close(&c->arena);
+err_sock:
+	if (c->sock >= 0)
+		close(c->sock);
+	c->sock = -1;
+	c->info.nshards = 0;
+	c->dead = 1;
+	return ret;
+}
+
+/* Undoes mvc_session_open but for the eventfd: the handle stays, with no
+ * mover, no shards and no batch ids, until the next session. */
+void mvc_session_close(struct mvc *c)
+{
+	if (c->sock >= 0)
+		close(c->sock);
+	c->sock = -1;
+	close_rings(c);
+	mvc_arena_close(&c->arena);
+	mvc_batch_tables_free(c);
+	c->info.nshards = 0;
+	c->nfree = 0;
+	c->inflight = 0;
+	c->open = 0;
+	c->dead = 1;
+}
+
+int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *opts)
+{
+	char buf[108];
+	int ret;
+	struct mvc *c = calloc(1, sizeof(*c));
+
+	*out = NULL;
+	connect_err[0] = 0;
+	if (!c)
+		return -ENOMEM;
+	c->sock = c->efd = c->arena.fd = -1;
+	for (uint32_t s = 0; s < MV_MAX_SHARDS; s++)
+		c->sh[s].doorbell = -1;
+	ret = arena_size(opts, &c->arena_size, c->err, sizeof(c->err));
 	if (ret)
-		goto err_rings;
+		goto err_free;
+	ret = wait_spin(&c->wait_spin_ns, c->err, sizeof(c->err));
+	if (ret)
+		goto err_free;
+	if (opts && opts->share_pct > MV_SHARE_FULL) {
+		snprintf(c->err, sizeof(c->err),
+		         "mvc_opts.share_pct %u: give a percent of the uid's weight, 1 to %u "
+		         "(0: all of it)",
+		         opts->share_pct, MV_SHARE_FULL);
+		ret = -EINVAL;
+		goto err_free;
+	}
+	c->share_pct = opts && opts->share_pct ? opts->share_pct : MV_SHARE_FULL;
+	ret = mvc_rejoin_init(c, opts ? opts->flags : 0);
+	if (ret)
+		goto err_free;
+	if (!path)
+		path = mv_default_socket(buf, sizeof(buf));
+	if (strlen(path) >= sizeof(c->path)) {
+		ret = mvc_fail(c, -ENAMETOOLONG, "socket path %s is too long", path);
+		goto err_free;
+	}
+	strcpy(c->path, path);
+	ret = mvc_session_open(c);
+	if (ret)
+		goto err_efd;
 	mv_host_id(c->host);
 	*out = c;
 	return 0;
 
-err_rings:
-	close_rings(c);
-	mvc_arena_close(&c->arena);
+err_efd:
 	if (c->efd >= 0)
 		close(c->efd);
-err_sock:
-	if (c->sock >= 0)
-		close(c->sock);
 err_free:
-	mvc_batch_tables_free(c);
 	/* The reason outlives the handle. */
 	snprintf(connect_err, sizeof(connect_err), "%s", c->err[0] ? c->err : strerror(-ret));
 	free(c);
@@ -345,12 +403,10 @@ void mvc_disconnect(struct mvc *c)
 {
 	if (!c)
 		return;
-	close(c->sock);
-	close_rings(c);
-	mvc_arena_close(&c->arena);
+	mvc_session_close(c);
 	if (c->efd >= 0)
 		close(c->efd);
-	mvc_batch_tables_free(c);
+	mvc_objs_free(c);
 	free(c->imm_tab);
 	free(c->imm_due);
 	free(c);
@@ -362,18 +418,38 @@ static int id_call(struct mvc *c, uint16_t type, uint32_t id)
 	struct mv_id_req req = {.id = id};
 	struct mv_reply_hdr rep;
 
-	return call(c, type, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
+	return mvc_call(c, type, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 }
 
-static int reg(struct mvc *c, int fd, uint64_t off, uint64_t len, struct mvc_mem *m)
+/* Registers [off, off + len) of fd; *region: the mover's id. */
+int mvc_reg_fd(struct mvc *c, int fd, uint64_t off, uint64_t len, uint32_t *region)
 {
 	struct mv_reg_req req = {.offset = off, .len = len};
 	struct mv_reg_rep rep;
-	int ret = call(c, MV_MSG_REG, &req, sizeof(req), &fd, 1, &rep, sizeof(rep), NULL, 0, NULL);
+	int ret =
+	    mvc_call(c, MV_MSG_REG, &req, sizeof(req), &fd, 1, &rep, sizeof(rep), NULL, 0, NULL);
 
 	if (ret)
 		return ret;
-	m->region = rep.region;
+	*region = rep.region;
+	return 0;
+}
+
+/* Registers a region and keeps what a new mover needs to register it
+ * again; m->region is the application's id for it. */
+static int reg(struct mvc *c, int fd, uint64_t off, uint64_t len, struct mvc_mem *m)
+{
+	uint32_t cur;
+	int ret = mvc_reg_fd(c, fd, off, len, &cur);
+
+	if (ret)
+		return ret;
+	struct mvc_obj o = {.kind = MVC_OBJ_REGION, .cur = cur, .fd = fd, .off = off, .len = len};
+	ret = mvc_obj_add(c, &o, NULL, 0, &m->region);
+	if (ret) {
+		id_call(c, MV_MSG_DEREG, cur);
+		return mvc_fail(c, ret, "no memory to keep the region for a reconnect");
+	}
 	return 0;
 }
 
@@ -516,7 +592,7 @@ int mvc_register_fd(struct mvc *c, int fd, uint64_t offset, uint64_t len, struct
 	    mmap(NULL, len + (offset - moff), PROT_READ | PROT_WRITE, MAP_SHARED, own, (off_t)moff);
 	if (p == MAP_FAILED) {
 		ret = mvc_fail(c, -errno, "mapping the registered range: %s", strerror(errno));
-		id_call(c, MV_MSG_DEREG, out->region);
+		id_call(c, MV_MSG_DEREG, mvc_obj_del(c, MVC_OBJ_REGION, out->region));
 		goto err_close;
 	}
 	out->addr = p + (offset - moff);
@@ -532,7 +608,8 @@ err_close:
 int mvc_free(struct mvc *c, struct mvc_mem *m)
 {
 	long page = sysconf(_SC_PAGESIZE);
-	int ret = id_call(c, MV_MSG_DEREG, m->region);
+	uint32_t cur = mvc_obj_del(c, MVC_OBJ_REGION, m->region);
+	int ret = cur == MVC_ID_LOST ? 0 : id_call(c, MV_MSG_DEREG, cur);
 	uintptr_t a = (uintptr_t)m->addr, base = a & ~(uintptr_t)(page - 1);
 
 	for (uint32_t i = 0; i < c->nnear; i++)
@@ -547,15 +624,13 @@ int mvc_free(struct mvc *c, struct mvc_mem *m)
 	return ret;
 }
 
-int mvc_register_cuda(struct mvc *c, void *dptr, uint64_t len, struct mvc_mem *out)
-{
-	memset(out, 0, sizeof(*out));
-	out->fd = -1;
 #ifdef MV_HAVE_CUDA
+/* Registers CUDA memory with the mover (the request, and the call). */
+int mvc_cuda_reg(struct mvc *c, void *dptr, uint64_t len, struct mv_reg_rep *repp)
+{
 	const char *nocuda;
 	struct mv_cuda *cu = mv_cuda_load(&nocuda);
 	struct mv_reg_gpu_req req = {.len = len};
-	struct mv_reg_rep rep;
 	CUdeviceptr base = 0, p = (CUdeviceptr)(uintptr_t)dptr;
 	size_t size = 0;
 	int dev = -1, fd = -1, ret;
@@ -603,19 +678,37 @@ int mvc_register_cuda(struct mvc *c, void *dptr, uint64_t len, struct mvc_mem *o
 		       sizeof(ih) < sizeof(req.gpu.ipc) ? sizeof(ih) : sizeof(req.gpu.ipc));
 		req.gpu.kind = MV_GPU_IPC;
 	}
-	ret = call(c, MV_MSG_REG_GPU, &req, sizeof(req), fd >= 0 ? &fd : NULL, fd >= 0, &rep,
-	           sizeof(rep), NULL, 0, NULL);
+	ret = mvc_call(c, MV_MSG_REG_GPU, &req, sizeof(req), fd >= 0 ? &fd : NULL, fd >= 0, repp,
+	               sizeof(*repp), NULL, 0, NULL);
 	if (fd >= 0)
 		close(fd); /* the mover holds its own copy */
+	return ret;
+}
+#endif
+
+int mvc_register_cuda(struct mvc *c, void *dptr, uint64_t len, struct mvc_mem *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->fd = -1;
+#ifdef MV_HAVE_CUDA
+	struct mv_reg_rep rep;
+	int ret = mvc_cuda_reg(c, dptr, len, &rep);
+
 	if (ret)
 		return ret;
-	out->region = rep.region;
+	struct mvc_obj o = {
+	    .kind = MVC_OBJ_REGION, .cur = rep.region, .fd = -1, .len = len, .dptr = dptr};
+	ret = mvc_obj_add(c, &o, NULL, 0, &out->region);
+	if (ret) {
+		id_call(c, MV_MSG_DEREG, rep.region);
+		return mvc_fail(c, ret, "no memory to keep the region for a reconnect");
+	}
 	out->addr = dptr;
 	out->len = len;
 	out->flags = MVC_MEM_GPU;
 	out->path = rep.path;
 	if (rep.shard_mask && c->nnear < sizeof(c->near) / sizeof(c->near[0])) {
-		c->near[c->nnear].region = rep.region;
+		c->near[c->nnear].region = out->region;
 		c->near[c->nnear].mask = rep.shard_mask;
 		c->nnear++;
 	}
@@ -631,7 +724,7 @@ int mvc_address(struct mvc *c, void *buf, size_t *len)
 {
 	struct mv_addr_rep rep;
 	size_t need = offsetof(struct mv_addr_blob, addr) + c->info.nshards * MV_MAX_ADDRLEN;
-	int ret = call(c, MV_MSG_ADDR, NULL, 0, NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
+	int ret = mvc_call(c, MV_MSG_ADDR, NULL, 0, NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 
 	if (ret)
 		return ret;
@@ -646,12 +739,13 @@ int mvc_address(struct mvc *c, void *buf, size_t *len)
 int mvc_region_blob(struct mvc *c, uint32_t region, void *buf, size_t *len)
 {
 	/* Asking again is cheap and keeps the client free of per-region state. */
-	struct mv_id_req req = {.id = region};
+	struct mv_id_req req = {.id = mvc_cur(c, MVC_OBJ_REGION, region)};
 	struct mv_reg_rep rep;
 	int ret;
 
 	memset(&rep, 0, sizeof(rep));
-	ret = call(c, MV_MSG_BLOB, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
+	ret =
+	    mvc_call(c, MV_MSG_BLOB, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 	if (ret)
 		return ret;
 	/* The mover's word, checked before it sizes a copy out of rep. */
@@ -676,15 +770,24 @@ int mvc_peer_add(struct mvc *c, const void *addr, size_t len, uint32_t *peer)
 	if (len > sizeof(struct mv_addr_blob))
 		return mvc_fail(c, -EINVAL, "address blob of %zu bytes is larger than any mover's",
 		                len);
-	ret = call(c, MV_MSG_PEER_ADD, addr, len, NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
-	if (!ret)
-		*peer = rep.id;
-	return ret;
+	ret = mvc_call(c, MV_MSG_PEER_ADD, addr, len, NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
+	if (ret)
+		return ret;
+	struct mvc_obj o = {.kind = MVC_OBJ_PEER, .cur = rep.id, .fd = -1};
+	ret = mvc_obj_add(c, &o, addr, (uint32_t)len, peer);
+	if (ret) {
+		id_call(c, MV_MSG_PEER_DEL, rep.id);
+		return mvc_fail(c, ret, "no memory to keep the peer for a reconnect");
+	}
+	return 0;
 }
 
 int mvc_peer_remove(struct mvc *c, uint32_t peer)
 {
-	return id_call(c, MV_MSG_PEER_DEL, peer);
+	/* The mover drops the peer's imports with it; so do we. */
+	mvc_obj_del_imports_of(c, peer);
+	uint32_t cur = mvc_obj_del(c, MVC_OBJ_PEER, peer);
+	return cur == MVC_ID_LOST ? 0 : id_call(c, MV_MSG_PEER_DEL, cur);
 }
 
 int mvc_unimport(struct mvc *c, uint32_t handle)
@@ -692,12 +795,14 @@ int mvc_unimport(struct mvc *c, uint32_t handle)
 	for (uint32_t i = 0; i < c->nlocal_gpu; i++)
 		if (c->local_gpu[i] == handle)
 			c->local_gpu[i] = c->local_gpu[--c->nlocal_gpu];
-	return id_call(c, MV_MSG_UNIMPORT, handle);
+	uint32_t cur = mvc_obj_del(c, MVC_OBJ_IMPORT, handle);
+	return cur == MVC_ID_LOST ? 0 : id_call(c, MV_MSG_UNIMPORT, cur);
 }
 
 int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint32_t *handle)
 {
-	struct mv_import_req req = {.peer = peer, .blob_len = (uint32_t)len};
+	struct mv_import_req req = {.peer = mvc_cur(c, MVC_OBJ_PEER, peer),
+	                            .blob_len = (uint32_t)len};
 	struct mv_id_rep rep;
 	int ret;
 
@@ -705,18 +810,23 @@ int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint3
 		return mvc_fail(c, -EINVAL, "region blob of %zu bytes is larger than any mover's",
 		                len);
 	memcpy(&req.blob, blob, len);
-	ret = call(c, MV_MSG_IMPORT, &req, offsetof(struct mv_import_req, blob) + len, NULL, 0,
-	           &rep, sizeof(rep), NULL, 0, NULL);
+	ret = mvc_call(c, MV_MSG_IMPORT, &req, offsetof(struct mv_import_req, blob) + len, NULL, 0,
+	               &rep, sizeof(rep), NULL, 0, NULL);
 	if (ret)
 		return ret;
-	*handle = rep.id;
+	struct mvc_obj o = {.kind = MVC_OBJ_IMPORT, .cur = rep.id, .fd = -1, .peer = peer};
+	ret = mvc_obj_add(c, &o, blob, (uint32_t)len, handle);
+	if (ret) {
+		id_call(c, MV_MSG_UNIMPORT, rep.id);
+		return mvc_fail(c, ret, "no memory to keep the import for a reconnect");
+	}
 	/* A handle freed with its peer can come back for another region. */
 	for (uint32_t i = 0; i < c->nlocal_gpu; i++)
-		if (c->local_gpu[i] == rep.id)
+		if (c->local_gpu[i] == *handle)
 			c->local_gpu[i] = c->local_gpu[--c->nlocal_gpu];
 	if (len >= offsetof(struct mv_region_blob, shard) && (req.blob.flags & MV_BLOB_GPU) &&
 	    !memcmp(req.blob.host, c->host, sizeof(c->host)) &&
 	    c->nlocal_gpu < sizeof(c->local_gpu) / sizeof(c->local_gpu[0]))
-		c->local_gpu[c->nlocal_gpu++] = rep.id;
+		c->local_gpu[c->nlocal_gpu++] = *handle;
 	return 0;
 }

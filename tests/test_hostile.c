@@ -21,6 +21,7 @@
 #include "batch.c"
 #include "client.c"
 #include "events.c"
+#include "rejoin.c"
 
 #include <check.h>
 #include <glob.h>

@@ -15,6 +15,7 @@
 #include "batch.c"
 #include "client.c"
 #include "events.c"
+#include "rejoin.c"
 
 #include <check.h>
 #include <signal.h>
