@@ -323,6 +323,7 @@ err_sock:
 		close(c->sock);
 	c->sock = -1;
 	c->info.nshards = 0;
+	c->info.max_batches = 0;
 	c->dead = 1;
 	return ret;
 }
@@ -338,6 +339,7 @@ void mvc_session_close(struct mvc *c)
 	mvc_arena_close(&c->arena);
 	mvc_batch_tables_free(c);
 	c->info.nshards = 0;
+	c->info.max_batches = 0; /* no batch tables to look into */
 	c->nfree = 0;
 	c->inflight = 0;
 	c->open = 0;
