@@ -64,7 +64,7 @@ TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
 	test_trace test_gpu test_tenants test_fair test_reconnect
 SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh tests/operate.sh
-TEST_HELPERS := shmring_peer
+TEST_HELPERS := shmring_peer soak_client soak_sum
 BENCHES := shmring_bench
 
 SHMRING_LIB := $(B)/libshmring.a
@@ -86,7 +86,7 @@ MAN_LINKS := mvc_connect_opts:mvc_connect mvc_disconnect:mvc_connect \
 	mvc_shard_descs:mvc_latency
 MAN_LINK_PAGES := $(foreach l,$(MAN_LINKS),$(B)/man/$(firstword $(subst :, ,$(l))).3)
 
-.PHONY: all man demo check check-unit check-tsan check-scripts check-fuzz check-python fuzz fuzz-seeds \
+.PHONY: all man demo check check-unit check-tsan check-scripts check-fuzz check-python check-soak soak fuzz fuzz-seeds \
 	bench replay install clean format deps
 all: $(SHMRING_LIB) $(CLIENT_LIB) $(CLIENT_SO) $(BINS) $(TEST_BINS) man
 
@@ -210,6 +210,14 @@ $(B)/tests/test_trace: $(B)/tests/test_trace.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) -lm $(LDLIBS)
 
+$(B)/tests/soak_client: $(B)/tests/soak_client.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/tests/soak_sum: $(B)/tests/soak_sum.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(B)/tests/shmring_peer: $(B)/tests/shmring_peer.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -220,7 +228,17 @@ $(B)/shmring/shmring_bench.o: override CFLAGS += $(if $(wildcard /usr/include/dp
 demo: all
 	MV_BUILD=$(B) tools/demo.sh
 
-check: check-unit check-scripts check-python check-tsan check-fuzz
+check: check-unit check-scripts check-python check-tsan check-fuzz check-soak
+
+# The soak (tests/soak.sh): clients on two movers under faults, every batch
+# reported once and every page checked. check runs it for 60 s, `make soak`
+# for SOAK_SECONDS (600).
+SOAK_SECONDS ?= 600
+check-soak: all
+	@echo "== tests/soak.sh 60"; MV_BUILD=$(B) tests/soak.sh 60
+
+soak: all
+	MV_BUILD=$(B) tests/soak.sh $(SOAK_SECONDS)
 
 check-unit: all
 	@set -e; for t in $(TESTS); do echo "== $$t"; MV_BUILD=$(B) $(B)/tests/$$t; done
