@@ -152,9 +152,12 @@ static int translate(struct mvc *c, const struct mv_cqe *q, struct mvc_event *ev
 		return 0;
 	/* The id at fault, as the application knows it: a region of ours or
 	 * an import (the words in msg are the mover's). */
-	uint32_t at = mvc_app(c, MVC_OBJ_REGION, e.region);
-	if (at == e.region)
-		at = mvc_app(c, MVC_OBJ_IMPORT, e.region);
+	uint32_t at = e.region;
+	if (e.status) {
+		at = mvc_app(c, MVC_OBJ_REGION, e.region);
+		if (at == e.region)
+			at = mvc_app(c, MVC_OBJ_IMPORT, e.region);
+	}
 	*ev = (struct mvc_event){.type = MVC_EV_BATCH,
 	                         .status = e.status,
 	                         .bytes = e.bytes,

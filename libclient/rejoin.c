@@ -27,6 +27,7 @@
 #define REJOIN_FIRST_NS   10000000ll   /* the first try, after the loss */
 #define REJOIN_MAX_NS     1000000000ll /* tries at least once a second */
 #define REJOIN_TIMEOUT_MS 2000         /* a control reply while reconnecting */
+#define REJOIN_MS_PER_GIB 1000         /* and more for registering a large region */
 #define SYNTH_BIT         0x80000000u  /* no mover hands out such ids */
 
 static int64_t mono_ns(void)
@@ -60,9 +61,15 @@ uint32_t mvc_cur_slow(const struct mvc *c, uint32_t kind, uint32_t app)
 {
 	const struct mvc_obj *o = find_app(c, kind, app);
 
-	/* An id we never handed out goes as it is: the mover refuses it as
-	 * before, naming it. */
-	return o ? o->cur : app;
+	if (o)
+		return o->cur;
+	/* An id we never handed out (or one freed) goes as it is, and the
+	 * mover refuses it naming it; unless the new mover gave that number
+	 * to another of our objects, which it must not reach by mistake. */
+	for (uint32_t i = 0; i < c->nobj; i++)
+		if (c->objs[i].kind == kind && c->objs[i].cur == app)
+			return MVC_ID_LOST;
+	return app;
 }
 
 uint32_t mvc_app_slow(const struct mvc *c, uint32_t kind, uint32_t cur)
@@ -210,6 +217,16 @@ static int restore_cuda(struct mvc *c, struct mvc_obj *o)
 #endif
 }
 
+/* How long a reply may take: a mover maps and populates a region's pages
+ * before it answers. */
+static void reply_timeout(struct mvc *c, uint64_t len)
+{
+	uint64_t ms = REJOIN_TIMEOUT_MS + (len >> 30) * REJOIN_MS_PER_GIB;
+	struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (long)(ms % 1000) * 1000};
+
+	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
 /* Makes object o again on the new mover; 0 or -errno, c->err saying why. */
 static int restore(struct mvc *c, struct mvc_obj *o)
 {
@@ -218,6 +235,7 @@ static int restore(struct mvc *c, struct mvc_obj *o)
 	struct mvc_obj *p;
 	int ret;
 
+	reply_timeout(c, o->kind == MVC_OBJ_REGION ? o->len : 0);
 	if (o->kind == MVC_OBJ_REGION)
 		return o->fd >= 0 ? mvc_reg_fd(c, o->fd, o->off, o->len, &o->cur)
 		                  : restore_cuda(c, o);

@@ -67,6 +67,7 @@ sleep 2
 . "$dir"/env
 read -r rss_a0 fds_a0 <<<"$(usage "$MV_PID_A")"
 read -r rss_b0 fds_b0 <<<"$(usage "$MV_PID_B")"
+first_a="$rss_a0 kB, $fds_a0 fds" first_b="$rss_b0 kB, $fds_b0 fds"
 
 has() { case ",$faults," in *",$1,"*) return 0 ;; esac; return 1; }
 if has flap && [ "$MV_NETNS" != 1 ]; then
@@ -111,6 +112,15 @@ while [ $SECONDS -lt $((end - 4)) ] && [ ${#kinds[@]} -gt 0 ]; do
 		tools/mvhosts.sh restart "$dir" $which $sig || fail "mover $which did not come back"
 		n_restart=$((n_restart + 1))
 		eval "rs_$which=\$((rs_$which + 1))"
+		# Flat is judged within one process: the new one's numbers,
+		# once its clients are back, are its baseline.
+		sleep 2
+		. "$dir"/env
+		if [ $which = A ]; then
+			read -r rss_a0 fds_a0 <<<"$(usage "$MV_PID_A")"
+		else
+			read -r rss_b0 fds_b0 <<<"$(usage "$MV_PID_B")"
+		fi
 		;;
 	esac
 	for i in $(seq 0 $((n - 1))); do
@@ -136,8 +146,8 @@ pids=()
 echo "soak: $secs s, $n clients, provider $prov, namespaces $MV_NETNS; faults: $n_kill client kills," \
 	"$n_stop mover stops, $n_flap link flaps, $n_restart mover restarts"
 "$B"/tests/soak_sum "$dir"/counts.* || rc=1
-echo "mover A rss ${rss_a0} -> ${rss_a1} kB, fds ${fds_a0} -> ${fds_a1}, restarted $rs_A times"
-echo "mover B rss ${rss_b0} -> ${rss_b1} kB, fds ${fds_b0} -> ${fds_b1}, restarted $rs_B times"
+echo "mover A rss ${rss_a0} -> ${rss_a1} kB, fds ${fds_a0} -> ${fds_a1} (restarted $rs_A times; the first: $first_a)"
+echo "mover B rss ${rss_b0} -> ${rss_b1} kB, fds ${fds_b0} -> ${fds_b1} (restarted $rs_B times; the first: $first_b)"
 echo "re-posts per write, the most of any shard: ${reposts:-none read}"
 awk -v r="${reposts:-0}" 'BEGIN { exit !(r < 1) }' || { echo "soak: re-posts per write $reposts >= 1"; rc=1; }
 # Flat: no more fds than at the start (a few for a client starting now),
