@@ -169,6 +169,71 @@ START_TEST(test_shm_sigterm_reconnects)
 }
 END_TEST
 
+/* Waits on c for an event of type, taking -EPIPE (the mover away) as none. */
+static struct mvc_event wait_type(struct mvc *c, int type, double timeout)
+{
+	struct mvc_event ev;
+	double end = now_s() + timeout;
+
+	while (now_s() < end) {
+		int n = mvc_wait(c, &ev, 1, 100);
+		ck_assert_msg(n >= 0 || n == -EPIPE, "mvc_wait: %s", mvc_error(c));
+		if (n == 1 && ev.type == type)
+			return ev;
+	}
+	ck_abort_msg("no event of type %d in %.0f s", type, timeout);
+	return ev;
+}
+
+/*
+ * The receiver's mover restarts between two immediates that one
+ * expectation counts: the expectation is the library's, so it stays armed
+ * with the one that came, and fires when the second comes through the new
+ * mover (the sender having imported the receiver's new blob, as an
+ * application must).
+ */
+START_TEST(test_imm_expectation_stays_armed_across_the_receivers_restart)
+{
+	struct pair p;
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+	struct mvc_event ev;
+
+	prov = "tcp";
+	mover_start(&A, "a", 2);
+	mover_start(&B, "b", 2);
+	pair_open(&p, 1 << 16, 1 << 16);
+	ck_assert_int_eq(mvc_imm_expect(p.b, 77, 2, 5), 0);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 4096), 0);
+	ck_assert_int_eq(mvc_write_imm(p.a, p.imp, 77), 0);
+	submit_ok(p.a, 1);
+	/* The first is counted, and reported to nobody. */
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(mvc_wait(p.b, &ev, 1, 100), 0);
+	kill(B.pid, SIGKILL);
+	waitpid(B.pid, NULL, 0);
+	B.pid = 0;
+	mover_start(&B, "b", 2);
+	ev = wait_type(p.b, MVC_EV_MOVER_BACK, 20);
+	ck_assert_msg(ev.status == 0 && ev.count == 1, "%s", ev.msg); /* its region */
+	/* New address and keys: the sender adds and imports them again. */
+	ck_assert_int_eq(mvc_peer_remove(p.a, p.peer), 0);
+	ck_assert_int_eq(mvc_address(p.b, blob, &len), 0);
+	ck_assert_msg(mvc_peer_add(p.a, blob, len, &p.peer) == 0, "%s", mvc_error(p.a));
+	len = sizeof(blob);
+	ck_assert_int_eq(mvc_region_blob(p.b, p.dst.region, blob, &len), 0);
+	ck_assert_msg(mvc_import(p.a, p.peer, blob, len, &p.imp) == 0, "%s", mvc_error(p.a));
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 4096, 4096), 0);
+	ck_assert_int_eq(mvc_write_imm(p.a, p.imp, 77), 0);
+	submit_ok(p.a, 2);
+	ev = wait_type(p.b, MVC_EV_IMM_COUNT, 20);
+	ck_assert_uint_eq(ev.imm, 77);
+	ck_assert_uint_eq(ev.count, 2);
+	ck_assert_uint_eq(ev.cookie, 5);
+	pair_close(&p);
+}
+END_TEST
+
 START_TEST(test_no_reconnect_opt_stays_gone)
 {
 	struct mvc *c;
@@ -217,6 +282,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_kill9_fails_only_inflight_batches_and_reconnects);
 	tcase_add_test(tc, test_sigterm_drains_then_reconnects);
+	tcase_add_test(tc, test_imm_expectation_stays_armed_across_the_receivers_restart);
 	tcase_add_test(tc, test_no_reconnect_opt_stays_gone);
 	tcase_add_test(tc, test_bad_opt_flags_are_refused);
 	suite_add_tcase(s, tc);
