@@ -224,8 +224,8 @@ int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint6
               uint64_t len)
 {
 	struct mark m;
-	uint32_t n = c->info.nshards;
 	int ret = batch_open(c);
+	uint32_t n = c->info.nshards; /* after the open, which may have reconnected */
 
 	if (ret)
 		return ret;
@@ -304,12 +304,13 @@ static uint64_t page_bytes(const void *arg, uint32_t i, uint32_t j)
 int mvc_writev(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc_seg *segs, uint32_t n)
 {
 	struct mark m;
-	uint32_t ns = c->info.nshards;
-	uint32_t per = (n + ns - 1) / ns; /* neighbours stay together: the mover merges them */
 	int ret = batch_open(c);
 
 	if (ret)
 		return ret;
+	/* After the open: a connection whose mover is gone has no shards. */
+	uint32_t ns = c->info.nshards;
+	uint32_t per = (n + ns - 1) / ns; /* neighbours stay together: the mover merges them */
 	for (uint32_t i = 0; i < n; i++)
 		if (segs[i].len == 0)
 			return mvc_fail(c, -EINVAL, "segment %u has length 0", i);
@@ -350,8 +351,9 @@ static uint32_t run_end(const struct mvc_pages *p, uint32_t i)
 int mvc_write_paged(struct mvc *c, const struct mvc_pages *p)
 {
 	struct mark m;
-	uint32_t ns = c->info.nshards, runs = 0, i, k;
+	uint32_t runs = 0, i, k;
 	int ret = batch_open(c);
+	uint32_t ns = c->info.nshards; /* after the open, which may have reconnected */
 
 	if (ret)
 		return ret;

@@ -416,6 +416,11 @@ int main(int argc, char **argv)
 	k.n->clean_exit = 1;
 	mvc_disconnect(k.s);
 	mvc_disconnect(k.r);
+	for (uint32_t i = 0; i < k.window; i++) {
+		free(k.slot[i].src_pages);
+		free(k.slot[i].dst_pages);
+	}
+	free(k.slot);
 	return 0;
 
 usage:

@@ -234,6 +234,66 @@ START_TEST(test_imm_expectation_stays_armed_across_the_receivers_restart)
 }
 END_TEST
 
+/*
+ * The call that finds the mover back may be a write: it reconnects inside
+ * the call and builds the batch on the new mover's shards (writev of 4 and
+ * of 32 segments, a paged write, a striped write).
+ */
+START_TEST(test_a_write_is_the_call_that_reconnects)
+{
+	struct pair p;
+	struct mvc_event ev[8];
+	struct mvc_seg seg[32];
+	uint32_t pages[32];
+
+	prov = "tcp";
+	mover_start(&A, "a", 2);
+	mover_start(&B, "b", 2);
+	pair_open(&p, 4 << 20, 4 << 20);
+	fill(p.src.addr, 4 << 20, 3);
+	kill_a(SIGKILL);
+	/* Gone (nothing in flight, so no failure to reap), and tried. */
+	int w = 0;
+	for (double end = now_s() + 5; w != -EPIPE && now_s() < end;)
+		w = mvc_wait(p.a, ev, 8, 100);
+	ck_assert_int_eq(w, -EPIPE);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 64), -EPIPE);
+	mover_start(&A, "a", 2);
+	for (uint32_t i = 0; i < 32; i++) {
+		seg[i] = (struct mvc_seg){.src_off = i * 8192, .dst_off = i * 8192, .len = 4096};
+		pages[i] = 64 + 2 * i;
+	}
+	int r = -EPIPE;
+	for (double end = now_s() + 10; r == -EPIPE && now_s() < end; usleep(20000))
+		r = mvc_writev(p.a, p.src.region, p.imp, seg, 4);
+	ck_assert_msg(r == 0, "writev after the restart: %d %s", r, mvc_error(p.a));
+	ck_assert_int_eq(mvc_writev(p.a, p.src.region, p.imp, seg, 32), 0);
+	struct mvc_pages pg = {.src = p.src.region,
+	                       .dst = p.imp,
+	                       .src_stride = 4096,
+	                       .dst_stride = 4096,
+	                       .page_size = 4096,
+	                       .src_pages = pages,
+	                       .dst_pages = pages,
+	                       .npages = 32};
+	ck_assert_int_eq(mvc_write_paged(p.a, &pg), 0);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 1 << 20, p.imp, 1 << 20, 2 << 20), 0);
+	/* The reconnect's event comes with the next poll. */
+	ck_assert_int_ge(mvc_poll(p.a, ev, 8), 1);
+	ck_assert_int_eq(ev[0].type, MVC_EV_MOVER_BACK);
+	landed(p.a, p.imp, p.b, 7);
+	ck_assert(
+	    !memcmp((uint8_t *)p.dst.addr + (1 << 20), (uint8_t *)p.src.addr + (1 << 20), 2 << 20));
+	for (uint32_t i = 0; i < 32; i++)
+		ck_assert(!memcmp((uint8_t *)p.dst.addr + i * 8192,
+		                  (uint8_t *)p.src.addr + i * 8192, 4096));
+	for (uint32_t i = 0; i < 32; i++)
+		ck_assert(!memcmp((uint8_t *)p.dst.addr + pages[i] * 4096ull,
+		                  (uint8_t *)p.src.addr + pages[i] * 4096ull, 4096));
+	pair_close(&p);
+}
+END_TEST
+
 START_TEST(test_no_reconnect_opt_stays_gone)
 {
 	struct mvc *c;
@@ -283,6 +343,7 @@ int main(void)
 	tcase_add_test(tc, test_kill9_fails_only_inflight_batches_and_reconnects);
 	tcase_add_test(tc, test_sigterm_drains_then_reconnects);
 	tcase_add_test(tc, test_imm_expectation_stays_armed_across_the_receivers_restart);
+	tcase_add_test(tc, test_a_write_is_the_call_that_reconnects);
 	tcase_add_test(tc, test_no_reconnect_opt_stays_gone);
 	tcase_add_test(tc, test_bad_opt_flags_are_refused);
 	suite_add_tcase(s, tc);
