@@ -50,7 +50,7 @@ DEPS_STAMP := $(B)/.deps-ok
 
 SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c \
-	libclient/rejoin.c
+	libclient/rejoin.c libclient/memory.c
 MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_check.c \
 	mover/registry.c mover/fabric.c mover/topo.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \

@@ -4,7 +4,8 @@
  * share, and the calls between them. Never installed; applications see only
  * mvc.h. Functions here are hidden from libmvc.so's exports.
  *
- *   client.c  the connection, memory, peers and imports (control socket)
+ *   client.c  the connection, peers and imports (control socket)
+ *   memory.c  regions: allocated, registered fds, CUDA memory
  *   batch.c   building batches in the submission rings, and submitting them
  *   arena.c   the list arena: page and segment lists passed by reference
  *   events.c  completions, immediates and their expectations
@@ -160,6 +161,7 @@ MVC_INTERNAL int mvc_fail(struct mvc *c, int err, const char *fmt, ...)
 MVC_INTERNAL int mvc_call(struct mvc *c, uint16_t type, const void *payload, size_t len,
                           const int *fds, int nfds, void *rep, size_t replen, int *rfds,
                           int maxrfds, int *nrfds);
+MVC_INTERNAL int mvc_id_call(struct mvc *c, uint16_t type, uint32_t id);
 MVC_INTERNAL int mvc_session_open(struct mvc *c);
 MVC_INTERNAL void mvc_session_close(struct mvc *c);
 MVC_INTERNAL int mvc_reg_fd(struct mvc *c, int fd, uint64_t off, uint64_t len, uint32_t *region);

@@ -12,6 +12,7 @@
 #include "client.c"
 #include "events.c"
 #include "rejoin.c"
+#include "memory.c"
 
 #include <check.h>
 #include <sys/wait.h>

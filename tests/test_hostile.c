@@ -22,6 +22,7 @@
 #include "client.c"
 #include "events.c"
 #include "rejoin.c"
+#include "memory.c"
 
 #include <check.h>
 #include <glob.h>
