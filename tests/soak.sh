@@ -54,8 +54,6 @@ start_client() { # start_client SLOT: even slots send A to B, odd ones B to A
 	pids[$1]=$!
 }
 n=$((2 * per))
-for i in $(seq 0 $((n - 1))); do start_client "$i"; done
-
 # What a mover holds: resident memory (kB) and open fds.
 usage() { # usage PID
 	local rss fds
@@ -63,6 +61,13 @@ usage() { # usage PID
 	fds=$(ls /proc/"$1"/fd 2>/dev/null | wc -l)
 	echo "${rss:-0} $fds"
 }
+# Fds with no client attached: every mover of this configuration has as
+# many, so the end's, once the clients left, must match (whatever restarted)
+# but for the peer it now knows.
+read -r _ idle_a0 <<<"$(usage "$MV_PID_A")"
+read -r _ idle_b0 <<<"$(usage "$MV_PID_B")"
+for i in $(seq 0 $((n - 1))); do start_client "$i"; done
+
 sleep 2
 . "$dir"/env
 read -r rss_a0 fds_a0 <<<"$(usage "$MV_PID_A")"
@@ -142,16 +147,25 @@ rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 pids=()
 [ $rc = 0 ] || echo "soak: a client failed: $(cat "$dir"/client.*.err)"
+sleep 0.5 # the movers close what the clients left
+read -r _ idle_a1 <<<"$(usage "$MV_PID_A")"
+read -r _ idle_b1 <<<"$(usage "$MV_PID_B")"
 
 echo "soak: $secs s, $n clients, provider $prov, namespaces $MV_NETNS; faults: $n_kill client kills," \
 	"$n_stop mover stops, $n_flap link flaps, $n_restart mover restarts"
 "$B"/tests/soak_sum "$dir"/counts.* || rc=1
 echo "mover A rss ${rss_a0} -> ${rss_a1} kB, fds ${fds_a0} -> ${fds_a1} (restarted $rs_A times; the first: $first_a)"
 echo "mover B rss ${rss_b0} -> ${rss_b1} kB, fds ${fds_b0} -> ${fds_b1} (restarted $rs_B times; the first: $first_b)"
+echo "fds with no client: mover A $idle_a0 -> $idle_a1, mover B $idle_b0 -> $idle_b1"
 echo "re-posts per write, the most of any shard: ${reposts:-none read}"
+# The other mover stays known as a peer (a pidfd, and on shm a wake fd per
+# shard): one peer's worth more, no more.
+peer_fds=$((2 + 1 + MV_SHARDS))
+[ "$idle_a1" -le $((idle_a0 + peer_fds)) ] && [ "$idle_b1" -le $((idle_b0 + peer_fds)) ] ||
+	{ echo "soak: a mover holds more fds than it started with"; rc=1; }
 awk -v r="${reposts:-0}" 'BEGIN { exit !(r < 1) }' || { echo "soak: re-posts per write $reposts >= 1"; rc=1; }
-# Flat: no more fds than at the start (a few for a client starting now),
-# and RSS within 64 MiB or half again of the start.
+# Flat under load too: no more fds than at the start (a few for a client
+# starting now), and RSS within 64 MiB or half again of the start.
 for m in "a $rss_a0 $rss_a1 $fds_a0 $fds_a1" "b $rss_b0 $rss_b1 $fds_b0 $fds_b1"; do
 	set -- $m
 	[ "$5" -le $(($4 + 16)) ] || { echo "soak: mover $1 fds grew $4 -> $5"; rc=1; }
