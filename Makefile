@@ -56,7 +56,8 @@ CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubun
 DEPS_STAMP := $(B)/.deps-ok
 
 SHMRING_SRC := shmring/shmring.c
-CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c
+CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c \
+	libclient/rejoin.c libclient/memory.c
 MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_check.c \
 	mover/registry.c mover/fabric.c mover/topo.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
@@ -68,9 +69,9 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 	tools/bench/rows_lat.c tools/bench/lat_direct.c tools/bench/rows_fair.c tools/bench/rows_reg.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
-	test_trace test_gpu test_tenants test_fair test_liveness
+	test_trace test_gpu test_tenants test_fair test_liveness test_reconnect
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh
-TEST_HELPERS := shmring_peer
+TEST_HELPERS := shmring_peer soak_client soak_sum
 BENCHES := shmring_bench
 
 SHMRING_LIB := $(B)/libshmring.a
@@ -92,7 +93,7 @@ MAN_LINKS := mvc_connect_opts:mvc_connect mvc_disconnect:mvc_connect \
 	mvc_shard_descs:mvc_latency
 MAN_LINK_PAGES := $(foreach l,$(MAN_LINKS),$(B)/man/$(firstword $(subst :, ,$(l))).3)
 
-.PHONY: all man demo check check-unit check-tsan check-scripts check-fuzz check-python fuzz fuzz-seeds \
+.PHONY: all man demo check check-unit check-tsan check-scripts check-fuzz check-python check-soak soak fuzz fuzz-seeds \
 	bench replay install clean format deps
 all: $(SHMRING_LIB) $(CLIENT_LIB) $(CLIENT_SO) $(BINS) $(TEST_BINS) man
 
@@ -208,6 +209,10 @@ $(B)/tests/test_tenants: $(B)/tests/test_tenants.o $(B)/mover/fabric.o $(CLIENT_
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
 
+$(B)/tests/test_reconnect: $(B)/tests/test_reconnect.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
 $(B)/tests/test_fair: $(B)/tests/test_fair.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
@@ -216,6 +221,14 @@ $(B)/tests/test_fair: $(B)/tests/test_fair.o $(CLIENT_LIB)
 $(B)/tests/test_trace: $(B)/tests/test_trace.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) -lm $(LDLIBS)
+
+$(B)/tests/soak_client: $(B)/tests/soak_client.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/tests/soak_sum: $(B)/tests/soak_sum.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/tests/shmring_peer: $(B)/tests/shmring_peer.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
@@ -227,7 +240,17 @@ $(B)/shmring/shmring_bench.o: override CFLAGS += $(if $(wildcard /usr/include/dp
 demo: all
 	MV_BUILD=$(B) tools/demo.sh
 
-check: check-unit check-scripts check-python check-tsan check-fuzz
+check: check-unit check-scripts check-python check-tsan check-fuzz check-soak
+
+# The soak (tests/soak.sh): clients on two movers under faults, every batch
+# reported once and every page checked. check runs it for 60 s, `make soak`
+# for SOAK_SECONDS (600).
+SOAK_SECONDS ?= 600
+check-soak: all
+	@echo "== tests/soak.sh 60"; MV_BUILD=$(B) tests/soak.sh 60
+
+soak: all
+	MV_BUILD=$(B) tests/soak.sh $(SOAK_SECONDS)
 
 check-unit: all
 	@set -e; for t in $(TESTS); do echo "== $$t"; MV_BUILD=$(B) $(B)/tests/$$t; done

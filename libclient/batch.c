@@ -40,6 +40,11 @@ void mvc_batch_tables_free(struct mvc *c)
 	free(c->busy);
 	free(c->parts_of);
 	free(c->share);
+	c->free_ids = NULL;
+	c->cookies = NULL;
+	c->busy = NULL;
+	c->parts_of = NULL;
+	c->share = NULL;
 }
 
 /* Batch b is reported (or failed for a gone mover): its id, load and list
@@ -115,8 +120,10 @@ static int batch_open(struct mvc *c)
 		return 0;
 	if (c->cut[0])
 		return mvc_fail(c, -EPROTO, "the mover cut this connection off: %s", c->cut);
-	if (c->dead)
-		return mvc_fail(c, -EPIPE, "the mover is gone");
+	if (c->dead && !mvc_rejoin_due(c))
+		return mvc_fail(
+		    c, -EPIPE, "the mover is gone%s",
+		    c->rejoin ? "; reconnecting (reap its failed batches and call again)" : "");
 	if (!c->nfree)
 		return mvc_fail(c, -EAGAIN, "all %u batch ids are in flight; reap completions",
 		                c->info.max_batches);
@@ -187,8 +194,8 @@ static int put_desc(struct mvc *c, uint32_t s, uint8_t op, uint32_t src, uint64_
 	struct mv_desc *d = shmring_slot(&sh->sub, pos);
 	*d = (struct mv_desc){.op = op,
 	                      .batch = c->batch,
-	                      .src = src,
-	                      .dst = dst,
+	                      .src = mvc_cur(c, MVC_OBJ_REGION, src),
+	                      .dst = mvc_cur(c, MVC_OBJ_IMPORT, dst),
 	                      .src_off = src_off,
 	                      .dst_off = dst_off,
 	                      .len = len};
@@ -217,8 +224,8 @@ int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint6
               uint64_t len)
 {
 	struct mark m;
-	uint32_t n = c->info.nshards;
 	int ret = batch_open(c);
+	uint32_t n = c->info.nshards; /* after the open, which may have reconnected */
 
 	if (ret)
 		return ret;
@@ -297,12 +304,13 @@ static uint64_t page_bytes(const void *arg, uint32_t i, uint32_t j)
 int mvc_writev(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc_seg *segs, uint32_t n)
 {
 	struct mark m;
-	uint32_t ns = c->info.nshards;
-	uint32_t per = (n + ns - 1) / ns; /* neighbours stay together: the mover merges them */
 	int ret = batch_open(c);
 
 	if (ret)
 		return ret;
+	/* After the open: a connection whose mover is gone has no shards. */
+	uint32_t ns = c->info.nshards;
+	uint32_t per = (n + ns - 1) / ns; /* neighbours stay together: the mover merges them */
 	for (uint32_t i = 0; i < n; i++)
 		if (segs[i].len == 0)
 			return mvc_fail(c, -EINVAL, "segment %u has length 0", i);
@@ -343,8 +351,9 @@ static uint32_t run_end(const struct mvc_pages *p, uint32_t i)
 int mvc_write_paged(struct mvc *c, const struct mvc_pages *p)
 {
 	struct mark m;
-	uint32_t ns = c->info.nshards, runs = 0, i, k;
+	uint32_t runs = 0, i, k;
 	int ret = batch_open(c);
+	uint32_t ns = c->info.nshards; /* after the open, which may have reconnected */
 
 	if (ret)
 		return ret;
@@ -511,7 +520,7 @@ int mvc_submit(struct mvc *c, uint64_t cookie)
 		                      .stamp = stamp};
 		if (c->has_imm) {
 			d->flags = MV_END_IMM;
-			d->dst = c->imm_dst;
+			d->dst = mvc_cur(c, MVC_OBJ_IMPORT, c->imm_dst);
 			d->imm = c->imm;
 		}
 	}

@@ -183,18 +183,22 @@ void mvc_events_free(struct mvc *c)
 /* A PEER completion: the mover's word on one of our peers' liveness. */
 static void peer_told(struct mvc *c, const struct mv_cqe *e)
 {
-	if (e->imm >= MVC_MAX_PEERS || !c->peers || !c->peers[e->imm].added ||
-	    c->peers[e->imm].mover_id != e->cookie)
+	/* The mover names its own id for the peer: ours may differ since a
+	 * reconnect. */
+	uint32_t p = mvc_app(c, MVC_OBJ_PEER, e->imm);
+
+	if (p >= MVC_MAX_PEERS || !c->peers || !c->peers[p].added ||
+	    c->peers[p].mover_id != e->cookie)
 		return;
 	if (e->region == MV_LIVE_OK) {
-		c->peers[e->imm].cause = 0;
-		c->peers[e->imm].status = 0;
+		c->peers[p].cause = 0;
+		c->peers[p].status = 0;
 		return;
 	}
 	char msg[88];
 	memcpy(msg, e->msg, sizeof(msg));
 	msg[sizeof(msg) - 1] = 0;
-	mvc_peer_down(c, e->imm, e->status < 0 ? e->status : -EHOSTUNREACH,
+	mvc_peer_down(c, p, e->status < 0 ? e->status : -EHOSTUNREACH,
 	              e->cause == MVC_CAUSE_PEER_BAD ? MVC_CAUSE_PEER_BAD : MVC_CAUSE_PEER_DEAD,
 	              msg);
 }
@@ -256,7 +260,9 @@ static int translate(struct mvc *c, const struct mv_cqe *q, struct mvc_event *ev
 			if (t->want)
 				return imm_ready(c, t, ev);
 		}
-		*ev = (struct mvc_event){.type = MVC_EV_IMM, .imm = e.imm, .region = e.region};
+		*ev = (struct mvc_event){.type = MVC_EV_IMM,
+		                         .imm = e.imm,
+		                         .region = mvc_app(c, MVC_OBJ_REGION, e.region)};
 		return 1;
 	}
 	if (e.type == MV_CQE_PEER) {
@@ -280,10 +286,18 @@ static int translate(struct mvc *c, const struct mv_cqe *q, struct mvc_event *ev
 	if (e.type != MV_CQE_BATCH || e.batch >= c->info.max_batches || !c->busy[e.batch] ||
 	    e.cookie != c->cookies[e.batch])
 		return 0;
+	/* The id at fault, as the application knows it: a region of ours or
+	 * an import (the words in msg are the mover's). */
+	uint32_t at = e.region;
+	if (e.status) {
+		at = mvc_app(c, MVC_OBJ_REGION, e.region);
+		if (at == e.region)
+			at = mvc_app(c, MVC_OBJ_IMPORT, e.region);
+	}
 	*ev = (struct mvc_event){.type = MVC_EV_BATCH,
 	                         .status = e.status,
 	                         .bytes = e.bytes,
-	                         .region = e.region,
+	                         .region = at,
 	                         .cause = e.cause};
 	memcpy(ev->msg, e.msg, sizeof(ev->msg));
 	ev->msg[sizeof(ev->msg) - 1] = 0;
@@ -311,12 +325,44 @@ static int fail_inflight(struct mvc *c, struct mvc_event *ev, int max, int statu
 	return n;
 }
 
+/* The mover is gone: each batch in flight fails once; then -EPIPE until a
+ * reconnect (rejoin.c) brings it back. */
 static int mover_gone(struct mvc *c, struct mvc_event *ev, int max)
 {
-	c->dead = 1;
+	mvc_gone(c);
 	int n = fail_inflight(c, ev, max, -EPIPE, MVC_CAUSE_MOVER_GONE,
 	                      "the mover exited before the batch completed");
-	return n ? n : mvc_fail(c, -EPIPE, "the mover is gone");
+	if (n)
+		return n;
+	if (mvc_rejoin_due(c)) {
+		ev[0] = c->back_ev;
+		c->back = 0;
+		return 1;
+	}
+	if (mvc_rejoin_wait_ns(c) >= 0)
+		return -EPIPE; /* mvc_error() says when the next try is */
+	return mvc_fail(c, -EPIPE, "the mover is gone");
+}
+
+/* How often an idle mvc_poll looks whether the mover hung up: a polling
+ * client learns that its mover is gone without sleeping in mvc_wait. */
+#define HUP_CHECK_POLLS 64
+#define HUP_CHECK_NS    10000000ll
+
+static int hung_up(struct mvc *c)
+{
+	struct timespec ts;
+
+	if (++c->idle_polls < HUP_CHECK_POLLS)
+		return 0;
+	c->idle_polls = 0;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	if (now - c->hup_at < HUP_CHECK_NS)
+		return 0;
+	c->hup_at = now;
+	struct pollfd pf = {.fd = c->sock, .events = POLLRDHUP};
+	return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLRDHUP | POLLERR));
 }
 
 /* Cut off: what is in flight fails with the mover's reason. */
@@ -336,6 +382,10 @@ int mvc_poll(struct mvc *c, struct mvc_event *ev, int max)
 		n = fail_cut(c, ev, max);
 		return n ? n
 		         : mvc_fail(c, -EPROTO, "the mover cut this connection off: %s", c->cut);
+	}
+	if (c->back && max > 0) {
+		ev[n++] = c->back_ev;
+		c->back = 0;
 	}
 	while (c->ndue && n < max) {
 		struct imm_ent *t = imm_find(c, c->imm_due[--c->ndue], 0);
@@ -361,6 +411,8 @@ int mvc_poll(struct mvc *c, struct mvc_event *ev, int max)
 		n += peer_failures(c, ev + n, max - n);
 	if (c->cut[0] && n < max)
 		n += fail_cut(c, ev + n, max - n);
+	if (!n && max > 0 && (c->dead || hung_up(c)))
+		return mover_gone(c, ev, max);
 	return n;
 }
 
@@ -380,6 +432,14 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Sleeps up to ms milliseconds (a reconnect's wait). */
+static void nap_ms(int64_t ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
 int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms)
 {
 	int64_t deadline = timeout_ms < 0 ? INT64_MAX : now_ms() + timeout_ms;
@@ -387,22 +447,28 @@ int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms)
 	/* A completion due within a few us costs less polled for than slept
 	 * for: a sleep on the eventfd and the wake-up add several us (tens on
 	 * a virtual machine) to every round trip. */
-	if (timeout_ms != 0 && c->wait_spin_ns > 0) {
+	if (timeout_ms != 0 && c->wait_spin_ns > 0 && !c->dead) {
 		int64_t end = now_ns() + c->wait_spin_ns;
 		do {
 			int n = mvc_poll(c, ev, max);
 			if (n)
 				return n;
-			if (c->dead)
-				return mover_gone(c, ev, max);
 		} while (now_ns() < end);
 	}
 	for (;;) {
 		int n = mvc_poll(c, ev, max);
-		if (n)
+		if (n > 0)
 			return n;
-		if (c->dead)
-			return mover_gone(c, ev, max);
+		if (n < 0) {
+			/* Gone, and a reconnect will be tried: sleep until it
+			 * is due, never past the timeout. */
+			int64_t wait = mvc_rejoin_wait_ns(c), left = deadline - now_ms();
+			if (n != -EPIPE || wait < 0 || left <= 0)
+				return n;
+			wait = wait / 1000000 + 1;
+			nap_ms(wait < left ? wait : left);
+			continue;
+		}
 
 		uint32_t armed = 0, ready = 0;
 		for (; armed < c->info.nshards; armed++)
@@ -427,11 +493,12 @@ int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms)
 				}
 			}
 			if (p > 0 && (pf[1].revents & (POLLHUP | POLLRDHUP | POLLERR))) {
-				/* Completions already in the rings still count. */
+				/* Completions already in the rings still count:
+				 * the next mvc_poll reads them, then fails the rest. */
 				for (uint32_t s = 0; s < armed; s++)
 					shmring_disarm(&c->sh[s].comp);
-				n = mvc_poll(c, ev, max);
-				return n ? n : mover_gone(c, ev, max);
+				mvc_gone(c);
+				continue;
 			}
 		}
 		for (uint32_t s = 0; s < armed; s++)

@@ -75,6 +75,13 @@ enum mvc_event_type {
 	MVC_EV_BATCH = 1,     /* a submitted batch finished; status says how */
 	MVC_EV_IMM = 2,       /* an immediate arrived in one of our regions */
 	MVC_EV_IMM_COUNT = 3, /* the count asked for with mvc_imm_expect arrived */
+	/* The mover came back after it was gone (MVC_CAUSE_MOVER_GONE): libmvc
+	 * reconnected, re-registered the regions and re-added the peers and
+	 * imports, under the ids the application already holds. count: what
+	 * was restored; status and cause: the first thing that could not be
+	 * (its id in region), msg: in words. This mover's address and region
+	 * blobs are new: send them to the peers again. See mvc_connect(3). */
+	MVC_EV_MOVER_BACK = 4,
 };
 
 struct mvc_event {
@@ -160,9 +167,13 @@ struct mvc_opts {
 	 * shard, 1 to 100 (0: 100). A mover serves its clients in shares by
 	 * weight (mover --weight-uid): a bulk sender can ask for less. */
 	uint32_t share_pct;
-	uint32_t rsvd32;
+	uint32_t flags; /* MVC_OPT_* */
 	uint64_t rsvd[6];
 };
+/* Do not reconnect when the mover goes: every call after the in-flight
+ * batches failed returns -EPIPE for good (the behaviour before 0.2.0's
+ * reconnect; $MVC_RECONNECT=0 does the same for every connection). */
+#define MVC_OPT_NO_RECONNECT 1u
 int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *opts);
 const char *mvc_connect_error(void);
 void mvc_disconnect(struct mvc *c);
@@ -225,11 +236,15 @@ void mvc_abort(struct mvc *c);
  * forever) after polling for 20 us ($MVC_WAIT_SPIN_US: microseconds, 0 never;
  * read at connect). Both return the number of events written to ev, or -errno
  * (-EPIPE: the mover is gone; in-flight batches then complete with
- * MVC_CAUSE_MOVER_GONE. -EPROTO: the mover cut this connection off because
- * what its rings held broke the protocol, a batch id out of range, a
- * descriptor after its batch's END, impossible ring indices; in-flight
- * batches then complete with MVC_CAUSE_PROTOCOL and mvc_error() says why,
- * and every later call on the connection fails with -EPROTO). */
+ * MVC_CAUSE_MOVER_GONE, once each, and unless MVC_OPT_NO_RECONNECT the
+ * library then tries to reconnect to the same socket on later calls of
+ * mvc_poll, mvc_wait and the batch calls, 10 ms after the loss and twice
+ * as long after each failed try, up to 1 s; mvc_wait sleeps until the
+ * next try, never past its timeout. Until one succeeds these calls return
+ * -EPIPE; then one MVC_EV_MOVER_BACK event says so. -EPROTO: the mover cut this connection off
+ * because what its rings held broke the protocol, a batch id out of range, a descriptor after its
+ * batch's END, impossible ring indices; in-flight batches then complete with MVC_CAUSE_PROTOCOL and
+ * mvc_error() says why, and every later call on the connection fails with -EPROTO). */
 int mvc_poll(struct mvc *c, struct mvc_event *ev, int max);
 int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms);
 

@@ -4,10 +4,13 @@
  * share, and the calls between them. Never installed; applications see only
  * mvc.h. Functions here are hidden from libmvc.so's exports.
  *
- *   client.c  the connection, memory, peers and imports (control socket)
+ *   client.c  the connection, peers and imports (control socket)
+ *   memory.c  regions: allocated, registered fds, CUDA memory
  *   batch.c   building batches in the submission rings, and submitting them
  *   arena.c   the list arena: page and segment lists passed by reference
  *   events.c  completions, immediates and their expectations
+ *   rejoin.c  staying connected: the ids the application holds, and
+ *             reconnecting to a mover that came back
  */
 #ifndef MVC_INT_H
 #define MVC_INT_H
@@ -74,6 +77,25 @@ struct mvc_arena {
 	uint32_t *slot_of; /* per batch id: its entry in held, or UINT32_MAX */
 };
 
+/*
+ * What a new mover needs to take back the connection's regions, peers and
+ * imports (rejoin.c), each under the id the application holds (app) and the
+ * current mover's (cur). Until a mover is replaced the two are equal.
+ */
+enum mvc_obj_kind { MVC_OBJ_REGION, MVC_OBJ_PEER, MVC_OBJ_IMPORT, MVC_OBJ_KINDS };
+#define MVC_ID_LOST UINT32_MAX /* not restored by the last reconnect */
+
+struct mvc_obj {
+	uint32_t app, cur;
+	uint32_t kind;
+	int fd; /* a region's memfd (the library's own), or -1 */
+	uint64_t off, len;
+	void *dptr;    /* a CUDA region's device pointer */
+	uint32_t peer; /* an import's peer (app id) */
+	uint32_t blob_len;
+	uint8_t *blob; /* a peer's address blob, an import's region blob */
+};
+
 struct mvc {
 	int sock;
 	uint32_t seq;
@@ -129,11 +151,64 @@ struct mvc {
 	uint32_t nlocal_gpu;
 	uint8_t host[16];
 
+	/* Staying connected (rejoin.c). */
+	char path[108];      /* the mover's socket */
+	uint64_t arena_size; /* the list arena's, for every session */
+	uint32_t share_pct;  /* asked for in every session's rings */
+	int rejoin;          /* reconnect when the mover goes (not MVC_OPT_NO_RECONNECT) */
+	int ctl_timeout_ms;  /* receive timeout on the socket while reconnecting, or 0 */
+	int64_t retry_at;    /* CLOCK_MONOTONIC ns of the next try */
+	int64_t backoff;     /* ns from a failed try to the next */
+	int back;            /* back_ev is due: mvc_poll reports it first */
+	struct mvc_event back_ev;
+	struct mvc_obj *objs;
+	uint32_t nobj, obj_cap;
+	int remapped;   /* some app id differs from its cur: ids are translated */
+	uint32_t synth; /* app ids made up when a new mover's id was taken */
+	uint32_t idle_polls;
+	int64_t hup_at; /* when mvc_poll last looked whether the socket hung up */
+
 	char err[256];
 };
 
 MVC_INTERNAL int mvc_fail(struct mvc *c, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+MVC_INTERNAL int mvc_call(struct mvc *c, uint16_t type, const void *payload, size_t len,
+                          const int *fds, int nfds, void *rep, size_t replen, int *rfds,
+                          int maxrfds, int *nrfds);
+MVC_INTERNAL int mvc_id_call(struct mvc *c, uint16_t type, uint32_t id);
+MVC_INTERNAL int mvc_session_open(struct mvc *c);
+MVC_INTERNAL void mvc_session_close(struct mvc *c);
+MVC_INTERNAL int mvc_reg_fd(struct mvc *c, int fd, uint64_t off, uint64_t len, uint32_t *region);
+#ifdef MV_HAVE_CUDA
+MVC_INTERNAL int mvc_cuda_reg(struct mvc *c, void *dptr, uint64_t len, struct mv_reg_rep *rep);
+#endif
+
+/* rejoin.c */
+MVC_INTERNAL int mvc_rejoin_init(struct mvc *c, uint32_t flags);
+MVC_INTERNAL int mvc_obj_add(struct mvc *c, const struct mvc_obj *o, const void *blob,
+                             uint32_t blob_len, uint32_t *app);
+MVC_INTERNAL uint32_t mvc_obj_del(struct mvc *c, uint32_t kind, uint32_t app);
+MVC_INTERNAL void mvc_obj_del_imports_of(struct mvc *c, uint32_t peer);
+MVC_INTERNAL void mvc_objs_free(struct mvc *c);
+MVC_INTERNAL uint32_t mvc_cur_slow(const struct mvc *c, uint32_t kind, uint32_t app);
+MVC_INTERNAL uint32_t mvc_app_slow(const struct mvc *c, uint32_t kind, uint32_t cur);
+MVC_INTERNAL void mvc_gone(struct mvc *c);
+MVC_INTERNAL int mvc_rejoin_due(struct mvc *c);
+MVC_INTERNAL int64_t mvc_rejoin_wait_ns(const struct mvc *c);
+
+/* The mover's id for an id the application holds, and back: the same
+ * until a reconnect gave some object another id. */
+static inline uint32_t mvc_cur(const struct mvc *c, uint32_t kind, uint32_t app)
+{
+	return c->remapped ? mvc_cur_slow(c, kind, app) : app;
+}
+
+static inline uint32_t mvc_app(const struct mvc *c, uint32_t kind, uint32_t cur)
+{
+	return c->remapped ? mvc_app_slow(c, kind, cur) : cur;
+}
 
 /* batch.c */
 MVC_INTERNAL int mvc_batch_tables_alloc(struct mvc *c, uint32_t nb);

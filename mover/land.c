@@ -262,8 +262,10 @@ int mv_land_progress(struct mv_shard *s)
 		                       .context = &lb->actx,
 		                       .data = lb->ack_data};
 		ssize_t ret = fi_writemsg(s->fab.ep, &m, FI_COMPLETION | FI_REMOTE_CQ_DATA);
-		if (ret == -FI_EAGAIN)
+		if (ret == -FI_EAGAIN) {
+			s->st.eagain++; /* a re-post too: mvstat's re-posts per write */
 			break;
+		}
 		s->lq_head = lb->next;
 		if (!s->lq_head)
 			s->lq_tail = NULL;

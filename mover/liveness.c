@@ -57,6 +57,8 @@ void mv_peer_unwatch(struct mover *mv, struct mv_peer *p)
 	p->pidfd = -1;
 }
 
+static void shm_release(struct mover *mv, struct mv_peer *p);
+
 void mv_peer_exited(struct mover *mv, struct mv_peer *p)
 {
 	char why[MV_ERRLEN];
@@ -78,6 +80,22 @@ void mv_peer_exited(struct mover *mv, struct mv_peer *p)
 	       (unsigned long long)p->mover_id, (int)p->pid);
 	if (strncmp(mv->prov, "shm", 3))
 		return;
+	shm_release(mv, p);
+	/* Its wake files went with it, and the peer stays (its AV entries may
+	 * still be named): close them, or a peer restarted N times leaves
+	 * N x shards fds here. Once every shard has passed a turn none is in a
+	 * burst that may ring it, and none adds it again: it is exited. */
+	if (p->wake) {
+		mv_call_all(mv, MV_CMD_SYNC, NULL, why, sizeof(why));
+		mv_wake_peer_close(p);
+	}
+}
+
+/* On shm the exited peer may have left its command queue locked. */
+static void shm_release(struct mover *mv, struct mv_peer *p)
+{
+	char why[MV_ERRLEN];
+
 	for (uint32_t s = 0; s < p->nshards; s++) {
 		int ret = mv_fabric_shm_release(p->blob.addr[s], p->blob.addrlen, p->pid, why,
 		                                sizeof(why));

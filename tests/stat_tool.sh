@@ -36,6 +36,12 @@ peer=$(echo "$j3" | sed 's/.*"peers"://' | field bytes)
 [ "$peer" = "$sent" ] || fail "peer rows sum to $peer bytes; the client counted $sent"
 "$B"/bin/mvstat --socket "$MV_SOCK_A" --prometheus --interval 0.1 | grep -q '^mover_shard_bytes_total{' ||
 	fail "no mover_shard_bytes_total in --prometheus"
+# Back-pressure: refused posts per write stay below one (each shard, JSON and Prometheus).
+rp=$(echo "$j3" | grep -o '"reposts_per_write":[0-9.]*' | cut -d: -f2)
+[ -n "$rp" ] || fail "no reposts_per_write in --json"
+for r in $rp; do awk -v r="$r" 'BEGIN { exit !(r < 1) }' || fail "re-posts per write $r >= 1"; done
+"$B"/bin/mvstat --socket "$MV_SOCK_A" --prometheus --interval 0.1 |
+	grep -q '^mover_shard_reposts_per_write{' || fail "no mover_shard_reposts_per_write in --prometheus"
 
 # Hops: every batch A published has its whole-batch hop, in the Prometheus
 # histogram and in --hops; every immediate B delivered, its deliver hop.

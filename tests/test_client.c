@@ -11,6 +11,8 @@
 #include "batch.c"
 #include "client.c"
 #include "events.c"
+#include "rejoin.c"
+#include "memory.c"
 
 #include <check.h>
 #include <sys/wait.h>
@@ -306,6 +308,56 @@ START_TEST(test_region_blob_longer_than_a_blob_is_refused)
 }
 END_TEST
 
+/* After a reconnect a new mover may hand out an id the application already
+ * holds for another object: the new one gets an id no mover hands out, the
+ * rings carry the mover's ids, and events name the application's. */
+START_TEST(test_remapped_ids_reach_the_rings_and_come_back_in_events)
+{
+	struct rig g;
+	uint32_t r1, r2, i1;
+	int writes, ends;
+
+	rig_open(&g);
+	struct mvc *c = g.c;
+	struct mvc_obj o = {.kind = MVC_OBJ_REGION, .cur = 65537, .fd = -1};
+	ck_assert_int_eq(mvc_obj_add(c, &o, NULL, 0, &r1), 0);
+	ck_assert_uint_eq(r1, 65537);
+	ck_assert_int_eq(c->remapped, 0);
+	o = (struct mvc_obj){.kind = MVC_OBJ_IMPORT, .cur = 65537, .fd = -1};
+	ck_assert_int_eq(mvc_obj_add(c, &o, "blob", 4, &i1), 0);
+	ck_assert_uint_eq(i1, 65537); /* another kind: no clash */
+	/* The new mover gave r1 id 131073 and the next region 65537. */
+	c->objs[0].cur = 131073;
+	c->remapped = 1;
+	o = (struct mvc_obj){.kind = MVC_OBJ_REGION, .cur = 65537, .fd = -1};
+	ck_assert_int_eq(mvc_obj_add(c, &o, NULL, 0, &r2), 0);
+	ck_assert_uint_ne(r2, 65537);
+	ck_assert_uint_eq(mvc_cur(c, MVC_OBJ_REGION, r1), 131073);
+	ck_assert_uint_eq(mvc_cur(c, MVC_OBJ_REGION, r2), 65537);
+	ck_assert_uint_eq(mvc_app(c, MVC_OBJ_REGION, 65537), r2);
+	ck_assert_int_eq(mvc_write(c, r1, 0, i1, 0, 64), 0);
+	ck_assert_int_eq(mvc_submit(c, 1), 0);
+	uint32_t pos;
+	ck_assert_int_eq(shmring_peek(&g.cons[c->home], 8, &pos), 2);
+	const struct mv_desc *d = shmring_slot(&g.cons[c->home], pos);
+	ck_assert_uint_eq(d->src, 131073);
+	ck_assert_uint_eq(d->dst, 65537);
+	drain(&g, (int)c->home, &writes, &ends);
+	/* An immediate into the mover's 65537 is one into r2. */
+	struct mv_cqe q = {.type = MV_CQE_IMM, .imm = 5, .region = 65537};
+	struct mvc_event ev;
+	ck_assert_int_eq(translate(c, &q, &ev), 1);
+	ck_assert_uint_eq(ev.region, r2);
+	/* Forgetting r1 gives back the mover's id to free. */
+	ck_assert_uint_eq(mvc_obj_del(c, MVC_OBJ_REGION, r1), 131073);
+	ck_assert_uint_eq(mvc_obj_del(c, MVC_OBJ_REGION, r2), 65537);
+	ck_assert_int_eq(c->remapped, 0); /* the import kept its id */
+	mvc_objs_free(c);
+	free(c->imm_tab);
+	rig_close(&g);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("client");
@@ -317,6 +369,7 @@ int main(void)
 	tcase_add_test(tc, test_lone_immediate_ends_on_home);
 	tcase_add_test(tc, test_load_returns_to_zero);
 	tcase_add_test(tc, test_stripe_keeps_its_shard);
+	tcase_add_test(tc, test_remapped_ids_reach_the_rings_and_come_back_in_events);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("errors");
 	tcase_add_test(tc, test_region_blob_longer_than_a_blob_is_refused);

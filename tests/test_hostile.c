@@ -21,6 +21,8 @@
 #include "batch.c"
 #include "client.c"
 #include "events.c"
+#include "rejoin.c"
+#include "memory.c"
 
 #include <check.h>
 #include <glob.h>

@@ -7,12 +7,15 @@
 #
 #   mvhosts.sh up DIR PROVIDER SHARDS   starts both, writes DIR/env
 #   mvhosts.sh down DIR                 stops both (SIGTERM), removes namespaces
+#   mvhosts.sh restart DIR A|B [SIG]    stops one (SIGKILL unless SIG, e.g. TERM)
+#                                       and starts it again on its socket
 #
 # DIR/env sets MV_SOCK_A, MV_SOCK_B, MV_PID_A, MV_PID_B, MV_NETNS (1 or 0),
-# and with namespaces MV_NS_A, MV_NS_B and the veth ends MV_IF_A, MV_IF_B.
+# MV_NS_A, MV_NS_B, MV_IF_A, MV_IF_B (the veth ends, or lo).
 # $MV_MOVER_ARGS: more options for both movers (e.g. "--heartbeat 0.25");
 # $MV_MOVER_WRAP: a command both run under (e.g. "unshare --pid --fork
-# --kill-child", so that neither can watch the other's pid).
+# --kill-child", so that neither can watch the other's pid). Both apply to
+# restarts too.
 set -u
 cmd=$1 dir=$2
 B=${MV_BUILD:-build}
@@ -46,23 +49,48 @@ wait_sock() {
 	return 1
 }
 
+# start_mover a|b PROVIDER IFACE SHARDS PREFIX: in the background ($! its pid)
+start_mover() {
+	local iface="--iface $3"
+	[ "$2" = shm ] && iface=""
+	$5 ${MV_MOVER_WRAP:-} "$B"/bin/mover --no-config --provider "$2" $iface --shards "$4" \
+		--socket "$dir/$1.sock" ${MV_MOVER_ARGS:-} >>"$dir/$1.log" 2>&1 &
+}
+
 case $cmd in
+restart)
+	[ -f "$dir"/env ] || exit 1
+	. "$dir"/env
+	which=$3 sig=${4:-KILL}
+	case $which in
+	A) pid=$MV_PID_A name=a ifc=$MV_IF_A pre="" ;;
+	B) pid=$MV_PID_B name=b ifc=$MV_IF_B pre="" ;;
+	*) echo "usage: $0 restart DIR A|B [SIG]" >&2; exit 2 ;;
+	esac
+	[ "$MV_NETNS" = 1 ] && pre="ip netns exec $( [ "$which" = A ] && echo "$MV_NS_A" || echo "$MV_NS_B")"
+	kill -"$sig" "$pid" 2>/dev/null
+	# SIGTERM drains what clients committed: up to 15 s.
+	for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+	kill -KILL "$pid" 2>/dev/null
+	for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+	rm -f /dev/shm/"$pid":* /dev/shm/mv."$pid".* "$dir/$name.sock"
+	start_mover "$name" "$MV_PROVIDER" "$ifc" "$MV_SHARDS" "$pre"
+	new=$!
+	sed -i "s/^MV_PID_$which=.*/MV_PID_$which=$new/" "$dir"/env
+	wait_sock "$dir/$name.sock" $new || { echo "mvhosts: mover $which did not come back" >&2; exit 1; }
+	;;
 up)
 	prov=$3 shards=$4
 	mkdir -p "$dir"
-	rm -f "$dir"/a.sock "$dir"/b.sock
+	rm -f "$dir"/a.sock "$dir"/b.sock "$dir"/a.log "$dir"/b.log
 	ifA=lo ifB=lo pre_a="" pre_b="" netns=0
 	if [ "$prov" = tcp ] && [ "${MV_NO_NETNS:-0}" != 1 ] && netns_ok; then
 		netns=1 ifA=$vA ifB=$vB
 		pre_a="ip netns exec $nsA" pre_b="ip netns exec $nsB"
 	fi
-	iface_a="--iface $ifA" iface_b="--iface $ifB"
-	[ "$prov" = shm ] && iface_a="" iface_b=""
-	$pre_a ${MV_MOVER_WRAP:-} "$B"/bin/mover --no-config --provider "$prov" $iface_a --shards "$shards" --socket "$dir"/a.sock ${MV_MOVER_ARGS:-} \
-		>"$dir"/a.log 2>&1 &
+	start_mover a "$prov" "$ifA" "$shards" "$pre_a"
 	pa=$!
-	$pre_b ${MV_MOVER_WRAP:-} "$B"/bin/mover --no-config --provider "$prov" $iface_b --shards "$shards" --socket "$dir"/b.sock ${MV_MOVER_ARGS:-} \
-		>"$dir"/b.log 2>&1 &
+	start_mover b "$prov" "$ifB" "$shards" "$pre_b"
 	pb=$!
 	cat >"$dir"/env <<EOT
 MV_SOCK_A=$dir/a.sock
@@ -72,8 +100,10 @@ MV_PID_B=$pb
 MV_NETNS=$netns
 MV_NS_A=$nsA
 MV_NS_B=$nsB
-MV_IF_A=$vA
-MV_IF_B=$vB
+MV_IF_A=$ifA
+MV_IF_B=$ifB
+MV_PROVIDER=$prov
+MV_SHARDS=$shards
 EOT
 	if ! wait_sock "$dir"/a.sock $pa || ! wait_sock "$dir"/b.sock $pb; then
 		echo "mvhosts: a mover did not start:" >&2

@@ -200,6 +200,16 @@ static void print_gpu_paths_prom(FILE *f, const struct mv_stats_hdr *h)
 		        h->mover_id, gpu_rate_names[i], h->gpu_mbps[i] * 1e6);
 }
 
+/* Re-posts per write: posts the provider refused (-FI_EAGAIN, a full
+ * queue) for each write it took, since start. Under back-pressure a shard
+ * waits for completions before it posts again, so this stays below 1. */
+static double reposts(const struct mv_stats_shard *y)
+{
+	uint64_t posted = GET(y->posted);
+
+	return posted ? (double)GET(y->eagain) / (double)posted : 0;
+}
+
 static void print_text(FILE *f, const struct view *v, const struct snap *a, const struct snap *b)
 {
 	const struct mv_stats_hdr *h = v->h;
@@ -215,19 +225,20 @@ static void print_text(FILE *f, const struct view *v, const struct snap *a, cons
 	if (GET(h->tracing))
 		fprintf(f, "tracing to %s: %" PRIu64 " records written\n", h->trace_path,
 		        GET(h->trace_records));
-	fprintf(f, "%-5s %-12s %-8s %4s %12s %12s %14s %9s %10s %7s %7s %7s %6s %6s\n", "shard",
+	fprintf(f, "%-5s %-12s %-8s %4s %12s %12s %14s %9s %10s %7s %7s %7s %6s %6s %6s\n", "shard",
 	        "provider", "iface", "cpu", "posted", "completed", "bytes", "Gbit/s", "msg/s",
-	        "pending", "inflight", "eagain", "cqerr", "tmo");
+	        "pending", "inflight", "eagain", "rp/wr", "cqerr", "tmo");
 	for (uint32_t s = 0; s < h->nshards; s++) {
 		const struct mv_stats_shard *x = &a->shard[s], *y = &b->shard[s];
 		fprintf(f,
 		        "%-5u %-12.12s %-8.8s %4d %12" PRIu64 " %12" PRIu64 " %14" PRIu64
-		        " %9.3f %10.0f %7" PRIu64 " %7" PRIu64 " %7" PRIu64 " %6" PRIu64
+		        " %9.3f %10.0f %7" PRIu64 " %7" PRIu64 " %7" PRIu64 " %6.3f %6" PRIu64
 		        " %6" PRIu64 "\n",
 		        s, y->provider, y->iface, y->cpu, GET(y->posted), GET(y->completed),
 		        GET(y->bytes), rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
 		        rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
-		        GET(y->inflight), GET(y->eagain), GET(y->cq_errors), GET(y->timeouts));
+		        GET(y->inflight), GET(y->eagain), reposts(y), GET(y->cq_errors),
+		        GET(y->timeouts));
 	}
 	uint64_t gpu = 0;
 	for (uint32_t s = 0; s < h->nshards; s++)
@@ -352,19 +363,19 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 		        "\"numa\":%d,\"posted\":%" PRIu64 ",\"completed\":%" PRIu64
 		        ",\"bytes\":%" PRIu64 ",\"descs\":%" PRIu64 ",\"batches\":%" PRIu64
 		        ",\"gbit_s\":%.6f,\"msg_s\":%.1f,\"pending\":%" PRIu64
-		        ",\"inflight\":%" PRIu64 ",\"eagain\":%" PRIu64 ",\"cq_errors\":%" PRIu64
-		        ",\"retries\":%" PRIu64 ",\"timeouts\":%" PRIu64 ",\"imm_rx\":%" PRIu64
-		        ",\"sleeps\":%" PRIu64 ",\"wakes\":%" PRIu64 ",\"host_bytes\":%" PRIu64
-		        ",\"hmem_bytes\":%" PRIu64 ",\"copy_bytes\":%" PRIu64
-		        ",\"staged_bytes\":%" PRIu64 "}",
+		        ",\"inflight\":%" PRIu64 ",\"eagain\":%" PRIu64
+		        ",\"reposts_per_write\":%.6f,\"cq_errors\":%" PRIu64 ",\"retries\":%" PRIu64
+		        ",\"timeouts\":%" PRIu64 ",\"imm_rx\":%" PRIu64 ",\"sleeps\":%" PRIu64
+		        ",\"wakes\":%" PRIu64 ",\"host_bytes\":%" PRIu64 ",\"hmem_bytes\":%" PRIu64
+		        ",\"copy_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64 "}",
 		        s ? "," : "", s, y->provider, y->iface, y->cpu, y->numa, GET(y->posted),
 		        GET(y->completed), GET(y->bytes), GET(y->descs), GET(y->batches),
 		        rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
 		        rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
-		        GET(y->inflight), GET(y->eagain), GET(y->cq_errors), GET(y->retries),
-		        GET(y->timeouts), GET(y->imm_rx), GET(y->sleeps), GET(y->wakes),
-		        GET(y->path_bytes[0]), GET(y->path_bytes[1]), GET(y->path_bytes[2]),
-		        GET(y->path_bytes[3]));
+		        GET(y->inflight), GET(y->eagain), reposts(y), GET(y->cq_errors),
+		        GET(y->retries), GET(y->timeouts), GET(y->imm_rx), GET(y->sleeps),
+		        GET(y->wakes), GET(y->path_bytes[0]), GET(y->path_bytes[1]),
+		        GET(y->path_bytes[2]), GET(y->path_bytes[3]));
 	}
 	fprintf(f, "]");
 	print_gpu_paths_json(f, h);
@@ -477,6 +488,14 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 			        b->shard[s].iface, atomic_load_explicit(p, memory_order_relaxed));
 		}
 	}
+	fprintf(f, "# HELP mover_shard_reposts_per_write posts the provider refused (EAGAIN) per "
+	           "write posted, since start\n# TYPE mover_shard_reposts_per_write gauge\n");
+	for (uint32_t s = 0; s < h->nshards; s++)
+		fprintf(f,
+		        "mover_shard_reposts_per_write{mover=\"%016" PRIx64
+		        "\",shard=\"%u\",provider=\"%s\",iface=\"%s\"} %.6f\n",
+		        h->mover_id, s, b->shard[s].provider, b->shard[s].iface,
+		        reposts(&b->shard[s]));
 	fprintf(f, "# HELP mover_hop_seconds where batches' time goes, hop by hop (queue, post, "
 	           "fabric, imm, batch, deliver: see mvstat(1))\n# TYPE mover_hop_seconds "
 	           "histogram\n");

@@ -48,7 +48,11 @@ class mvc_info(Structure):
 
 
 class mvc_opts(Structure):
-    _fields_ = [("list_arena", c_uint64), ("rsvd", c_uint64 * 7)]
+    _fields_ = [("list_arena", c_uint64), ("share_pct", c_uint32), ("flags", c_uint32),
+                ("rsvd", c_uint64 * 6)]
+
+
+OPT_NO_RECONNECT = 1  # mvc.h MVC_OPT_NO_RECONNECT
 
 
 class mvc_latency(Structure):

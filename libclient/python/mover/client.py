@@ -103,6 +103,11 @@ class Client:
     socket: the mover's socket path; None: $MOVER_SOCKET, else the mover's
     default path. list_arena: bytes of the list arena (0: $MVC_LIST_ARENA,
     else 64 MiB). max_events: the most events one poll() or wait() returns.
+    reconnect: when the mover goes, its batches in flight fail once with
+    Cause.MOVER_GONE and poll() and wait() raise MoverError EPIPE; then
+    libmvc reconnects to the same socket on later calls, keeping region,
+    peer and import ids, and reports it with one EventType.MOVER_BACK event
+    (False: stay gone, as before). See mvc_connect(3).
     Raises MoverError when the mover cannot be reached or refuses.
 
         with mover.Client() as c, c.alloc(1 << 20) as r:
@@ -110,10 +115,11 @@ class Client:
     """
 
     def __init__(self, socket: str | os.PathLike | None = None, *, list_arena: int = 0,
-                 max_events: int = 64) -> None:
+                 max_events: int = 64, reconnect: bool = True) -> None:
         self._c: c_void_p | None = None
         path = None if socket is None else os.fsencode(socket)
-        opts = _lib.mvc_opts(list_arena=_index(list_arena, "list_arena"))
+        opts = _lib.mvc_opts(list_arena=_index(list_arena, "list_arena"),
+                             flags=0 if reconnect else _lib.OPT_NO_RECONNECT)
         max_events = _index(max_events, "max_events", 1 << 20)
         if max_events == 0:
             raise ValueError("max_events must be at least 1")
@@ -129,8 +135,11 @@ class Client:
         self._pages = _lib.mvc_pages()
         self._held: deque[Event] = deque()  # events wait_for() set aside
         self._cookies = itertools.count(1)
+        self._read_info()
+
+    def _read_info(self) -> None:
         inf = _lib.mvc_info()
-        _lib_.mvc_info(c, byref(inf))
+        _lib_.mvc_info(self._c, byref(inf))
         self.info = Info(inf.client_id, inf.nshards, inf.max_batches, inf.mover_id,
                          inf.provider.decode(errors="replace"))
 
@@ -487,7 +496,10 @@ class Client:
         if n < 0:
             raise self._fail(n, call)
         ev = self._ev
-        return [Event._from_c(ev[i]) for i in range(n)]
+        out = [Event._from_c(ev[i]) for i in range(n)]
+        if any(e.type == EventType.MOVER_BACK for e in out):
+            self._read_info()  # a new mover: its id, shards, this client's id
+        return out
 
     def poll(self, max_events: int | None = None) -> list[Event]:
         """The events here now, without waiting (possibly none). MoverError

@@ -13,11 +13,14 @@ class EventType(enum.IntEnum):
     BATCH = 1  # a submitted batch finished; status says how
     IMM = 2  # an immediate arrived in one of our regions
     IMM_COUNT = 3  # the count asked for with Client.imm_expect arrived
+    MOVER_BACK = 4  # the mover came back and the client reconnected (see Client)
 
 
 class Event:
-    """One completion: a batch that finished, an immediate that arrived, or
-    a count of immediates that imm_expect asked for.
+    """One completion: a batch that finished, an immediate that arrived, a
+    count of immediates that imm_expect asked for, or the mover that came
+    back after it was gone (MOVER_BACK: count restored regions, peers and
+    imports; a failure names the first that was not, by its id, in region).
 
     type: EventType; status: 0 or -errno; cookie: submit's (BATCH) or
     imm_expect's (IMM_COUNT); bytes: bytes the batch wrote; imm: the
@@ -77,6 +80,8 @@ class Event:
             parts += [f"imm={self.imm}", f"region={self.region}"]
         elif self.type == EventType.IMM_COUNT:
             parts += [f"imm={self.imm}", f"count={self.count}", f"cookie={self.cookie}"]
+        elif self.type == EventType.MOVER_BACK:
+            parts += [f"count={self.count}"]
         if self.status:
             cause = self.cause.name if isinstance(self.cause, Cause) else self.cause
             parts += [f"status={self.status}", f"cause={cause}", f"msg={self.msg!r}"]

@@ -58,8 +58,12 @@ class LocalMover:
                 "--socket", self.sock, *extra]
         if provider == "tcp":
             argv += ["--iface", iface or "lo"]
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+        self._argv = argv
+        self._start(timeout)
+
+    def _start(self, timeout: float) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self._argv, stdout=log, stderr=subprocess.STDOUT,
                                          preexec_fn=_die_with_parent)
         t0 = time.monotonic()
         while not os.path.exists(self.sock):
@@ -81,6 +85,16 @@ class LocalMover:
             self.proc.kill()
             self.proc.wait()
         self._cleanup()
+
+    def restart(self, crash: bool = True, timeout: float = 30.0) -> None:
+        """Stops the mover, with SIGKILL (crash) or SIGTERM, and starts a
+        new one on the same socket with the same options: what a client
+        sees when its mover is restarted."""
+        if crash:
+            self.kill()
+        else:
+            self.stop(keep_log=True)
+        self._start(timeout)
 
     def stop(self, keep_log: bool = False) -> int | None:
         """SIGTERM (the mover finishes what clients committed), SIGKILL
