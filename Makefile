@@ -44,16 +44,19 @@ endif
 FABRIC_LIBS = $(shell pkg-config --libs libfabric 2>/dev/null || echo -lfabric)
 HWLOC_LIBS = $(shell pkg-config --libs hwloc 2>/dev/null || echo -lhwloc)
 URING_LIBS = $(shell pkg-config --libs liburing 2>/dev/null || echo -luring)
+# etcd (mover --etcd): its JSON gateway over libcurl, parsed with json-c.
+ETCD_LIBS = $(shell pkg-config --libs libcurl json-c 2>/dev/null || echo -lcurl -ljson-c)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
 
 DEPS_STAMP := $(B)/.deps-ok
 
 SHMRING_SRC := shmring/shmring.c
-CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c
+CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c \
+	libclient/names.c
 MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_check.c \
 	mover/registry.c mover/fabric.c mover/topo.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
-	mover/access.c mover/quota.c \
+	mover/access.c mover/quota.c mover/etcd.c mover/cluster.c mover/names.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/land.c mover/post.c \
 	mover/complete.c mover/batch.c mover/idle.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
@@ -121,7 +124,7 @@ $(CLIENT_SO): $(CLIENT_SRC:%.c=$(B)/%.o) $(SHMRING_SRC:%.c=$(B)/%.o)
 
 $(B)/bin/mover: $(MOVER_SRC:%.c=$(B)/%.o) $(SHMRING_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(HWLOC_LIBS) $(URING_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(HWLOC_LIBS) $(URING_LIBS) $(ETCD_LIBS) $(LDLIBS)
 
 $(B)/bin/mvgpubench: $(B)/tools/mvgpubench.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
@@ -255,7 +258,7 @@ FUZZ_SRC_fuzz_ctlmsg := mover/msg_check.c mover/validate.c
 FUZZ_SRC_fuzz_desc := mover/validate.c
 # The shard's data path links the whole daemon but main.c (the harness logs).
 FUZZ_SRC_fuzz_take := $(filter-out mover/main.c,$(MOVER_SRC)) $(SHMRING_SRC)
-FUZZ_LIBS_fuzz_take = $(FABRIC_LIBS) $(HWLOC_LIBS) $(URING_LIBS) -ldl
+FUZZ_LIBS_fuzz_take = $(FABRIC_LIBS) $(HWLOC_LIBS) $(URING_LIBS) $(ETCD_LIBS) -ldl
 FUZZ_SRC_fuzz_blob := mover/validate.c
 FUZZ_SRC_fuzz_ring := shmring/shmring.c
 FUZZ_SRC_fuzz_trace :=

@@ -67,8 +67,8 @@ uint32_t mvc_inflight(const struct mvc *c)
 }
 
 /* One request, one reply: the control path is synchronous and rare. */
-static int call(struct mvc *c, uint16_t type, const void *payload, size_t len, const int *fds,
-                int nfds, void *rep, size_t replen, int *rfds, int maxrfds, int *nrfds)
+int mvc_call(struct mvc *c, uint16_t type, const void *payload, size_t len, const int *fds,
+             int nfds, void *rep, size_t replen, int *rfds, int maxrfds, int *nrfds)
 {
 	struct mv_msg_hdr h = {.magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION, .type = type};
 	union mv_cmsg u;
@@ -248,7 +248,7 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 		         strerror(errno));
 		goto err_sock;
 	}
-	ret = call(c, MV_MSG_HELLO, NULL, 0, NULL, 0, &hello, sizeof(hello), fds, MV_MAX_SHARDS,
+	ret = mvc_call(c, MV_MSG_HELLO, NULL, 0, NULL, 0, &hello, sizeof(hello), fds, MV_MAX_SHARDS,
 	           &nfds);
 	if (ret == -EPROTONOSUPPORT) {
 		/* The mover names its protocol; we name ours and our release. */
@@ -313,7 +313,7 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 	if (ret)
 		goto err_rings;
 	fds[2 * hello.nshards + 1] = c->arena.fd;
-	ret = call(c, MV_MSG_ATTACH, &req, sizeof(req), fds, (int)(2 * hello.nshards + 2), &rep,
+	ret = mvc_call(c, MV_MSG_ATTACH, &req, sizeof(req), fds, (int)(2 * hello.nshards + 2), &rep,
 	           sizeof(rep), NULL, 0, NULL);
 	if (ret)
 		goto err_rings;
@@ -362,14 +362,14 @@ static int id_call(struct mvc *c, uint16_t type, uint32_t id)
 	struct mv_id_req req = {.id = id};
 	struct mv_reply_hdr rep;
 
-	return call(c, type, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
+	return mvc_call(c, type, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 }
 
 static int reg(struct mvc *c, int fd, uint64_t off, uint64_t len, struct mvc_mem *m)
 {
 	struct mv_reg_req req = {.offset = off, .len = len};
 	struct mv_reg_rep rep;
-	int ret = call(c, MV_MSG_REG, &req, sizeof(req), &fd, 1, &rep, sizeof(rep), NULL, 0, NULL);
+	int ret = mvc_call(c, MV_MSG_REG, &req, sizeof(req), &fd, 1, &rep, sizeof(rep), NULL, 0, NULL);
 
 	if (ret)
 		return ret;
@@ -603,7 +603,7 @@ int mvc_register_cuda(struct mvc *c, void *dptr, uint64_t len, struct mvc_mem *o
 		       sizeof(ih) < sizeof(req.gpu.ipc) ? sizeof(ih) : sizeof(req.gpu.ipc));
 		req.gpu.kind = MV_GPU_IPC;
 	}
-	ret = call(c, MV_MSG_REG_GPU, &req, sizeof(req), fd >= 0 ? &fd : NULL, fd >= 0, &rep,
+	ret = mvc_call(c, MV_MSG_REG_GPU, &req, sizeof(req), fd >= 0 ? &fd : NULL, fd >= 0, &rep,
 	           sizeof(rep), NULL, 0, NULL);
 	if (fd >= 0)
 		close(fd); /* the mover holds its own copy */
@@ -631,7 +631,7 @@ int mvc_address(struct mvc *c, void *buf, size_t *len)
 {
 	struct mv_addr_rep rep;
 	size_t need = offsetof(struct mv_addr_blob, addr) + c->info.nshards * MV_MAX_ADDRLEN;
-	int ret = call(c, MV_MSG_ADDR, NULL, 0, NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
+	int ret = mvc_call(c, MV_MSG_ADDR, NULL, 0, NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 
 	if (ret)
 		return ret;
@@ -651,7 +651,7 @@ int mvc_region_blob(struct mvc *c, uint32_t region, void *buf, size_t *len)
 	int ret;
 
 	memset(&rep, 0, sizeof(rep));
-	ret = call(c, MV_MSG_BLOB, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
+	ret = mvc_call(c, MV_MSG_BLOB, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 	if (ret)
 		return ret;
 	/* The mover's word, checked before it sizes a copy out of rep. */
@@ -676,7 +676,7 @@ int mvc_peer_add(struct mvc *c, const void *addr, size_t len, uint32_t *peer)
 	if (len > sizeof(struct mv_addr_blob))
 		return mvc_fail(c, -EINVAL, "address blob of %zu bytes is larger than any mover's",
 		                len);
-	ret = call(c, MV_MSG_PEER_ADD, addr, len, NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
+	ret = mvc_call(c, MV_MSG_PEER_ADD, addr, len, NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 	if (!ret)
 		*peer = rep.id;
 	return ret;
@@ -705,7 +705,7 @@ int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint3
 		return mvc_fail(c, -EINVAL, "region blob of %zu bytes is larger than any mover's",
 		                len);
 	memcpy(&req.blob, blob, len);
-	ret = call(c, MV_MSG_IMPORT, &req, offsetof(struct mv_import_req, blob) + len, NULL, 0,
+	ret = mvc_call(c, MV_MSG_IMPORT, &req, offsetof(struct mv_import_req, blob) + len, NULL, 0,
 	           &rep, sizeof(rep), NULL, 0, NULL);
 	if (ret)
 		return ret;

@@ -119,6 +119,11 @@ struct mvc {
 MVC_INTERNAL int mvc_fail(struct mvc *c, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* client.c: one request on the control socket and its reply (and fds). */
+MVC_INTERNAL int mvc_call(struct mvc *c, uint16_t type, const void *payload, size_t len,
+                          const int *fds, int nfds, void *rep, size_t replen, int *rfds,
+                          int maxrfds, int *nrfds);
+
 /* batch.c */
 MVC_INTERNAL int mvc_batch_tables_alloc(struct mvc *c, uint32_t nb);
 MVC_INTERNAL void mvc_batch_tables_free(struct mvc *c);

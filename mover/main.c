@@ -5,6 +5,7 @@
  * starts the shard threads, logs one line per shard, and serves the control
  * socket until SIGTERM, when it drains what clients committed and exits.
  */
+#include "cluster.h"
 #include "mover.h"
 #include "mv_host.h"
 #include "mv_sock.h"
@@ -194,8 +195,14 @@ int main(int argc, char **argv)
 		}
 		if (ret)
 			mv_error("--trace: %s", why);
-		else
+		else if ((ret = mv_names_init(mv)))
+			mv_error("names: %s", strerror(-ret));
+		else if (mv->cfg.etcd && (ret = mv_cluster_start(mv, why, sizeof(why))))
+			mv_error("--etcd: %s", why);
+		if (!ret)
 			ret = mv_control_run(mv);
+		mv_cluster_stop(mv);
+		mv_names_free(mv);
 	} else {
 		/* Stop the shards that did start. */
 		uint32_t n = mv->nshards;
