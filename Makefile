@@ -65,8 +65,8 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
 	test_trace test_gpu test_tenants test_fair
-SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh tests/operate.sh
-TEST_HELPERS := shmring_peer
+SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh tests/operate.sh tests/fleet.sh
+TEST_HELPERS := shmring_peer fleet_host
 BENCHES := shmring_bench
 
 SHMRING_LIB := $(B)/libshmring.a
@@ -88,7 +88,7 @@ MAN_LINKS := mvc_connect_opts:mvc_connect mvc_disconnect:mvc_connect \
 	mvc_shard_descs:mvc_latency
 MAN_LINK_PAGES := $(foreach l,$(MAN_LINKS),$(B)/man/$(firstword $(subst :, ,$(l))).3)
 
-.PHONY: all man demo check check-unit check-tsan check-scripts check-fuzz check-python fuzz fuzz-seeds \
+.PHONY: soak-fleet all man demo check check-unit check-tsan check-scripts check-fuzz check-python fuzz fuzz-seeds \
 	bench replay install clean format deps
 all: $(SHMRING_LIB) $(CLIENT_LIB) $(CLIENT_SO) $(BINS) $(TEST_BINS) man
 
@@ -208,6 +208,11 @@ $(B)/tests/test_trace: $(B)/tests/test_trace.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) -lm $(LDLIBS)
 
+# One host of tests/fleet.sh: the public API only.
+$(B)/tests/fleet_host: $(B)/tests/fleet_host.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(B)/tests/shmring_peer: $(B)/tests/shmring_peer.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -217,6 +222,12 @@ $(B)/shmring/shmring_bench.o: override CFLAGS += $(if $(wildcard /usr/include/dp
 
 demo: all
 	MV_BUILD=$(B) tools/demo.sh
+
+# The fleet test's long version (check runs the short one): more rounds,
+# larger slices, a longer lease; never part of check.
+soak-fleet: all
+	MV_BUILD=$(B) FLEET_ROUNDS=$${FLEET_ROUNDS:-200} FLEET_SLICE=$${FLEET_SLICE:-1048576} \
+		FLEET_TTL=$${FLEET_TTL:-5} tests/fleet.sh
 
 check: check-unit check-scripts check-python check-tsan check-fuzz
 
