@@ -65,7 +65,7 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
 	test_trace test_gpu test_tenants test_fair
-SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh tests/operate.sh tests/fleet.sh
+SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh tests/operate.sh tests/cluster.sh tests/fleet.sh
 TEST_HELPERS := shmring_peer fleet_host
 BENCHES := shmring_bench
 

@@ -604,7 +604,7 @@ int mv_cluster_start(struct mover *mv, char *why, size_t whylen)
 	c->etcd.on_event = on_watch;
 	c->etcd.arg = c;
 	if ((ret = register_all(c, why, whylen)) || (ret = resync(c, why, whylen))) {
-		char tmp[MV_ERRLEN];
+		char tmp[256];
 		snprintf(tmp, sizeof(tmp), "%s", why);
 		snprintf(why, whylen, "cannot join cluster %s: %s (is etcd running there?)",
 		         mv->cfg.cluster, tmp);

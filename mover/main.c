@@ -197,10 +197,15 @@ int main(int argc, char **argv)
 			mv_error("--trace: %s", why);
 		else if ((ret = mv_names_init(mv)))
 			mv_error("names: %s", strerror(-ret));
-		else if (mv->cfg.etcd && (ret = mv_cluster_start(mv, why, sizeof(why))))
-			mv_error("--etcd: %s", why);
-		if (!ret)
+		else if (mv->cfg.etcd && (ret = mv_cluster_start(mv, cwhy, sizeof(cwhy))))
+			mv_error("--etcd: %s", cwhy);
+		if (!ret) {
 			ret = mv_control_run(mv);
+		} else {
+			/* No control loop to stop them: the shards stop here. */
+			mv_call_all(mv, MV_CMD_STOP, NULL, why, sizeof(why));
+			atomic_store(&mv->shards_stopped, 1);
+		}
 		mv_cluster_stop(mv);
 		mv_names_free(mv);
 	} else {
