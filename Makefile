@@ -56,7 +56,8 @@ CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/e
 MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_check.c \
 	mover/registry.c mover/fabric.c mover/topo.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
-	mover/access.c mover/quota.c mover/etcd.c mover/cluster.c mover/names.c \
+	mover/access.c mover/quota.c mover/etcd.c mover/cluster.c mover/cluster_keys.c \
+	mover/names.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/land.c mover/post.c \
 	mover/complete.c mover/batch.c mover/idle.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
@@ -261,7 +262,7 @@ check-tsan:
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_CHECK_SECONDS ?= 3
-FUZZERS := fuzz_ctlmsg fuzz_desc fuzz_take fuzz_ring fuzz_blob fuzz_trace fuzz_import
+FUZZERS := fuzz_ctlmsg fuzz_desc fuzz_take fuzz_ring fuzz_blob fuzz_trace fuzz_import fuzz_etcd
 FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-fno-omit-frame-pointer -std=gnu11 -pthread -Wall -Wextra -Werror -Wno-unused-parameter \
 	-D_GNU_SOURCE -Ishmring -Ilibclient -Imover -Itools
@@ -274,6 +275,9 @@ FUZZ_SRC_fuzz_blob := mover/validate.c
 FUZZ_SRC_fuzz_ring := shmring/shmring.c
 FUZZ_SRC_fuzz_trace :=
 FUZZ_SRC_fuzz_import := tools/import_parse.c
+# The values under a cluster's prefix in etcd, as the cluster thread parses them.
+FUZZ_SRC_fuzz_etcd := mover/cluster_keys.c mover/validate.c
+FUZZ_LIBS_fuzz_etcd = $(ETCD_LIBS)
 FUZZ_BINS := $(addprefix $(B)/fuzz/,$(FUZZERS))
 FUZZ_HDRS := $(wildcard mover/*.h libclient/*.h shmring/*.h tools/*.h)
 

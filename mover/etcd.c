@@ -25,60 +25,6 @@ static void curl_init_once(void)
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-size_t mv_b64_encode(const void *in, size_t len, char *out, size_t outlen)
-{
-	const uint8_t *p = in;
-	size_t o = 0;
-
-	if (outlen < (len + 2) / 3 * 4 + 1)
-		return 0;
-	for (size_t i = 0; i < len; i += 3) {
-		uint32_t v = (uint32_t)p[i] << 16;
-		if (i + 1 < len)
-			v |= (uint32_t)p[i + 1] << 8;
-		if (i + 2 < len)
-			v |= p[i + 2];
-		out[o++] = b64[v >> 18 & 63];
-		out[o++] = b64[v >> 12 & 63];
-		out[o++] = i + 1 < len ? b64[v >> 6 & 63] : '=';
-		out[o++] = i + 2 < len ? b64[v & 63] : '=';
-	}
-	out[o] = 0;
-	return o;
-}
-
-long mv_b64_decode(const char *in, size_t len, void *out, size_t outlen)
-{
-	uint8_t *p = out;
-	size_t o = 0;
-	uint32_t v = 0;
-	int bits = 0;
-
-	if (len % 4)
-		return -1;
-	for (size_t i = 0; i < len; i++) {
-		const char *c = in[i] ? strchr(b64, in[i]) : NULL;
-		if (in[i] == '=') {
-			if (i < len - 2 || (i == len - 2 && in[i + 1] != '='))
-				return -1;
-			break;
-		}
-		if (!c)
-			return -1;
-		v = v << 6 | (uint32_t)(c - b64);
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			if (o == outlen)
-				return -1;
-			p[o++] = (uint8_t)(v >> bits);
-		}
-	}
-	return (long)o;
-}
-
 int mv_etcd_open(struct mv_etcd *e, const char *endpoints, char *why, size_t whylen)
 {
 	char *list, *save = NULL;
