@@ -249,7 +249,7 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 		goto err_sock;
 	}
 	ret = mvc_call(c, MV_MSG_HELLO, NULL, 0, NULL, 0, &hello, sizeof(hello), fds, MV_MAX_SHARDS,
-	           &nfds);
+	               &nfds);
 	if (ret == -EPROTONOSUPPORT) {
 		/* The mover names its protocol; we name ours and our release. */
 		char m[sizeof(c->err)];
@@ -314,7 +314,7 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 		goto err_rings;
 	fds[2 * hello.nshards + 1] = c->arena.fd;
 	ret = mvc_call(c, MV_MSG_ATTACH, &req, sizeof(req), fds, (int)(2 * hello.nshards + 2), &rep,
-	           sizeof(rep), NULL, 0, NULL);
+	               sizeof(rep), NULL, 0, NULL);
 	if (ret)
 		goto err_rings;
 
@@ -369,7 +369,8 @@ static int reg(struct mvc *c, int fd, uint64_t off, uint64_t len, struct mvc_mem
 {
 	struct mv_reg_req req = {.offset = off, .len = len};
 	struct mv_reg_rep rep;
-	int ret = mvc_call(c, MV_MSG_REG, &req, sizeof(req), &fd, 1, &rep, sizeof(rep), NULL, 0, NULL);
+	int ret =
+	    mvc_call(c, MV_MSG_REG, &req, sizeof(req), &fd, 1, &rep, sizeof(rep), NULL, 0, NULL);
 
 	if (ret)
 		return ret;
@@ -604,7 +605,7 @@ int mvc_register_cuda(struct mvc *c, void *dptr, uint64_t len, struct mvc_mem *o
 		req.gpu.kind = MV_GPU_IPC;
 	}
 	ret = mvc_call(c, MV_MSG_REG_GPU, &req, sizeof(req), fd >= 0 ? &fd : NULL, fd >= 0, &rep,
-	           sizeof(rep), NULL, 0, NULL);
+	               sizeof(rep), NULL, 0, NULL);
 	if (fd >= 0)
 		close(fd); /* the mover holds its own copy */
 	if (ret)
@@ -651,7 +652,8 @@ int mvc_region_blob(struct mvc *c, uint32_t region, void *buf, size_t *len)
 	int ret;
 
 	memset(&rep, 0, sizeof(rep));
-	ret = mvc_call(c, MV_MSG_BLOB, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
+	ret =
+	    mvc_call(c, MV_MSG_BLOB, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
 	if (ret)
 		return ret;
 	/* The mover's word, checked before it sizes a copy out of rep. */
@@ -706,7 +708,7 @@ int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint3
 		                len);
 	memcpy(&req.blob, blob, len);
 	ret = mvc_call(c, MV_MSG_IMPORT, &req, offsetof(struct mv_import_req, blob) + len, NULL, 0,
-	           &rep, sizeof(rep), NULL, 0, NULL);
+	               &rep, sizeof(rep), NULL, 0, NULL);
 	if (ret)
 		return ret;
 	*handle = rep.id;

@@ -51,11 +51,11 @@ enum mv_msg_type {
 	MV_MSG_PEER_DEL = 7,
 	MV_MSG_IMPORT = 8,
 	MV_MSG_UNIMPORT = 9,
-	MV_MSG_BLOB = 10,    /* the blob of one of our regions */
-	MV_MSG_STATS = 11,   /* admins: the stats segment's fd (no HELLO needed) */
-	MV_MSG_TRACE = 12,   /* admins: start (with the file's fd) or stop the trace */
-	MV_MSG_REG_GPU = 13, /* register CUDA device memory (IPC handle or VMM fd) */
-	MV_MSG_GPU_FD = 14,  /* same-host peer movers: the fd behind a VMM region */
+	MV_MSG_BLOB = 10,      /* the blob of one of our regions */
+	MV_MSG_STATS = 11,     /* admins: the stats segment's fd (no HELLO needed) */
+	MV_MSG_TRACE = 12,     /* admins: start (with the file's fd) or stop the trace */
+	MV_MSG_REG_GPU = 13,   /* register CUDA device memory (IPC handle or VMM fd) */
+	MV_MSG_GPU_FD = 14,    /* same-host peer movers: the fd behind a VMM region */
 	MV_MSG_PUBLISH = 15,   /* name one of our regions in the cluster (etcd) */
 	MV_MSG_UNPUBLISH = 16, /* take a name of ours back */
 	MV_MSG_LOOKUP = 17,    /* a name's peer and region: PEER_ADD and IMPORT in one */

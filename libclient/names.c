@@ -18,8 +18,8 @@ static int name_copy(struct mvc *c, char out[MV_NAME_MAX], const char *name)
 	size_t n = name ? strlen(name) : 0;
 
 	if (n == 0 || n >= MV_NAME_MAX)
-		return mvc_fail(c, -EINVAL, "a region name is 1 to %u bytes; got %zu", MV_NAME_MAX - 1,
-		                n);
+		return mvc_fail(c, -EINVAL, "a region name is 1 to %u bytes; got %zu",
+		                MV_NAME_MAX - 1, n);
 	memset(out, 0, MV_NAME_MAX);
 	memcpy(out, name, n);
 	return 0;

@@ -351,8 +351,8 @@ static int do_pubs(struct mv_cluster *c, char *why, size_t whylen)
 				struct mv_named *n = name_find(c, name);
 				char msg[MV_ERRLEN];
 				snprintf(msg, sizeof(msg),
-				         "name '%s' is published already in cluster %s%s%.16llx", name,
-				         c->mv->cfg.cluster, n ? " by mover " : "",
+				         "name '%s' is published already in cluster %s%s%.16llx",
+				         name, c->mv->cfg.cluster, n ? " by mover " : "",
 				         n ? (unsigned long long)n->owner : 0ull);
 				reply(c, p, -EEXIST, msg);
 				pub_forget(c, i);
@@ -467,9 +467,11 @@ int mv_cluster_start(struct mover *mv, char *why, size_t whylen)
 	int ret;
 
 	if (!mv->cfg.cluster || !mv->cfg.cluster[0] ||
-	    strspn(mv->cfg.cluster, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+	    strspn(mv->cfg.cluster,
+	           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
 	        strlen(mv->cfg.cluster)) {
-		snprintf(why, whylen, "--etcd needs --cluster NAME (letters, digits, '.', '_', '-')%s%s",
+		snprintf(why, whylen,
+		         "--etcd needs --cluster NAME (letters, digits, '.', '_', '-')%s%s",
 		         mv->cfg.cluster ? "; got " : "", mv->cfg.cluster ? mv->cfg.cluster : "");
 		free(c);
 		return -EINVAL;

@@ -123,7 +123,8 @@ int mv_cluster_parse_member(const char *val, const char *prov, struct mv_member 
 	snprintf(m->prov, sizeof(m->prov), "%.31s", m->blob.provider);
 	mv_release_text(m->blob.release, m->release);
 	m->nshards = m->blob.nshards;
-	if (json_object_object_get_ex(o, "shards", &f) && json_object_get_int(f) != (int)m->nshards) {
+	if (json_object_object_get_ex(o, "shards", &f) &&
+	    json_object_get_int(f) != (int)m->nshards) {
 		snprintf(why, whylen, "shards %d, but its address has %u", json_object_get_int(f),
 		         m->nshards);
 		ret = -EINVAL;
@@ -180,4 +181,3 @@ char *mv_cluster_name_value(const struct mv_region_blob *b, uint32_t bloblen)
 	free(enc);
 	return val;
 }
-

@@ -76,8 +76,8 @@ struct mv_config {
 	const char *admin_group; /* --admin-group: its members administer the mover */
 	gid_t admin_gid;         /* admin_group resolved at start-up (access.c) */
 	struct mv_quotas quota;  /* --quota-client-X, --quota-uid-X */
-	int op_timeout_ms; /* a write not completed by then fails its batch */
-	int no_gpu_copy;   /* never path 2: same-host GPU regions land as messages */
+	int op_timeout_ms;       /* a write not completed by then fails its batch */
+	int no_gpu_copy;         /* never path 2: same-host GPU regions land as messages */
 	struct mv_uid_weight weights[MV_MAX_WEIGHTS]; /* weight_uid = UID:W, ... */
 	uint32_t nweights;
 	/* Fair share while a shard is shared (post.c), 0 for its defaults (32
@@ -89,11 +89,11 @@ struct mv_config {
 	const char *etcd;    /* --etcd ENDPOINTS: join a cluster there (cluster.c) */
 	const char *cluster; /* --cluster NAME: the cluster's name (keys /mover/NAME/) */
 	int etcd_ttl_ms;     /* --etcd-ttl S: the lease; a dead mover is found in about S */
-	const char *trace; /* --trace FILE */
-	int trace_hops;    /* --trace-hops */
-	int log_level;     /* enum mv_level (log.h) */
-	const char *log;   /* --log FILE: append there, not to stderr */
-	const char *file;  /* the config file read, or NULL */
+	const char *trace;   /* --trace FILE */
+	int trace_hops;      /* --trace-hops */
+	int log_level;       /* enum mv_level (log.h) */
+	const char *log;     /* --log FILE: append there, not to stderr */
+	const char *file;    /* the config file read, or NULL */
 	/* Where each top-section key came from (enum mv_src) and, for the
 	 * config file, its line; the strings this struct owns. */
 	unsigned char from[64];

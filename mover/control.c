@@ -27,11 +27,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define TAG_LISTEN 0xffffff01u
-#define TAG_SIGNAL 0xffffff02u
-#define TAG_SHARDS 0xffffff03u
+#define TAG_LISTEN  0xffffff01u
+#define TAG_SIGNAL  0xffffff02u
+#define TAG_SHARDS  0xffffff03u
 #define TAG_CLUSTER 0xffffff04u
-#define TAG_PIDFD  0x01000000u
+#define TAG_PIDFD   0x01000000u
 
 static uint16_t client_gen[MV_MAX_CLIENTS];
 

@@ -300,8 +300,8 @@ static struct json_object *put_op(const char *key, const char *val, int64_t leas
 	return p;
 }
 
-int mv_etcd_put(struct mv_etcd *e, const char *key, const char *val, int64_t lease,
-                int create_only, char *why, size_t whylen)
+int mv_etcd_put(struct mv_etcd *e, const char *key, const char *val, int64_t lease, int create_only,
+                char *why, size_t whylen)
 {
 	struct json_object *rep, *f;
 	int ret;
@@ -364,9 +364,9 @@ static struct json_object *range_end(const char *prefix)
 }
 
 /* One kv object of a range answer or a watch event: fn(key, value). */
-static int kv_deliver(struct json_object *kv, void (*fn)(void *, const char *, const char *,
-                                                         size_t, int),
-                      void *arg, int deleted)
+static int kv_deliver(struct json_object *kv,
+                      void (*fn)(void *, const char *, const char *, size_t, int), void *arg,
+                      int deleted)
 {
 	size_t klen, vlen;
 	char *k = b64_field(kv, "key", &klen), *v = b64_field(kv, "value", &vlen);
@@ -390,8 +390,8 @@ static void range_one(void *arg, const char *key, const char *val, size_t vlen, 
 	ra->fn(ra->arg, key, val, vlen);
 }
 
-int mv_etcd_range(struct mv_etcd *e, const char *prefix, mv_etcd_kv_fn fn, void *arg,
-                  int64_t *rev, char *why, size_t whylen)
+int mv_etcd_range(struct mv_etcd *e, const char *prefix, mv_etcd_kv_fn fn, void *arg, int64_t *rev,
+                  char *why, size_t whylen)
 {
 	struct json_object *req = json_object_new_object(), *rep, *kvs, *hdr;
 	struct range_arg ra = {fn, arg};

@@ -58,12 +58,12 @@ int mv_etcd_revoke(struct mv_etcd *e, int64_t lease, char *why, size_t whylen);
  * Puts key = val under lease (0: none). create_only: only where the key is
  * absent, else -EEXIST with the current value's first bytes in why.
  */
-int mv_etcd_put(struct mv_etcd *e, const char *key, const char *val, int64_t lease,
-                int create_only, char *why, size_t whylen);
+int mv_etcd_put(struct mv_etcd *e, const char *key, const char *val, int64_t lease, int create_only,
+                char *why, size_t whylen);
 int mv_etcd_del(struct mv_etcd *e, const char *key, char *why, size_t whylen);
 /* Every key under prefix, through fn; the store's revision in *rev. */
-int mv_etcd_range(struct mv_etcd *e, const char *prefix, mv_etcd_kv_fn fn, void *arg,
-                  int64_t *rev, char *why, size_t whylen);
+int mv_etcd_range(struct mv_etcd *e, const char *prefix, mv_etcd_kv_fn fn, void *arg, int64_t *rev,
+                  char *why, size_t whylen);
 /* Starts watching prefix from revision from (events after the range). */
 int mv_etcd_watch(struct mv_etcd *e, const char *prefix, int64_t from, char *why, size_t whylen);
 /*

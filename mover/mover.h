@@ -154,8 +154,8 @@ struct mv_wake_page;
 /* What a peer is fit for; only the main thread changes it. */
 enum mv_peer_state {
 	MV_PEER_LIVE = 0,
-	MV_PEER_REMOVED = 1, /* its last client removed it: refuse new work */
-	MV_PEER_EXITED = 2,  /* its process exited (same host): fail all work */
+	MV_PEER_REMOVED = 1,  /* its last client removed it: refuse new work */
+	MV_PEER_EXITED = 2,   /* its process exited (same host): fail all work */
 	MV_PEER_DEPARTED = 3, /* it left the etcd cluster (lease expired, key deleted): as EXITED */
 };
 

@@ -203,8 +203,8 @@ static int try_lookup(struct mover *mv, struct mv_client *cl, const char *name,
 		}
 	pthread_mutex_unlock(&c->mu);
 	if (!blen || !alen) {
-		snprintf(why, whylen, "no region named '%s' in cluster %s%s", name,
-		         mv->cfg.cluster, blen ? " (its owner is not a member now)" : "");
+		snprintf(why, whylen, "no region named '%s' in cluster %s%s", name, mv->cfg.cluster,
+		         blen ? " (its owner is not a member now)" : "");
 		return -ENOENT;
 	}
 	for (uint32_t i = 0; i < MV_CLIENT_MAX_PEERS; i++)
@@ -261,7 +261,8 @@ static int do_lookup(struct mover *mv, struct mv_client *cl, struct mv_rx *m, ch
 }
 
 /* Appends to the CLUSTER listing; the text stays NUL-terminated. */
-static void add(struct mv_cluster_rep *rep, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(struct mv_cluster_rep *rep, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void add(struct mv_cluster_rep *rep, const char *fmt, ...)
 {
 	va_list ap;
@@ -288,7 +289,7 @@ static int do_listing(struct mover *mv, struct mv_client *cl, struct mv_rx *m)
 	} else {
 		pthread_mutex_lock(&c->mu);
 		int up = atomic_load(&c->up);
-		add(rep, "cluster %s: etcd %s, ", mv->cfg.cluster, c->etcd.urls[c->etcd.cur]);
+		add(rep, "cluster %s: etcd %s, ", mv->cfg.cluster, mv->cfg.etcd);
 		if (up)
 			add(rep, "up, lease %llx (%d s)\n", (unsigned long long)c->lease, c->ttl);
 		else
@@ -299,8 +300,8 @@ static int do_listing(struct mover *mv, struct mv_client *cl, struct mv_rx *m)
 		for (uint32_t i = 0; i < c->nmembers; i++) {
 			const struct mv_member *mb = &c->members[i];
 			add(rep, "member %016llx host %s shards %u provider %s release %s%s\n",
-			    (unsigned long long)mb->id, mb->host, mb->nshards, mb->prov, mb->release,
-			    mb->id == mv->mover_id ? " (this mover)" : "");
+			    (unsigned long long)mb->id, mb->host, mb->nshards, mb->prov,
+			    mb->release, mb->id == mv->mover_id ? " (this mover)" : "");
 		}
 		for (uint32_t i = 0; i < c->nnames; i++) {
 			const struct mv_named *n = &c->names[i];
@@ -369,8 +370,9 @@ static void parked_scan(struct mover *mv, int names_changed)
 		} else if (cl && ret != -ENOENT) {
 			send_status(cl, MV_MSG_LOOKUP, p->seq, ret, why);
 		} else if (cl && now >= p->deadline) {
-			snprintf(why, sizeof(why), "no region named '%s' in cluster %s after %lld ms",
-			         p->name, mv->cfg.cluster, (long long)(now - p->since) / 1000000);
+			snprintf(why, sizeof(why),
+			         "no region named '%s' in cluster %s after %lld ms", p->name,
+			         mv->cfg.cluster, (long long)(now - p->since) / 1000000);
 			send_status(cl, MV_MSG_LOOKUP, p->seq, -ETIMEDOUT, why);
 		} else if (cl) {
 			i++;

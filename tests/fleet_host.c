@@ -12,13 +12,11 @@
  * then writes each slice it received back into its sender's combine part,
  * and checks every byte of what comes back. Exit 0 only if all verified.
  *
- * --load S: for S seconds (or until the file --stop names exists), write a slice to every host of PREFIX0 ..
- * PREFIX<max-1> it can find (looked up again and again), one batch in
- * flight per host, and print, with CLOCK_REALTIME milliseconds (the
- * script's clock), the first write that completed to each host and the
- * first that failed, and the first failure whose cause says the host left
- * the cluster:
- *   first_write NAME MS / fail NAME MS CAUSE MSG / departed NAME MS MSG
+ * --load S: for S seconds (or until the file --stop names exists), write a slice to every host of
+ * PREFIX0 .. PREFIX<max-1> it can find (looked up again and again), one batch in flight per host,
+ * and print, with CLOCK_REALTIME milliseconds (the script's clock), the first write that completed
+ * to each host and the first that failed, and the first failure whose cause says the host left the
+ * cluster: first_write NAME MS / fail NAME MS CAUSE MSG / departed NAME MS MSG
  */
 #include <errno.h>
 #include <getopt.h>
@@ -86,11 +84,13 @@ static int check(struct fleet *f, const uint8_t *b, uint32_t r, int src, int dst
 		uint32_t p = reversed ? f->npages - 1 - q : q;
 		for (uint64_t i = 0; i < f->page; i++)
 			if (b[q * f->page + i] != pat(r, src, dst, p, i)) {
-				fprintf(stderr,
-				        "fleet_host %d: round %u %s from host %d: page %u byte %llu is "
-				        "%#x, want %#x\n",
-				        f->me, r, what, src == f->me ? dst : src, q,
-				        (unsigned long long)i, b[q * f->page + i], pat(r, src, dst, p, i));
+				fprintf(
+				    stderr,
+				    "fleet_host %d: round %u %s from host %d: page %u byte %llu is "
+				    "%#x, want %#x\n",
+				    f->me, r, what, src == f->me ? dst : src, q,
+				    (unsigned long long)i, b[q * f->page + i],
+				    pat(r, src, dst, p, i));
 				return -1;
 			}
 	}
@@ -135,8 +135,10 @@ static int await(struct fleet *f, int batches, uint32_t imm, uint32_t r)
 		for (int i = 0; i < n; i++) {
 			if (ev[i].type == MVC_EV_BATCH) {
 				if (ev[i].status) {
-					fprintf(stderr, "fleet_host %d: round %u: write to host %llu: %s\n",
-					        f->me, r, (unsigned long long)ev[i].cookie, ev[i].msg);
+					fprintf(stderr,
+					        "fleet_host %d: round %u: write to host %llu: %s\n",
+					        f->me, r, (unsigned long long)ev[i].cookie,
+					        ev[i].msg);
 					return -1;
 				}
 				batches--;
@@ -178,8 +180,8 @@ static int rounds(struct fleet *f, uint32_t R)
 		if (await(f, f->hosts - 1, imm_d, r))
 			return -1;
 		for (int i = 0; i < f->hosts; i++)
-			if (i != f->me && check(f, (uint8_t *)f->mem.addr + off(f, 1, i), r, i, f->me,
-			                        1, "dispatch"))
+			if (i != f->me && check(f, (uint8_t *)f->mem.addr + off(f, 1, i), r, i,
+			                        f->me, 1, "dispatch"))
 				return -1;
 		/* Combine: what i sent us goes back into i's combine part, slot me. */
 		for (int i = 0; i < f->hosts; i++)
@@ -189,8 +191,8 @@ static int rounds(struct fleet *f, uint32_t R)
 		if (await(f, f->hosts - 1, imm_c, r))
 			return -1;
 		for (int j = 0; j < f->hosts; j++)
-			if (j != f->me && check(f, (uint8_t *)f->mem.addr + off(f, 2, j), r, f->me, j,
-			                        1, "combine"))
+			if (j != f->me && check(f, (uint8_t *)f->mem.addr + off(f, 2, j), r, f->me,
+			                        j, 1, "combine"))
 				return -1;
 	}
 	int64_t ms = wall_ms() - t0;
@@ -233,10 +235,11 @@ static int load(struct fleet *f, int seconds, const char *stop)
 			int j = (int)ev[i].cookie;
 			inflight[j] = 0;
 			if (!ev[i].status && !wrote[j]++) {
-				printf("first_write %s%d %lld\n", f->prefix, j, (long long)wall_ms());
+				printf("first_write %s%d %lld\n", f->prefix, j,
+				       (long long)wall_ms());
 			} else if (ev[i].status && strstr(ev[i].msg, "left cluster")) {
-				printf("departed %s%d %lld %s\n", f->prefix, j, (long long)wall_ms(),
-				       ev[i].msg);
+				printf("departed %s%d %lld %s\n", f->prefix, j,
+				       (long long)wall_ms(), ev[i].msg);
 				departed[j] = 1;
 			} else if (ev[i].status && !failed[j]++) {
 				printf("fail %s%d %lld %d %s\n", f->prefix, j, (long long)wall_ms(),
@@ -256,26 +259,46 @@ int main(int argc, char **argv)
 	int seconds = 0, o;
 	char name[MVC_NAME_MAX];
 	static const struct option lo[] = {
-	    {"socket", 1, 0, 's'}, {"me", 1, 0, 'm'},     {"hosts", 1, 0, 'n'},
-	    {"max", 1, 0, 'M'},    {"slice", 1, 0, 'S'},  {"page", 1, 0, 'p'},
-	    {"rounds", 1, 0, 'r'}, {"load", 1, 0, 'l'},   {"prefix", 1, 0, 'P'},
-	    {"stop", 1, 0, 'x'},   {0, 0, 0, 0}};
+	    {"socket", 1, 0, 's'}, {"me", 1, 0, 'm'},   {"hosts", 1, 0, 'n'},  {"max", 1, 0, 'M'},
+	    {"slice", 1, 0, 'S'},  {"page", 1, 0, 'p'}, {"rounds", 1, 0, 'r'}, {"load", 1, 0, 'l'},
+	    {"prefix", 1, 0, 'P'}, {"stop", 1, 0, 'x'}, {0, 0, 0, 0}};
 
 	while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (o) {
-		case 's': sock = optarg; break;
-		case 'm': f.me = atoi(optarg); break;
-		case 'n': f.hosts = atoi(optarg); break;
-		case 'M': f.max = atoi(optarg); break;
-		case 'S': f.slice = strtoull(optarg, NULL, 0); break;
-		case 'p': f.page = strtoull(optarg, NULL, 0); break;
-		case 'r': R = (uint32_t)atoi(optarg); break;
-		case 'l': seconds = atoi(optarg); break;
-		case 'P': f.prefix = optarg; break;
-		case 'x': stop = optarg; break;
+		case 's':
+			sock = optarg;
+			break;
+		case 'm':
+			f.me = atoi(optarg);
+			break;
+		case 'n':
+			f.hosts = atoi(optarg);
+			break;
+		case 'M':
+			f.max = atoi(optarg);
+			break;
+		case 'S':
+			f.slice = strtoull(optarg, NULL, 0);
+			break;
+		case 'p':
+			f.page = strtoull(optarg, NULL, 0);
+			break;
+		case 'r':
+			R = (uint32_t)atoi(optarg);
+			break;
+		case 'l':
+			seconds = atoi(optarg);
+			break;
+		case 'P':
+			f.prefix = optarg;
+			break;
+		case 'x':
+			stop = optarg;
+			break;
 		default:
 			fprintf(stderr, "usage: fleet_host --socket S --me K --hosts N [--max M] "
-			                "[--slice B] [--page B] [--prefix P] (--rounds R | --load S [--stop FILE])\n");
+			                "[--slice B] [--page B] [--prefix P] (--rounds R | --load "
+			                "S [--stop FILE])\n");
 			return 2;
 		}
 	}
@@ -318,8 +341,8 @@ int main(int argc, char **argv)
 				return 1;
 			}
 			if (f.peer[j].len != f.mem.len) {
-				fprintf(stderr, "fleet_host %d: %s is %llu bytes, want %llu\n", f.me,
-				        name, (unsigned long long)f.peer[j].len,
+				fprintf(stderr, "fleet_host %d: %s is %llu bytes, want %llu\n",
+				        f.me, name, (unsigned long long)f.peer[j].len,
 				        (unsigned long long)f.mem.len);
 				return 1;
 			}

@@ -41,7 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		}
 		assert(m.bloblen <= sizeof(m.blob) && m.id == m.blob.mover_id);
-		assert(memchr(m.host, 0, sizeof(m.host)) && memchr(m.release, 0, sizeof(m.release)));
+		assert(memchr(m.host, 0, sizeof(m.host)) &&
+		       memchr(m.release, 0, sizeof(m.release)));
 		assert(m.nshards == m.blob.nshards && m.nshards >= 1 && m.nshards <= MV_MAX_SHARDS);
 		break;
 	}
@@ -65,7 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		assert((size_t)n <= len / 4 * 3);
 		size_t e = mv_b64_encode(out, (size_t)n, enc, sizeof(enc));
 		assert(e == ((size_t)n + 2) / 3 * 4);
-		assert(mv_b64_decode(enc, e, again, sizeof(again)) == n && !memcmp(out, again, (size_t)n));
+		assert(mv_b64_decode(enc, e, again, sizeof(again)) == n &&
+		       !memcmp(out, again, (size_t)n));
 	}
 	}
 	free(val);
