@@ -269,10 +269,14 @@ static void name_key(struct mv_cluster *c, const char *name, char *key, size_t l
 static int register_all(struct mv_cluster *c, char *why, size_t whylen)
 {
 	char key[256];
+	int64_t lease;
 	int ret;
 
-	if ((ret = mv_etcd_grant(&c->etcd, c->ttl, &c->lease, why, whylen)))
+	if ((ret = mv_etcd_grant(&c->etcd, c->ttl, &lease, why, whylen)))
 		return ret;
+	pthread_mutex_lock(&c->mu); /* the listing reads it */
+	c->lease = lease;
+	pthread_mutex_unlock(&c->mu);
 	if ((ret = mv_etcd_put(&c->etcd, c->self_key, c->self_value, c->lease, 0, why, whylen)))
 		return ret;
 	pthread_mutex_lock(&c->mu);
@@ -503,14 +507,14 @@ int mv_cluster_start(struct mover *mv, char *why, size_t whylen)
 		goto err_etcd;
 	}
 	atomic_store(&c->up, 1);
+	mv_log("cluster %s: registered as %s (lease %llx, %d s), %u members, %u names",
+	       mv->cfg.cluster, c->self_key, (unsigned long long)c->lease, c->ttl, c->nmembers,
+	       c->nnames);
 	mv->cluster = c;
 	if ((ret = -pthread_create(&c->thread, NULL, cluster_main, c))) {
 		mv->cluster = NULL;
 		goto err_etcd;
 	}
-	mv_log("cluster %s: registered as %s (lease %llx, %d s), %u members, %u names",
-	       mv->cfg.cluster, c->self_key, (unsigned long long)c->lease, c->ttl, c->nmembers,
-	       c->nnames);
 	return 0;
 
 err_etcd:

@@ -112,4 +112,6 @@ done
 echo "cluster: etcd back with its data gone: both movers registered again, 2 members listed"
 kill "$pid_a" "$pid_b"
 wait "$pid_a" "$pid_b" 2>/dev/null
+# A sanitizer build (make SANITIZE=...) reports into the movers' logs.
+if grep -l "Sanitizer\|runtime error:" "$dir"/*.log; then fail "a sanitizer report"; fi
 echo "cluster: passed"

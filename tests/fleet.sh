@@ -199,4 +199,6 @@ echo "fleet: departure of host $last (kill -9, --etcd-ttl $TTL) seen by $((last)
 	"first failed write $(stats "${any[@]}"); failure naming the departure $(stats "${det[@]}")"
 echo "fleet: newcomer host $new: first completed write from each of $((last)) writers," \
 	"from its mover's start: $(stats "${first[@]}")"
+# A sanitizer build (make SANITIZE=...) reports into the movers' logs.
+if grep -l "Sanitizer\|runtime error:" "$dir"/m*.log; then fail "a sanitizer report"; fi
 echo "fleet: passed"

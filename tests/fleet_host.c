@@ -353,5 +353,7 @@ int main(int argc, char **argv)
 		ret = load(&f, seconds, stop);
 	}
 	mvc_disconnect(f.c);
+	free(f.fwd);
+	free(f.rev);
 	return ret ? 1 : 0;
 }
