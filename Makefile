@@ -227,7 +227,7 @@ demo: all
 # The fleet test's long version (check runs the short one): more rounds,
 # larger slices, a longer lease; never part of check.
 soak-fleet: all
-	MV_BUILD=$(B) FLEET_ROUNDS=$${FLEET_ROUNDS:-200} FLEET_SLICE=$${FLEET_SLICE:-1048576} \
+	MV_BUILD=$(B) FLEET_ROUNDS=$${FLEET_ROUNDS:-100} FLEET_SLICE=$${FLEET_SLICE:-1048576} \
 		FLEET_TTL=$${FLEET_TTL:-5} tests/fleet.sh
 
 check: check-unit check-scripts check-python check-tsan check-fuzz

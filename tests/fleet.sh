@@ -197,8 +197,16 @@ stats() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { printf "min %
 grep -h "left cluster" "$dir/m0.log" | head -n 1 | sed 's/^/fleet: mover 0 log: /'
 echo "fleet: departure of host $last (kill -9, --etcd-ttl $TTL) seen by $((last)) writers:" \
 	"first failed write $(stats "${any[@]}"); failure naming the departure $(stats "${det[@]}")"
+# The newcomer's registration, from its log's UTC stamp.
+t_reg=$(date -d "$(grep -m 1 'registered as' "$dir/m$new.log" | cut -c1-24)" +%s%3N 2>/dev/null)
+reg=()
+for i in $(seq 0 $((last - 1))); do
+	w=$(awk -v n="l$tag-$new" '$1 == "first_write" && $2 == n { print $3; exit }' "$dir/l$i.out")
+	reg+=($((w - ${t_reg:-$t_join})))
+done
 echo "fleet: newcomer host $new: first completed write from each of $((last)) writers," \
-	"from its mover's start: $(stats "${first[@]}")"
+	"from its mover's start: $(stats "${first[@]}"); from its registration in etcd:" \
+	"$(stats "${reg[@]}")"
 # A sanitizer build (make SANITIZE=...) reports into the movers' logs.
 if grep -l "Sanitizer\|runtime error:" "$dir"/m*.log; then fail "a sanitizer report"; fi
 echo "fleet: passed"
