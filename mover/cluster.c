@@ -190,8 +190,9 @@ static void on_kv(void *arg, const char *key, const char *val, size_t vlen, int 
 	if (!strncmp(rest, REGIONS, strlen(REGIONS))) {
 		const char *name = rest + strlen(REGIONS);
 		struct mv_named *n = name_find(c, name), nn;
-		if (strlen(name) == 0 || strlen(name) >= MV_NAME_MAX) {
-			mv_warn("etcd: ignoring %s: a name is 1 to %u bytes", key, MV_NAME_MAX - 1);
+		if (!mv_name_ok(name) || strlen(name) >= MV_NAME_MAX) {
+			mv_warn("etcd: ignoring %s: a name is 1 to %u bytes of %s", key,
+			        MV_NAME_MAX - 1, MV_NAME_CHARS);
 			return;
 		}
 		if (deleted) {

@@ -22,6 +22,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "etcd.h"
 #include "mv_wire.h"
@@ -107,6 +108,16 @@ struct mv_cluster {
 	uint32_t npubs, pubs_cap;
 	struct mv_cev *ev_head, *ev_tail;
 };
+
+/* Whether name (NUL-terminated within MV_NAME_MAX) is 1 or more bytes of
+ * MV_NAME_CHARS: names from clients and from etcd alike. */
+#define MV_NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/-"
+static inline int mv_name_ok(const char *name)
+{
+	size_t n = strnlen(name, MV_NAME_MAX);
+
+	return n > 0 && n < MV_NAME_MAX && strspn(name, MV_NAME_CHARS) == n;
+}
 
 /* Registers with etcd (a clear error when it does not answer) and starts
  * the cluster thread. 0 or -errno with why. Main thread, after the shards. */

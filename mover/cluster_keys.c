@@ -120,6 +120,10 @@ int mv_cluster_parse_member(const char *val, const char *prov, struct mv_member 
 		goto out;
 	}
 	snprintf(m->host, sizeof(m->host), "%s", host);
+	/* Shown in mvstat's listing and the log: printable, one word. */
+	for (char *h = m->host; *h; h++)
+		if (*h <= ' ' || *h > '~')
+			*h = '?';
 	snprintf(m->prov, sizeof(m->prov), "%.31s", m->blob.provider);
 	mv_release_text(m->blob.release, m->release);
 	m->nshards = m->blob.nshards;

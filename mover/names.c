@@ -58,8 +58,7 @@ static int name_check(char name[MV_NAME_MAX], char *why, size_t whylen)
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/-",
-		            name[i])) {
+		if (!strchr(MV_NAME_CHARS, name[i])) {
 			snprintf(why, whylen,
 			         "region name '%.*s': byte %zu is not a letter, digit or ._:/-",
 			         (int)n, name, i);
