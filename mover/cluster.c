@@ -159,6 +159,10 @@ static void on_kv(void *arg, const char *key, const char *val, size_t vlen, int 
 		if (deleted) {
 			if (m)
 				member_drop(c, (uint32_t)(m - c->members), "key or lease gone");
+			/* Our own key, deleted under our live lease: the others
+			 * count us departed; while we run, we are a member. */
+			if (id == c->mv->mover_id)
+				c->reput = 1;
 			return;
 		}
 		struct mv_member nm;
@@ -445,6 +449,15 @@ static void *cluster_main(void *arg)
 		if (read(c->wake_fd, &v, sizeof(v)) > 0 && do_pubs(c, why, sizeof(why))) {
 			set_down(c, why);
 			continue;
+		}
+		if (c->reput) {
+			c->reput = 0;
+			mv_error("etcd: our member key %s was deleted; putting it back", c->self_key);
+			if (mv_etcd_put(&c->etcd, c->self_key, c->self_value, c->lease, 0, why,
+			                sizeof(why))) {
+				set_down(c, why);
+				continue;
+			}
 		}
 		if (mv_now_ns() < next_ka)
 			continue;

@@ -100,6 +100,7 @@ struct mv_cluster {
 	char down_why[128];  /* why not, under mu */
 	int64_t down_since;  /* CLOCK_MONOTONIC ns, under mu */
 	uint64_t departures; /* members seen to leave, for the listing */
+	int reput;           /* our member key was deleted: put it back (cluster thread) */
 	struct mv_member *members;
 	uint32_t nmembers, members_cap;
 	struct mv_named *names;

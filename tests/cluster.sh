@@ -14,6 +14,7 @@ command -v curl >/dev/null || { echo "cluster: SKIPPED: no curl"; exit 0; }
 dir=$(mktemp -d /tmp/h18cluster.XXXXXX)
 pids=()
 cleanup() {
+	exec 2>/dev/null # no "Killed" notices for what we kill here
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
 	wait 2>/dev/null
 	rm -rf "$dir"
@@ -88,6 +89,19 @@ n=$(grep -c "etcd: ignoring /mover/$cl/" "$dir/a.log")
 "$B"/bin/mvstat --socket "$dir/a.sock" --cluster >"$dir/st1" || fail "mvstat --cluster"
 [ "$(grep -c '^member ' "$dir/st1")" = 2 ] || fail "mvstat lists: $(cat "$dir/st1")"
 echo "cluster: 4 malformed or foreign keys ignored, each with a log line; 2 members listed"
+
+# A member's key deleted: the others count it departed; the member, alive,
+# puts it back and is a member again.
+bid=$(sed -n 's/.*registered as .*members\/\([0-9a-f]*\) .*/\1/p' "$dir/b.log" | head -n 1)
+curl -s -m 2 --noproxy '*' "$url/v3/kv/deleterange" -d "{\"key\":\"$(b64 "/mover/$cl/members/$bid")\"}" >/dev/null
+await_log "$dir/a.log" "peer mover $bid left cluster $cl"
+await_log "$dir/b.log" "our member key .* was deleted; putting it back"
+for _ in $(seq 50); do
+	[ "$(grep -c "mover $bid joined" "$dir/a.log")" = 2 ] && break
+	sleep 0.1
+done
+[ "$(grep -c "mover $bid joined" "$dir/a.log")" = 2 ] || fail "mover b did not join again"
+echo "cluster: a member's key deleted: the other saw it leave, it put its key back and joined again"
 
 # 3. etcd lost: the movers keep serving, and say so.
 kill -9 "$etcd_pid"

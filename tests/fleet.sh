@@ -43,6 +43,7 @@ ip netns add "$nse" 2>/dev/null || skip "network namespaces are not permitted he
 dir=$(mktemp -d /tmp/h18fleet.XXXXXX)
 pids=()
 cleanup() {
+	exec 2>/dev/null # no "Killed" notices for what we kill here
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
 	wait 2>/dev/null
 	for i in $(seq 0 "$N"); do ip netns del "$pre$i" 2>/dev/null; done
