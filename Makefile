@@ -168,9 +168,10 @@ $(B)/tests/test_config: $(B)/tests/test_config.o $(B)/mover/config.o $(B)/mover/
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) -lm $(LDLIBS)
 
-$(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o $(B)/mover/msg_check.o
+$(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o $(B)/mover/msg_check.o \
+	$(B)/mover/cluster_keys.o
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(ETCD_LIBS) $(LDLIBS)
 
 # test_client compiles libclient's sources in, to drive its static placement.
 $(B)/tests/test_client: $(B)/tests/test_client.o $(SHMRING_LIB)
