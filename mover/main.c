@@ -199,6 +199,8 @@ int main(int argc, char **argv)
 			mv_error("names: %s", strerror(-ret));
 		else if (mv->cfg.etcd && (ret = mv_cluster_start(mv, cwhy, sizeof(cwhy))))
 			mv_error("--etcd: %s", cwhy);
+		else if (!mv->cfg.etcd && mv->cfg.cluster)
+			mv_warn("--cluster %s without --etcd: joining no cluster", mv->cfg.cluster);
 		if (!ret) {
 			ret = mv_control_run(mv);
 		} else {
