@@ -203,7 +203,8 @@ int mvc_unimport(struct mvc *c, uint32_t handle);
  * for it) and imports the named region, in one call: *out gets the peer,
  * the import handle and the region's length. A name not there yet is
  * waited for up to timeout_ms (0: not at all, -ENOENT at once; then
- * -ETIMEDOUT); the mover waits, not this thread's CPU.
+ * -ETIMEDOUT); the mover waits, not this thread's CPU. Concurrency: as every
+ * call on c, one thread at a time; a lookup that waits holds c meanwhile.
  */
 #define MVC_NAME_MAX 64
 struct mvc_found {
