@@ -529,6 +529,7 @@ int mv_cluster_start(struct mover *mv, char *why, size_t whylen)
 		mv->cluster = NULL;
 		goto err_etcd;
 	}
+	pthread_setname_np(c->thread, "mv-cluster");
 	return 0;
 
 err_etcd:
