@@ -51,17 +51,20 @@ FABRIC_LIBS = $(shell pkg-config --libs libfabric 2>/dev/null || echo -lfabric)
 endif
 HWLOC_LIBS = $(shell pkg-config --libs hwloc 2>/dev/null || echo -lhwloc)
 URING_LIBS = $(shell pkg-config --libs liburing 2>/dev/null || echo -luring)
+# etcd (mover --etcd): its JSON gateway over libcurl, parsed with json-c.
+ETCD_LIBS = $(shell pkg-config --libs libcurl json-c 2>/dev/null || echo -lcurl -ljson-c)
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
 
 DEPS_STAMP := $(B)/.deps-ok
 
 SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c \
-	libclient/rejoin.c libclient/memory.c
+	libclient/rejoin.c libclient/memory.c libclient/names.c
 MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_check.c \
 	mover/registry.c mover/fabric.c mover/topo.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
-	mover/access.c mover/quota.c \
+	mover/access.c mover/quota.c mover/etcd.c mover/cluster.c mover/cluster_keys.c \
+	mover/names.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/gpu_calib.c mover/land.c \
 	mover/post.c mover/complete.c mover/batch.c mover/idle.c mover/heartbeat.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
@@ -70,8 +73,9 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
 	test_trace test_gpu test_tenants test_fair test_liveness test_reconnect
-SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh
-TEST_HELPERS := shmring_peer soak_client soak_sum
+SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
+	tests/cluster.sh tests/fleet.sh
+TEST_HELPERS := shmring_peer soak_client soak_sum fleet_host
 BENCHES := shmring_bench
 
 SHMRING_LIB := $(B)/libshmring.a
@@ -90,10 +94,10 @@ MAN_LINKS := mvc_connect_opts:mvc_connect mvc_disconnect:mvc_connect \
 	mvc_peer_remove:mvc_peer_add mvc_import:mvc_peer_add mvc_unimport:mvc_peer_add \
 	mvc_writev:mvc_write mvc_write_imm:mvc_write mvc_abort:mvc_submit \
 	mvc_inflight:mvc_submit mvc_wait:mvc_poll mvc_shard_bytes:mvc_latency \
-	mvc_shard_descs:mvc_latency
+	mvc_shard_descs:mvc_latency mvc_unpublish:mvc_publish mvc_lookup:mvc_publish
 MAN_LINK_PAGES := $(foreach l,$(MAN_LINKS),$(B)/man/$(firstword $(subst :, ,$(l))).3)
 
-.PHONY: all man demo check check-unit check-tsan check-scripts check-fuzz check-python check-soak soak fuzz fuzz-seeds \
+.PHONY: soak-fleet all man demo check check-unit check-tsan check-scripts check-fuzz check-python check-soak soak fuzz fuzz-seeds \
 	bench replay install clean format deps
 all: $(SHMRING_LIB) $(CLIENT_LIB) $(CLIENT_SO) $(BINS) $(TEST_BINS) man
 
@@ -129,7 +133,7 @@ $(CLIENT_SO): $(CLIENT_SRC:%.c=$(B)/%.o) $(SHMRING_SRC:%.c=$(B)/%.o)
 
 $(B)/bin/mover: $(MOVER_SRC:%.c=$(B)/%.o) $(SHMRING_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(HWLOC_LIBS) $(URING_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(HWLOC_LIBS) $(URING_LIBS) $(ETCD_LIBS) $(LDLIBS)
 
 $(B)/bin/mvgpubench: $(B)/tools/mvgpubench.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
@@ -172,9 +176,10 @@ $(B)/tests/test_config: $(B)/tests/test_config.o $(B)/mover/config.o $(B)/mover/
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) -lm $(LDLIBS)
 
-$(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o $(B)/mover/msg_check.o
+$(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o $(B)/mover/msg_check.o \
+	$(B)/mover/cluster_keys.o
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(ETCD_LIBS) $(LDLIBS)
 
 # test_client compiles libclient's sources in, to drive its static placement.
 $(B)/tests/test_client: $(B)/tests/test_client.o $(SHMRING_LIB)
@@ -230,6 +235,11 @@ $(B)/tests/soak_sum: $(B)/tests/soak_sum.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# One host of tests/fleet.sh: the public API only.
+$(B)/tests/fleet_host: $(B)/tests/fleet_host.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(B)/tests/shmring_peer: $(B)/tests/shmring_peer.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -251,6 +261,13 @@ check-soak: all
 
 soak: all
 	MV_BUILD=$(B) tests/soak.sh $(SOAK_SECONDS)
+
+# The fleet test's long version (check runs the short one): more rounds,
+# larger slices, a longer lease; never part of check.
+soak-fleet: all
+	MV_BUILD=$(B) FLEET_ROUNDS=$${FLEET_ROUNDS:-100} FLEET_SLICE=$${FLEET_SLICE:-1048576} \
+		FLEET_TTL=$${FLEET_TTL:-5} tests/fleet.sh
+
 
 check-unit: all
 	@set -e; for t in $(TESTS); do echo "== $$t"; MV_BUILD=$(B) $(B)/tests/$$t; done
@@ -282,7 +299,7 @@ check-tsan:
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_CHECK_SECONDS ?= 3
-FUZZERS := fuzz_ctlmsg fuzz_desc fuzz_take fuzz_ring fuzz_blob fuzz_trace fuzz_import
+FUZZERS := fuzz_ctlmsg fuzz_desc fuzz_take fuzz_ring fuzz_blob fuzz_trace fuzz_import fuzz_etcd
 FUZZ_CFLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-fno-omit-frame-pointer -std=gnu11 -pthread -Wall -Wextra -Werror -Wno-unused-parameter \
 	-D_GNU_SOURCE -Ishmring -Ilibclient -Imover -Itools
@@ -290,11 +307,14 @@ FUZZ_SRC_fuzz_ctlmsg := mover/msg_check.c mover/validate.c
 FUZZ_SRC_fuzz_desc := mover/validate.c
 # The shard's data path links the whole daemon but main.c (the harness logs).
 FUZZ_SRC_fuzz_take := $(filter-out mover/main.c,$(MOVER_SRC)) $(SHMRING_SRC)
-FUZZ_LIBS_fuzz_take = $(FABRIC_LIBS) $(HWLOC_LIBS) $(URING_LIBS) -ldl
+FUZZ_LIBS_fuzz_take = $(FABRIC_LIBS) $(HWLOC_LIBS) $(URING_LIBS) $(ETCD_LIBS) -ldl
 FUZZ_SRC_fuzz_blob := mover/validate.c
 FUZZ_SRC_fuzz_ring := shmring/shmring.c
 FUZZ_SRC_fuzz_trace :=
 FUZZ_SRC_fuzz_import := tools/import_parse.c
+# The values under a cluster's prefix in etcd, as the cluster thread parses them.
+FUZZ_SRC_fuzz_etcd := mover/cluster_keys.c mover/validate.c
+FUZZ_LIBS_fuzz_etcd = $(ETCD_LIBS)
 FUZZ_BINS := $(addprefix $(B)/fuzz/,$(FUZZERS))
 FUZZ_HDRS := $(wildcard mover/*.h libclient/*.h shmring/*.h tools/*.h)
 

@@ -52,11 +52,15 @@ enum mv_msg_type {
 	MV_MSG_PEER_DEL = 7,
 	MV_MSG_IMPORT = 8,
 	MV_MSG_UNIMPORT = 9,
-	MV_MSG_BLOB = 10,    /* the blob of one of our regions */
-	MV_MSG_STATS = 11,   /* admins: the stats segment's fd (no HELLO needed) */
-	MV_MSG_TRACE = 12,   /* admins: start (with the file's fd) or stop the trace */
-	MV_MSG_REG_GPU = 13, /* register CUDA device memory (IPC handle or VMM fd) */
-	MV_MSG_GPU_FD = 14,  /* same-host peer movers: the fd behind a VMM region */
+	MV_MSG_BLOB = 10,      /* the blob of one of our regions */
+	MV_MSG_STATS = 11,     /* admins: the stats segment's fd (no HELLO needed) */
+	MV_MSG_TRACE = 12,     /* admins: start (with the file's fd) or stop the trace */
+	MV_MSG_REG_GPU = 13,   /* register CUDA device memory (IPC handle or VMM fd) */
+	MV_MSG_GPU_FD = 14,    /* same-host peer movers: the fd behind a VMM region */
+	MV_MSG_PUBLISH = 15,   /* name one of our regions in the cluster (etcd) */
+	MV_MSG_UNPUBLISH = 16, /* take a name of ours back */
+	MV_MSG_LOOKUP = 17,    /* a name's peer and region: PEER_ADD and IMPORT in one */
+	MV_MSG_CLUSTER = 18,   /* admins: the members and names, as text */
 	MV_MSG_REPLY = 0x8000,
 };
 
@@ -278,6 +282,45 @@ struct mv_import_req {
 	uint32_t peer;
 	uint32_t blob_len;
 	struct mv_region_blob blob;
+};
+
+/*
+ * Named regions (mover --etcd --cluster). A name is 1 to MV_NAME_MAX - 1
+ * bytes of [A-Za-z0-9._:/-], NUL-padded; it is scoped by the cluster and
+ * lives as long as its region and the owner mover's etcd lease.
+ */
+#define MV_NAME_MAX 64u
+
+/* PUBLISH (region: one of the client's) and UNPUBLISH (region unused). */
+struct mv_publish_req {
+	uint32_t region;
+	uint32_t rsvd;
+	char name[MV_NAME_MAX];
+};
+
+/* LOOKUP: waits up to timeout_ms (0: not at all) for the name to appear. */
+struct mv_lookup_req {
+	int32_t timeout_ms;
+	uint32_t rsvd;
+	char name[MV_NAME_MAX];
+};
+
+struct mv_lookup_rep {
+	struct mv_reply_hdr r;
+	uint32_t peer;   /* the client's peer slot for the owner mover */
+	uint32_t handle; /* the import of the named region */
+	uint64_t len;    /* bytes of the region */
+	uint64_t mover_id;
+	uint32_t live;   /* enum mv_live of the owner mover now */
+	uint32_t rsvd;
+};
+
+/* CLUSTER reply: text lines, NUL-terminated, at most what fits a message. */
+struct mv_cluster_rep {
+	struct mv_reply_hdr r;
+	uint32_t len; /* bytes of text, the NUL excluded */
+	uint32_t rsvd;
+	char text[MV_MAX_MSG - sizeof(struct mv_reply_hdr) - 8];
 };
 
 /* STATS reply: the segment's memfd comes with it; see mover/stats_layout.h. */

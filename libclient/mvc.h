@@ -211,6 +211,33 @@ int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint3
 int mvc_unimport(struct mvc *c, uint32_t handle);
 
 /*
+ * Named regions, where the mover is in an etcd cluster (mover --etcd
+ * --cluster). mvc_publish() puts one of this client's regions in the
+ * cluster under name (1 to MVC_NAME_MAX - 1 bytes of [A-Za-z0-9._:/-]):
+ * every mover of the cluster can then import it, so publish only what
+ * the whole cluster may write. It returns once etcd holds the name;
+ * -EEXIST when another region has it, -ENOTCONN when the mover is in no
+ * cluster or etcd does not answer. A name goes with mvc_unpublish(), with
+ * its region, with the client, and with its mover's etcd lease.
+ * mvc_lookup() adds the owner mover as a peer (reusing this client's slot
+ * for it) and imports the named region, in one call: *out gets the peer,
+ * the import handle and the region's length. A name not there yet is
+ * waited for up to timeout_ms (0: not at all, -ENOENT at once; then
+ * -ETIMEDOUT); the mover waits, not this thread's CPU. Concurrency: as every
+ * call on c, one thread at a time; a lookup that waits holds c meanwhile.
+ */
+#define MVC_NAME_MAX 64
+struct mvc_found {
+	uint32_t peer;     /* for mvc_peer_remove() */
+	uint32_t dst;      /* the import handle, for writes */
+	uint64_t len;      /* bytes of the region */
+	uint64_t mover_id; /* the owner mover */
+};
+int mvc_publish(struct mvc *c, uint32_t region, const char *name);
+int mvc_unpublish(struct mvc *c, const char *name);
+int mvc_lookup(struct mvc *c, const char *name, int timeout_ms, struct mvc_found *out);
+
+/*
  * Building a batch: each call adds to the open batch (opened by the first);
  * mvc_submit closes it and hands it over; one MVC_EV_BATCH reports it, after
  * every write of it landed, whatever its length. Page and segment lists are

@@ -93,7 +93,8 @@ struct mvc_obj {
 	void *dptr;    /* a CUDA region's device pointer */
 	uint32_t peer; /* an import's peer (app id) */
 	uint32_t blob_len;
-	uint8_t *blob; /* a peer's address blob, an import's region blob */
+	uint8_t *blob; /* a peer's address blob, an import's region blob; named: the name */
+	int named;     /* found by mvc_lookup: restored by looking the name up again */
 };
 
 struct mvc {
@@ -174,6 +175,7 @@ struct mvc {
 MVC_INTERNAL int mvc_fail(struct mvc *c, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* client.c: one request on the control socket and its reply (and fds). */
 MVC_INTERNAL int mvc_call(struct mvc *c, uint16_t type, const void *payload, size_t len,
                           const int *fds, int nfds, void *rep, size_t replen, int *rfds,
                           int maxrfds, int *nrfds);
@@ -191,6 +193,7 @@ MVC_INTERNAL int mvc_obj_add(struct mvc *c, const struct mvc_obj *o, const void 
                              uint32_t blob_len, uint32_t *app);
 MVC_INTERNAL uint32_t mvc_obj_del(struct mvc *c, uint32_t kind, uint32_t app);
 MVC_INTERNAL void mvc_obj_del_imports_of(struct mvc *c, uint32_t peer);
+MVC_INTERNAL int mvc_obj_has_cur(const struct mvc *c, uint32_t kind, uint32_t cur);
 MVC_INTERNAL void mvc_objs_free(struct mvc *c);
 MVC_INTERNAL uint32_t mvc_cur_slow(const struct mvc *c, uint32_t kind, uint32_t app);
 MVC_INTERNAL uint32_t mvc_app_slow(const struct mvc *c, uint32_t kind, uint32_t cur);

@@ -80,6 +80,14 @@ uint32_t mvc_app_slow(const struct mvc *c, uint32_t kind, uint32_t cur)
 	return cur;
 }
 
+int mvc_obj_has_cur(const struct mvc *c, uint32_t kind, uint32_t cur)
+{
+	for (uint32_t i = 0; i < c->nobj; i++)
+		if (c->objs[i].kind == kind && c->objs[i].cur == cur)
+			return 1;
+	return 0;
+}
+
 static void remapped_update(struct mvc *c)
 {
 	c->remapped = 0;
@@ -227,6 +235,30 @@ static void reply_timeout(struct mvc *c, uint64_t len)
 	setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
+/* A peer or import found by name: found again the same way (the new mover
+ * learns the names from etcd; a moment's wait covers its first read). The
+ * peer's own lookup drops the import it made on the way. */
+static int restore_named(struct mvc *c, struct mvc_obj *o)
+{
+	struct mv_lookup_req req = {.timeout_ms = REJOIN_TIMEOUT_MS / 2};
+	struct mv_lookup_rep rep;
+	size_t n = o->blob_len < sizeof(req.name) ? o->blob_len : sizeof(req.name) - 1;
+	int ret;
+
+	memcpy(req.name, o->blob, n);
+	ret = mvc_call(c, MV_MSG_LOOKUP, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0,
+	               NULL);
+	if (ret)
+		return ret;
+	if (o->kind == MVC_OBJ_PEER) {
+		o->cur = rep.peer;
+		mvc_id_call(c, MV_MSG_UNIMPORT, rep.handle);
+	} else {
+		o->cur = rep.handle;
+	}
+	return 0;
+}
+
 /* Makes object o again on the new mover; 0 or -errno, c->err saying why. */
 static int restore(struct mvc *c, struct mvc_obj *o)
 {
@@ -236,6 +268,8 @@ static int restore(struct mvc *c, struct mvc_obj *o)
 	int ret;
 
 	reply_timeout(c, o->kind == MVC_OBJ_REGION ? o->len : 0);
+	if (o->named)
+		return restore_named(c, o);
 	if (o->kind == MVC_OBJ_REGION)
 		return o->fd >= 0 ? mvc_reg_fd(c, o->fd, o->off, o->len, &o->cur)
 		                  : restore_cuda(c, o);

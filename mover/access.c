@@ -46,6 +46,12 @@ static const struct msg_rule rules[] = {
     [MV_MSG_TRACE] = {MV_ROLE_ADMIN, "TRACE"},
     [MV_MSG_REG_GPU] = {MV_ROLE_CLIENT, "REG_GPU"},
     [MV_MSG_GPU_FD] = {MV_ROLE_MOVER, "GPU_FD"},
+    /* Publishing shares the region's blob with the whole cluster: only a
+     * client, for its own region (names.c checks the owner). */
+    [MV_MSG_PUBLISH] = {MV_ROLE_CLIENT, "PUBLISH"},
+    [MV_MSG_UNPUBLISH] = {MV_ROLE_CLIENT, "UNPUBLISH"},
+    [MV_MSG_LOOKUP] = {MV_ROLE_CLIENT, "LOOKUP"},
+    [MV_MSG_CLUSTER] = {MV_ROLE_ADMIN, "CLUSTER"},
 };
 
 int mv_access_init(struct mover *mv, char *why, size_t whylen)

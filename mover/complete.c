@@ -180,7 +180,7 @@ int mv_expire(struct mv_shard *s)
 	/* A1 pairs with R1 in mv_peer_exited(). */
 	uint32_t deaths = atomic_load_explicit(&s->mv->peer_deaths, memory_order_acquire);
 	if (deaths != s->seen_deaths) {
-		/* An exited (or cut-off) peer completes nothing more: its
+		/* An exited, cut-off or departed peer completes nothing more: its
 		 * posted writes fail now, not at their deadline (still parked:
 		 * the provider owns them). Pending ones fail when mv_post()
 		 * reaches them. */
@@ -189,7 +189,7 @@ int mv_expire(struct mv_shard *s)
 			char text[MV_ERRLEN];
 			if (op->abandoned ||
 			    atomic_load_explicit(&op->peer->gone, memory_order_relaxed) <
-			        MV_PEER_EXITED)
+			        MV_PEER_EXITED) /* EXITED, CUT or DEPARTED */
 				continue;
 			mv_peer_why(op->peer, text, sizeof(text));
 			mv_op_report(s, op, -EHOSTUNREACH, text);

@@ -74,6 +74,14 @@ static const struct mv_key opts[] = {
      "BYTES", "262144",
      "bytes all clients of a shared shard may have in flight,\n"
      "shared by weight (default 262144)"},
+    {"etcd", "etcd", 0, MV_KEY_STR, F(etcd), 0, 1023, NULL, "ENDPOINTS", "none",
+     "join a cluster in etcd at ENDPOINTS (host:port,...): register\n"
+     "there, watch the members, publish and look up named regions"},
+    {"cluster", "cluster", 0, MV_KEY_STR, F(cluster), 0, 63, NULL, "NAME", "none",
+     "the cluster's name with --etcd (keys under /mover/NAME/)"},
+    {"etcd_ttl", "etcd-ttl", 0, MV_KEY_SECONDS, F(etcd_ttl_ms), 0, 3600, NULL, "S", "10",
+     "the etcd lease: a mover that dies leaves the cluster\n"
+     "about S seconds later (default 10)"},
 #define QUOTA(who, res, idx, what)                                                                 \
 	{                                                                                          \
 		"quota_" #who "_" #res, "quota-" #who "-" #res, 0, MV_KEY_AMOUNT,                  \
@@ -600,6 +608,7 @@ int mv_config_load(struct mv_config *cfg, int argc, char **argv, char *why, size
 	cfg->provider = "auto";
 	cfg->op_timeout_ms = 10000;
 	cfg->heartbeat_ms = 1000;
+	cfg->etcd_ttl_ms = 10000;
 	for (int i = 0; i < MV_Q_N; i++)
 		cfg->quota.client[i] = cfg->quota.uid[i] = UINT64_MAX; /* unlimited */
 	cfg->log_level = MV_LOG_INFO;

@@ -88,11 +88,14 @@ struct mv_config {
 	 * have in flight, shared by weight. post.c keeps a piece within 4 KiB
 	 * to MV_CHUNK. */
 	int fair_piece, fair_inflight;
-	const char *trace; /* --trace FILE */
-	int trace_hops;    /* --trace-hops */
-	int log_level;     /* enum mv_level (log.h) */
-	const char *log;   /* --log FILE: append there, not to stderr */
-	const char *file;  /* the config file read, or NULL */
+	const char *etcd;    /* --etcd ENDPOINTS: join a cluster there (cluster.c) */
+	const char *cluster; /* --cluster NAME: the cluster's name (keys /mover/NAME/) */
+	int etcd_ttl_ms;     /* --etcd-ttl S: the lease; a dead mover is found in about S */
+	const char *trace;   /* --trace FILE */
+	int trace_hops;      /* --trace-hops */
+	int log_level;       /* enum mv_level (log.h) */
+	const char *log;     /* --log FILE: append there, not to stderr */
+	const char *file;    /* the config file read, or NULL */
 	/* Where each top-section key came from (enum mv_src) and, for the
 	 * config file, its line; the strings this struct owns. */
 	unsigned char from[64];

@@ -8,6 +8,7 @@
  * readable) is detached: shards cancel its queued work, wait for what was
  * posted, and then its regions are deregistered. Runs on the main thread.
  */
+#include "cluster.h"
 #include "mover.h"
 #include "msg_check.h"
 #include "mv_sock.h"
@@ -26,15 +27,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define TAG_LISTEN 0xffffff01u
-#define TAG_SIGNAL 0xffffff02u
-#define TAG_SHARDS 0xffffff03u
-#define TAG_PIDFD  0x01000000u
+#define TAG_LISTEN  0xffffff01u
+#define TAG_SIGNAL  0xffffff02u
+#define TAG_SHARDS  0xffffff03u
+#define TAG_CLUSTER 0xffffff04u
+#define TAG_PIDFD   0x01000000u
 
 static uint16_t client_gen[MV_MAX_CLIENTS];
 
-static int send_reply(int sock, const struct mv_msg_hdr *req, const void *payload, size_t len,
-                      const int *fds, int nfds)
+int mv_control_reply(int sock, const struct mv_msg_hdr *req, const void *payload, size_t len,
+                     const int *fds, int nfds)
 {
 	struct mv_msg_hdr h = {.magic = MV_WIRE_MAGIC, .version = MV_WIRE_VERSION};
 	struct iovec iov[2] = {{&h, sizeof(h)}, {(void *)payload, len}};
@@ -53,7 +55,7 @@ static int send_error(int sock, const struct mv_msg_hdr *req, int status, const 
 	struct mv_reply_hdr r = {.status = status};
 
 	snprintf(r.msg, sizeof(r.msg), "%s", msg);
-	return send_reply(sock, req, &r, sizeof(r), NULL, 0);
+	return mv_control_reply(sock, req, &r, sizeof(r), NULL, 0);
 }
 
 static int do_hello(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char *why,
@@ -83,7 +85,7 @@ static int do_hello(struct mover *mv, struct mv_client *cl, struct mv_rx *m, cha
 	snprintf(rep.provider, sizeof(rep.provider), "%s", mv->prov);
 	for (uint32_t s = 0; s < mv->nshards; s++)
 		fds[s] = mv->shards[s].efd;
-	return send_reply(cl->sock, &m->h, &rep, sizeof(rep), fds, (int)mv->nshards) ?: 1;
+	return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), fds, (int)mv->nshards) ?: 1;
 }
 
 /*
@@ -224,7 +226,7 @@ static int reply_region(struct mover *mv, struct mv_client *cl, const struct mv_
 	rep.path = !r->is_gpu ? MV_PATH_HOST : mv->hmem ? MV_PATH_HMEM : MV_PATH_STAGED;
 	mv_region_blob(mv, r, &rep.blob);
 	rep.blob_len = (uint32_t)MV_REGION_BLOB_SIZE(mv->nshards);
-	return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+	return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
 }
 
 /* Runs one request; 1 when it replied itself, 0 for a plain OK reply, <0 error. */
@@ -250,7 +252,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 		struct mv_stats_rep rep = {.seg_size = mv->stats_size};
 		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
-		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), &mv->stats_fd, 1) ?: 1;
+		return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), &mv->stats_fd, 1) ?: 1;
 	}
 	case MV_MSG_TRACE: {
 		/* Start carries the file, opened by the requester: the mover
@@ -319,7 +321,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 			return -ENOENT;
 		}
 		rep.gpu = r->gdesc;
-		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), &r->gpu_fd, 1) ?: 1;
+		return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), &r->gpu_fd, 1) ?: 1;
 	}
 	case MV_MSG_BLOB: {
 		const struct mv_id_req *req = (const void *)m->payload;
@@ -347,7 +349,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 			return ret;
 		mv_addr_blob(mv, &rep.blob);
 		rep.blob_len = sizeof(rep.blob);
-		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+		return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
 	}
 	case MV_MSG_PEER_ADD: {
 		struct mv_id_rep rep = {0};
@@ -361,7 +363,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 			return ret;
 		if (rep.live != MV_LIVE_OK)
 			snprintf(rep.r.msg, sizeof(rep.r.msg), "%s", why);
-		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+		return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
 	}
 	case MV_MSG_PEER_DEL:
 	case MV_MSG_UNIMPORT: {
@@ -382,8 +384,13 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 		ret = mv_import_add(mv, cl, req.peer, &req.blob, blen, &rep.id, why, whylen);
 		if (ret)
 			return ret;
-		return send_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
+		return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
 	}
+	case MV_MSG_PUBLISH:
+	case MV_MSG_UNPUBLISH:
+	case MV_MSG_LOOKUP:
+	case MV_MSG_CLUSTER:
+		return mv_names_handle(mv, cl, m, why, whylen);
 	default:
 		snprintf(why, whylen, "unknown message type %u", m->h.type);
 		return -EBADMSG;
@@ -451,6 +458,7 @@ static void client_leave(struct mover *mv, struct mv_client *cl, int ep, const c
 	epoll_ctl(ep, EPOLL_CTL_DEL, cl->sock, NULL);
 	if (cl->pidfd >= 0)
 		epoll_ctl(ep, EPOLL_CTL_DEL, cl->pidfd, NULL);
+	mv_names_client_gone(mv, cl);
 	if (cl->state == MV_CL_READY) {
 		cl->state = MV_CL_DETACHING;
 		struct mv_cmd *cmds = calloc(mv->nshards, sizeof(*cmds));
@@ -584,7 +592,7 @@ static void serve(struct mover *mv, struct mv_client *cl, int ep, struct mv_rx *
 		mv_msg_close_fds(m);
 		if (ret == 0) {
 			struct mv_reply_hdr ok = {0};
-			send_reply(cl->sock, &m->h, &ok, sizeof(ok), NULL, 0);
+			mv_control_reply(cl->sock, &m->h, &ok, sizeof(ok), NULL, 0);
 		} else if (ret < 0) {
 			send_error(cl->sock, &m->h, ret, why[0] ? why : strerror(-ret));
 			if (ret == -EBADMSG || ret == -EPROTONOSUPPORT) {
@@ -622,6 +630,10 @@ int mv_control_run(struct mover *mv)
 	epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
 	ev.data.u32 = TAG_SHARDS;
 	epoll_ctl(ep, EPOLL_CTL_ADD, mv->efd, &ev);
+	if (mv->cluster) {
+		ev.data.u32 = TAG_CLUSTER;
+		epoll_ctl(ep, EPOLL_CTL_ADD, mv->cluster->notify_fd, &ev);
+	}
 	mv_log("listening on %s", mv->cfg.socket_path);
 	mv_sd_notify("READY=1");
 
@@ -648,6 +660,8 @@ int mv_control_run(struct mover *mv)
 					/* drained by an earlier wake-up */
 				}
 				mv_peer_cut_check(mv);
+			} else if (tag == TAG_CLUSTER) {
+				mv_names_events(mv);
 			} else if (tag & MV_TAG_PEER) {
 				struct mv_peer *p = mv->peers[(tag & ~MV_TAG_PEER) % MV_MAX_PEERS];
 				if (p)
@@ -667,6 +681,7 @@ int mv_control_run(struct mover *mv)
 			}
 		}
 		reap_clients(mv);
+		mv_names_tick(mv);
 		mv_region_reap(mv, 0);
 		uint32_t ncl = 0;
 		for (uint32_t i = 0; i < MV_MAX_CLIENTS; i++)

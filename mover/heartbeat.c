@@ -87,6 +87,10 @@ int mv_hb_state(const struct mv_peer *p, char *why, size_t whylen)
 
 	switch (live) {
 	case MV_LIVE_SILENT:
+		if (atomic_load_explicit(&p->gone, memory_order_acquire) == MV_PEER_DEPARTED) {
+			mv_peer_why(p, why, whylen); /* left the cluster, and how */
+			break;
+		}
 		snprintf(why, whylen,
 		         "peer mover %016llx answered no heartbeat for %lld ms: hung "
 		         "or unreachable",
@@ -148,7 +152,10 @@ static void set_live(struct mv_shard *s, struct mv_hb *h, int live)
 	if (live == MV_LIVE_SILENT)
 		atomic_store_explicit(&p->silent_since, h->ok_at, memory_order_relaxed);
 	atomic_store(&p->live, live);
-	if (live == MV_LIVE_SILENT) {
+	if (live == MV_LIVE_SILENT && atomic_load(&p->gone) == MV_PEER_DEPARTED) {
+		mv_hb_state(p, why, sizeof(why));
+		mv_warn("%s; failing the expectations that name it", why);
+	} else if (live == MV_LIVE_SILENT) {
 		mv_warn("peer mover %016llx answered no heartbeat for %lld ms (interval %d ms): "
 		        "hung or unreachable; failing the expectations that name it",
 		        (unsigned long long)p->mover_id, (long long)((s->now - h->ok_at) / 1000000),
@@ -304,6 +311,12 @@ int mv_hb_tick(struct mv_shard *s)
 		}
 		if (gone == MV_PEER_CUT) {
 			set_live(s, h, MV_LIVE_CUT);
+			continue;
+		}
+		if (gone == MV_PEER_DEPARTED) {
+			/* It left the cluster: silent, as a hung peer, until it is
+			 * back under a new lease and answers again. */
+			set_live(s, h, MV_LIVE_SILENT);
 			continue;
 		}
 		if (gone == MV_PEER_REMOVED) {

@@ -7,7 +7,9 @@
  * and refuse new ones. On shm the exited peer may have left its command
  * queue locked (see mv_fabric_shm_release), which is released here so no
  * shard stays stuck posting to it. Peers on other hosts fail through their
- * provider's errors and the write deadline, as before. Main thread only.
+ * provider's errors and the write deadline, or, in an etcd cluster, as
+ * soon as their member key goes (names.c calls mv_peer_departed()). Main
+ * thread only.
  */
 #include "mover.h"
 
@@ -59,16 +61,11 @@ void mv_peer_unwatch(struct mover *mv, struct mv_peer *p)
 
 static void shm_release(struct mover *mv, struct mv_peer *p);
 
-void mv_peer_exited(struct mover *mv, struct mv_peer *p)
+/* Tells every shard to look at its posted writes again (mv_expire()). */
+static void deaths_bump(struct mover *mv)
 {
-	char why[MV_ERRLEN];
-
-	if (p->pidfd < 0)
-		return;
-	mv_peer_unwatch(mv, p);
 	/* R1 pairs with A1 in the shards' mv_expire(): the state is visible to a
 	 * shard that sees the new count. */
-	atomic_store_explicit(&p->gone, MV_PEER_EXITED, memory_order_relaxed);
 	atomic_fetch_add_explicit(&mv->peer_deaths, 1, memory_order_release);
 	for (uint32_t s = 0; s < mv->nshards; s++) {
 		uint64_t one = 1;
@@ -76,6 +73,17 @@ void mv_peer_exited(struct mover *mv, struct mv_peer *p)
 			/* saturated: that shard is due to wake anyway */
 		}
 	}
+}
+
+void mv_peer_exited(struct mover *mv, struct mv_peer *p)
+{
+	char why[MV_ERRLEN];
+
+	if (p->pidfd < 0)
+		return;
+	mv_peer_unwatch(mv, p);
+	atomic_store_explicit(&p->gone, MV_PEER_EXITED, memory_order_relaxed);
+	deaths_bump(mv);
 	mv_log("peer mover %016llx (pid %d) exited: failing the writes to it", //
 	       (unsigned long long)p->mover_id, (int)p->pid);
 	if (strncmp(mv->prov, "shm", 3))
@@ -110,14 +118,41 @@ static void shm_release(struct mover *mv, struct mv_peer *p)
 	}
 }
 
+void mv_peer_departed(struct mover *mv, struct mv_peer *p, const char *why)
+{
+	int st = atomic_load(&p->gone);
+
+	if (st == MV_PEER_EXITED || st == MV_PEER_CUT || st == MV_PEER_DEPARTED)
+		return;
+	snprintf(p->gone_why, sizeof(p->gone_why), "%s", why);
+	/* R2 pairs with A2 in mv_peer_why(): gone_why is whole once gone says
+	 * DEPARTED. */
+	atomic_store_explicit(&p->gone, MV_PEER_DEPARTED, memory_order_release);
+	deaths_bump(mv);
+	mv_log("%s: failing the writes to it", why);
+}
+
+void mv_peer_rejoined(struct mover *mv, struct mv_peer *p)
+{
+	if (atomic_load(&p->gone) != MV_PEER_DEPARTED)
+		return;
+	/* Back under a new lease (it lost etcd a while): its AV entries were
+	 * kept, so it is fit for work again; clients that removed it meanwhile
+	 * find it REMOVED as before. */
+	atomic_store(&p->gone, p->refs ? MV_PEER_LIVE : MV_PEER_REMOVED);
+	mv_log("peer mover %016llx is back in the cluster", (unsigned long long)p->mover_id);
+}
+
 void mv_peer_why(const struct mv_peer *p, char *why, size_t whylen)
 {
-	int gone = atomic_load_explicit(&p->gone, memory_order_relaxed);
+	int st = atomic_load_explicit(&p->gone, memory_order_acquire); /* A2 */
 
-	if (gone == MV_PEER_EXITED)
+	if (st == MV_PEER_DEPARTED)
+		snprintf(why, whylen, "%s", p->gone_why);
+	else if (st == MV_PEER_EXITED)
 		snprintf(why, whylen, "peer mover %016llx (pid %d) exited",
 		         (unsigned long long)p->mover_id, (int)p->pid);
-	else if (gone == MV_PEER_CUT)
+	else if (st == MV_PEER_CUT)
 		snprintf(why, whylen, "peer mover %016llx was cut off: %s",
 		         (unsigned long long)p->mover_id, p->cut_why);
 	else

@@ -5,6 +5,7 @@
  * starts the shard threads, logs one line per shard, and serves the control
  * socket until SIGTERM, when it drains what clients committed and exits.
  */
+#include "cluster.h"
 #include "mover.h"
 #include "mv_host.h"
 #include "mv_sock.h"
@@ -206,8 +207,21 @@ int main(int argc, char **argv)
 		}
 		if (ret)
 			mv_error("--trace: %s", why);
-		else
+		else if ((ret = mv_names_init(mv)))
+			mv_error("names: %s", strerror(-ret));
+		else if (mv->cfg.etcd && (ret = mv_cluster_start(mv, cwhy, sizeof(cwhy))))
+			mv_error("--etcd: %s", cwhy);
+		else if (!mv->cfg.etcd && mv->cfg.cluster)
+			mv_warn("--cluster %s without --etcd: joining no cluster", mv->cfg.cluster);
+		if (!ret) {
 			ret = mv_control_run(mv);
+		} else {
+			/* No control loop to stop them: the shards stop here. */
+			mv_call_all(mv, MV_CMD_STOP, NULL, why, sizeof(why));
+			atomic_store(&mv->shards_stopped, 1);
+		}
+		mv_cluster_stop(mv);
+		mv_names_free(mv);
 	} else {
 		/* Stop the shards that did start. */
 		uint32_t n = mv->nshards;

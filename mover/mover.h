@@ -179,9 +179,10 @@ struct mv_wake_page;
 /* What a peer is fit for; only the main thread changes it. */
 enum mv_peer_state {
 	MV_PEER_LIVE = 0,
-	MV_PEER_REMOVED = 1, /* its last client removed it: refuse new work */
-	MV_PEER_EXITED = 2,  /* its process exited (same host): fail all work */
-	MV_PEER_CUT = 3,     /* it sent garbage (heartbeat.c): fail all work */
+	MV_PEER_REMOVED = 1,  /* its last client removed it: refuse new work */
+	MV_PEER_EXITED = 2,   /* its process exited (same host): fail all work */
+	MV_PEER_CUT = 3,      /* it sent garbage (heartbeat.c): fail all work */
+	MV_PEER_DEPARTED = 4, /* it left the etcd cluster (lease expired, key deleted): as EXITED */
 };
 
 /* Another mover, known by its address blob. */
@@ -191,6 +192,7 @@ struct mv_peer {
 	uint32_t index;
 	int refs;                   /* clients using it (main thread) */
 	_Atomic int gone;           /* enum mv_peer_state: anything but LIVE refuses work */
+	char gone_why[MV_ERRLEN];   /* DEPARTED: who and how, written before gone (R2) */
 	pid_t pid;                  /* same host and pid namespace: its process; else 0 */
 	int pidfd;                  /* watched while LIVE or REMOVED; else -1 (main thread) */
 	struct mv_wake_page *wake;  /* its shards' sleeping words (shm), or NULL */
@@ -540,6 +542,8 @@ struct mover {
 	_Atomic uint32_t peer_cuts;
 	uint32_t seen_cuts; /* main thread */
 	char prov[32];
+	struct mv_cluster *cluster; /* --etcd: membership and names (cluster.c), or NULL */
+	struct mv_names *names;     /* the main thread's side of them (names.c) */
 };
 
 /* fabric.c */
@@ -593,6 +597,11 @@ int mv_peer_watch(struct mover *mv, struct mv_peer *p, char *why, size_t whylen)
 void mv_peer_unwatch(struct mover *mv, struct mv_peer *p);
 void mv_peer_exited(struct mover *mv, struct mv_peer *p);
 void mv_peer_why(const struct mv_peer *p, char *why, size_t whylen);
+/* A member that left the cluster: fail the writes to it as to an exited
+ * peer, with why (names it and how it left). */
+void mv_peer_departed(struct mover *mv, struct mv_peer *p, const char *why);
+/* A member back in the cluster (it lost etcd and registered again). */
+void mv_peer_rejoined(struct mover *mv, struct mv_peer *p);
 
 /* heartbeat.c: peers' liveness over the fabric, run by shard 0. */
 struct mv_hb;
@@ -727,6 +736,23 @@ int mv_tracing_hops(const struct mover *mv);
 
 /* control.c */
 int mv_control_run(struct mover *mv);
+/* A reply to req on sock: 0 or -errno. */
+int mv_control_reply(int sock, const struct mv_msg_hdr *req, const void *payload, size_t len,
+                     const int *fds, int nfds);
+
+/* names.c (main thread): the control messages of named regions, and what
+ * the cluster thread tells. */
+struct mv_rx;
+int mv_names_init(struct mover *mv);
+void mv_names_free(struct mover *mv);
+/* PUBLISH, UNPUBLISH, LOOKUP, CLUSTER: as handle() in control.c. */
+int mv_names_handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char *why,
+                    size_t whylen);
+/* The cluster thread's events; parked lookups past their time. */
+void mv_names_events(struct mover *mv);
+void mv_names_tick(struct mover *mv);
+void mv_names_client_gone(struct mover *mv, struct mv_client *cl);
+void mv_names_region_gone(struct mover *mv, uint32_t region);
 
 /* access.c: who may send which control message. */
 enum mv_role {

@@ -72,6 +72,7 @@ int mv_msg_need(const struct mv_rx *m, uint32_t nshards, char *why, size_t whyle
 	switch (m->h.type) {
 	case MV_MSG_HELLO:
 	case MV_MSG_STATS:
+	case MV_MSG_CLUSTER:
 	case MV_MSG_ADDR:
 	case MV_MSG_PEER_ADD: /* a short blob is refused with its reason by the handler */
 		len = 0;
@@ -104,6 +105,13 @@ int mv_msg_need(const struct mv_rx *m, uint32_t nshards, char *why, size_t whyle
 		break;
 	case MV_MSG_IMPORT:
 		len = offsetof(struct mv_import_req, blob);
+		break;
+	case MV_MSG_PUBLISH:
+	case MV_MSG_UNPUBLISH:
+		len = sizeof(struct mv_publish_req);
+		break;
+	case MV_MSG_LOOKUP:
+		len = sizeof(struct mv_lookup_req);
 		break;
 	case MV_MSG_TRACE: {
 		/* A start brings the trace file's fd (the mover opens no path). */

@@ -261,6 +261,7 @@ int mv_region_del(struct mover *mv, struct mv_client *cl, uint32_t id, char *why
 		return -ENOENT;
 	}
 	atomic_store_explicit(&mv->regions[id % MV_MAX_REGIONS], NULL, memory_order_release);
+	mv_names_region_gone(mv, id); /* its names go from the cluster */
 	/* Grace period: after it no shard holds r from a lookup. Ops already
 	 * queued keep using the mapping, which stays until they finish: the
 	 * client must not free a region it has writes in flight from. */
@@ -372,7 +373,7 @@ int mv_peer_add(struct mover *mv, struct mv_client *cl, const struct mv_addr_blo
 		}
 		mv->peers[free_slot] = p;
 	}
-	if (atomic_load(&p->gone) >= MV_PEER_EXITED) {
+	if (atomic_load(&p->gone) >= MV_PEER_EXITED) { /* or CUT, DEPARTED */
 		mv_peer_why(p, why, whylen);
 		return atomic_load(&p->gone) == MV_PEER_CUT ? -EPROTO : -EHOSTUNREACH;
 	}

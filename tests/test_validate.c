@@ -10,11 +10,13 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "mover.h"
 #include "msg_check.h"
 
@@ -406,6 +408,90 @@ START_TEST(test_message_with_more_fds_than_any_is_refused_and_closes_them)
 }
 END_TEST
 
+START_TEST(test_named_region_messages_need_their_whole_payload)
+{
+	static struct mv_rx m;
+	struct mv_publish_req pub = {.region = 0x10001, .name = "kv/0"};
+	struct mv_lookup_req look = {.timeout_ms = 100, .name = "kv/0"};
+	char why[MV_ERRLEN] = "";
+	int sv[2];
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+	send_msg(sv[0], MV_MSG_PUBLISH, &pub, sizeof(pub), 0);
+	ck_assert_int_eq(mv_msg_recv(sv[1], &m, why, sizeof(why)), 1);
+	ck_assert_msg(mv_msg_need(&m, 2, why, sizeof(why)) == 0, "%s", why);
+	send_msg(sv[0], MV_MSG_LOOKUP, &look, sizeof(look) - 1, 0);
+	ck_assert_int_eq(mv_msg_recv(sv[1], &m, why, sizeof(why)), 1);
+	ck_assert_int_eq(mv_msg_need(&m, 2, why, sizeof(why)), -EBADMSG);
+	ck_assert_str_eq(why, "message type 17 needs 72 payload bytes, got 71");
+	send_msg(sv[0], MV_MSG_UNPUBLISH, &pub, sizeof(pub), 1); /* no fd belongs with it */
+	ck_assert_int_eq(mv_msg_recv(sv[1], &m, why, sizeof(why)), 1);
+	ck_assert_int_eq(mv_msg_need(&m, 2, why, sizeof(why)), -EBADMSG);
+	mv_msg_close_fds(&m);
+	send_msg(sv[0], MV_MSG_CLUSTER, NULL, 0, 0);
+	ck_assert_int_eq(mv_msg_recv(sv[1], &m, why, sizeof(why)), 1);
+	ck_assert_msg(mv_msg_need(&m, 2, why, sizeof(why)) == 0, "%s", why);
+	close(sv[0]);
+	close(sv[1]);
+}
+END_TEST
+
+/* ---- what the cluster's keys in etcd hold (cluster_keys.c) ---- */
+
+START_TEST(test_a_name_value_parses_back_to_its_blob)
+{
+	struct mv_region_blob b = {.magic = MV_BLOB_MAGIC_REGION,
+	                           .version = MV_WIRE_VERSION,
+	                           .nshards = 2,
+	                           .mover_id = 0x1234abcd,
+	                           .region = 0x10001,
+	                           .len = 4096};
+	struct mv_named n;
+	char why[MV_ERRLEN] = "";
+	char *val = mv_cluster_name_value(&b, (uint32_t)MV_REGION_BLOB_SIZE(2));
+
+	ck_assert_ptr_nonnull(val);
+	ck_assert_msg(mv_cluster_parse_name(val, &n, why, sizeof(why)) == 0, "%s", why);
+	ck_assert_uint_eq(n.owner, 0x1234abcd);
+	ck_assert_uint_eq(n.bloblen, MV_REGION_BLOB_SIZE(2));
+	ck_assert_int_eq(memcmp(&n.blob, &b, MV_REGION_BLOB_SIZE(2)), 0);
+	free(val);
+	/* An owner that is not the blob's mover, and values that are not ours. */
+	ck_assert_int_eq(
+	    mv_cluster_parse_name("{\"owner\":\"1\",\"blob\":\"eA==\"}", &n, why, sizeof(why)),
+	    -EINVAL);
+	ck_assert_int_eq(mv_cluster_parse_name("not json", &n, why, sizeof(why)), -EINVAL);
+	ck_assert_str_eq(why, "not a JSON object");
+	ck_assert_int_eq(
+	    mv_cluster_parse_name("{\"owner\":\"1\",\"blob\":\"!!!!\"}", &n, why, sizeof(why)),
+	    -EINVAL);
+	ck_assert_msg(strstr(why, "base64"), "%s", why);
+}
+END_TEST
+
+START_TEST(test_names_and_base64_are_checked)
+{
+	uint8_t out[16];
+	char enc[32];
+
+	ck_assert(mv_name_ok("job7/prefill-0"));
+	ck_assert(!mv_name_ok(""));
+	ck_assert(!mv_name_ok("has space"));
+	ck_assert(!mv_name_ok("new\nline"));
+	char longname[80];
+	memset(longname, 'a', sizeof(longname) - 1);
+	longname[79] = 0;
+	ck_assert(!mv_name_ok(longname));
+	ck_assert_uint_eq(mv_b64_encode("hello", 5, enc, sizeof(enc)), 8);
+	ck_assert_str_eq(enc, "aGVsbG8=");
+	ck_assert_int_eq(mv_b64_decode(enc, 8, out, sizeof(out)), 5);
+	ck_assert_int_eq(memcmp(out, "hello", 5), 0);
+	ck_assert_int_eq(mv_b64_decode("aGVsbG8", 7, out, sizeof(out)), -1);  /* not whole */
+	ck_assert_int_eq(mv_b64_decode("aG=sbG8=", 8, out, sizeof(out)), -1); /* pad inside */
+	ck_assert_int_eq(mv_b64_decode(enc, 8, out, 4), -1);                  /* no room */
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("validate");
@@ -432,6 +518,9 @@ int main(void)
 	suite_add_tcase(s, tl);
 	tcase_add_test(tm, test_attach_of_64_shards_arrives_with_all_its_fds);
 	tcase_add_test(tm, test_message_with_more_fds_than_any_is_refused_and_closes_them);
+	tcase_add_test(tm, test_named_region_messages_need_their_whole_payload);
+	tcase_add_test(tb, test_a_name_value_parses_back_to_its_blob);
+	tcase_add_test(tb, test_names_and_base64_are_checked);
 	suite_add_tcase(s, tm);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -573,6 +573,7 @@ static void usage(FILE *f)
 {
 	fputs("usage: mvstat [--socket PATH] [--watch [--count N]] [--hops]\n"
 	      "              [--json | --prometheus [--output FILE]] [--interval S]\n"
+	      "       mvstat [--socket PATH] --cluster\n"
 	      "Shows a running mover's shards, client rings and peers.\n"
 	      "  --socket PATH   the mover's control socket (default $MOVER_SOCKET, else\n"
 	      "                  $XDG_RUNTIME_DIR/mover.sock, else /tmp/mover-UID.sock)\n"
@@ -587,6 +588,8 @@ static void usage(FILE *f)
 	      "                  over the interval when it saw any, else since the start\n"
 	      "  --json          one snapshot as JSON (hops included)\n"
 	      "  --prometheus    the Prometheus text format (hops included)\n"
+	      "  --cluster       the mover's etcd cluster: whether etcd answers, the\n"
+	      "                  members and the published region names (mover --etcd)\n"
 	      "  --output FILE   write to FILE instead of standard output, replacing it\n"
 	      "                  whole each time (for node_exporter's textfile collector)\n"
 	      "  --version       print the version and exit\n"
@@ -623,6 +626,30 @@ static int out_close(FILE *f)
 	return 0;
 }
 
+/* --cluster: the mover's own listing of members and names, as it sends it. */
+static int print_cluster(const char *path)
+{
+	struct {
+		struct mv_msg_hdr h;
+		struct mv_cluster_rep rep;
+	} *m = calloc(1, sizeof(*m));
+	char why[256];
+	int fd;
+
+	if (!m)
+		return 1;
+	int ret = mv_request(path, MV_MSG_CLUSTER, NULL, 0, m, sizeof(*m), &fd, why, sizeof(why));
+	if (ret) {
+		fprintf(stderr, "mvstat: %s\n", why);
+		free(m);
+		return 1;
+	}
+	m->rep.text[sizeof(m->rep.text) - 1] = 0;
+	fputs(m->rep.text, stdout);
+	free(m);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -633,6 +660,7 @@ int main(int argc, char **argv)
 	    {"interval", required_argument, 0, 'i'},
 	    {"count", required_argument, 0, 'n'},
 	    {"hops", no_argument, 0, 'H'},
+	    {"cluster", no_argument, 0, 'C'},
 	    {"output", required_argument, 0, 'o'},
 	    {"help", no_argument, 0, 'h'},
 	    {"version", no_argument, 0, 'V'},
@@ -640,7 +668,7 @@ int main(int argc, char **argv)
 	};
 	char sockbuf[256], why[256];
 	const char *path = NULL;
-	int watch = 0, json = 0, prom = 0, hops = 0, c, count = -1;
+	int watch = 0, json = 0, prom = 0, hops = 0, cluster = 0, c, count = -1;
 	double interval = 1.0;
 
 	while ((c = getopt_long(argc, argv, "s:wjpi:n:o:hV", opts, NULL)) != -1) {
@@ -665,6 +693,9 @@ int main(int argc, char **argv)
 			break;
 		case 'H':
 			hops = 1;
+			break;
+		case 'C':
+			cluster = 1;
 			break;
 		case 'o':
 			out_path = optarg;
@@ -695,6 +726,8 @@ int main(int argc, char **argv)
 	}
 	if (!path)
 		path = mv_default_socket(sockbuf, sizeof(sockbuf));
+	if (cluster)
+		return print_cluster(path);
 
 	size_t size = 0;
 	int fd = fetch_segment(path, &size, why, sizeof(why));

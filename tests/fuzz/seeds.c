@@ -92,6 +92,12 @@ static void ctl_seeds(const void *addr, size_t alen, const void *rblob, size_t r
 	tr.on = 0;
 	msg("trace_stop", 0, 2, MV_MSG_TRACE, &tr, sizeof(tr));
 	msg("peer_add", 0, 2, MV_MSG_PEER_ADD, addr, alen);
+	struct mv_publish_req pub = {.region = 0x10001, .name = "kv/prefill-0"};
+	struct mv_lookup_req look = {.timeout_ms = 1000, .name = "kv/prefill-0"};
+	msg("publish", 0, 2, MV_MSG_PUBLISH, &pub, sizeof(pub));
+	msg("unpublish", 0, 2, MV_MSG_UNPUBLISH, &pub, sizeof(pub));
+	msg("lookup", 0, 2, MV_MSG_LOOKUP, &look, sizeof(look));
+	msg("cluster", 0, 2, MV_MSG_CLUSTER, NULL, 0);
 	memcpy(ib, &imp, offsetof(struct mv_import_req, blob));
 	memcpy(ib + offsetof(struct mv_import_req, blob), rblob, rlen);
 	msg("import", 0, 2, MV_MSG_IMPORT, ib, offsetof(struct mv_import_req, blob) + rlen);

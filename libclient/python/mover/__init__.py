@@ -15,12 +15,12 @@ Regions give their bytes as memoryview (Region.memory), numpy
 cause, message); bad arguments raise TypeError or ValueError first.
 """
 from ._lib import BLOB_MAX
-from .client import Client, Import, Info, Peer
+from .client import Client, Found, Import, Info, Peer
 from .errors import Cause, MoverError
 from .events import Event, EventType, Latency
 from .memory import GpuPath, Region
 
-__all__ = ["BLOB_MAX", "Cause", "Client", "Event", "EventType", "GpuPath", "Import", "Info",
+__all__ = ["BLOB_MAX", "Cause", "Client", "Event", "EventType", "Found", "GpuPath", "Import", "Info",
            "Latency", "MoverError", "Peer", "Region", "library_path"]
 
 

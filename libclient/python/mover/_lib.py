@@ -17,6 +17,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_int, c_size_t, c_uin
 from pathlib import Path
 
 BLOB_MAX = 8192  # MVC_BLOB_MAX
+NAME_MAX = 64  # MVC_NAME_MAX
 LAT_BUCKETS = 32  # MVC_LAT_BUCKETS
 
 
@@ -59,10 +60,14 @@ class mvc_latency(Structure):
     _fields_ = [("count", c_uint64), ("sum_ns", c_uint64), ("hist", c_uint64 * LAT_BUCKETS)]
 
 
+class mvc_found(Structure):
+    _fields_ = [("peer", c_uint32), ("dst", c_uint32), ("len", c_uint64), ("mover_id", c_uint64)]
+
+
 # The sizes mvc.h gives these structs on 64-bit Linux: a mismatch means the
 # header changed and this file must follow it.
 for _s, _n in ((mvc_mem, 40), (mvc_event, 128), (mvc_pages, 72), (mvc_info, 56), (mvc_opts, 64),
-               (mvc_latency, 272), (mvc_seg, 24)):
+               (mvc_latency, 272), (mvc_seg, 24), (mvc_found, 24)):
     if ctypes.sizeof(_s) != _n:
         raise ImportError(f"mover: struct {_s.__name__} is {ctypes.sizeof(_s)} bytes here and "
                           f"{_n} in mvc.h: update mover/_lib.py to the header")
@@ -83,6 +88,9 @@ _PROTOTYPES = {
     "mvc_peer_remove": (c_int, [c_void_p, c_uint32]),
     "mvc_import": (c_int, [c_void_p, c_uint32, c_void_p, c_size_t, POINTER(c_uint32)]),
     "mvc_unimport": (c_int, [c_void_p, c_uint32]),
+    "mvc_publish": (c_int, [c_void_p, c_uint32, c_char_p]),
+    "mvc_unpublish": (c_int, [c_void_p, c_char_p]),
+    "mvc_lookup": (c_int, [c_void_p, c_char_p, c_int, POINTER(mvc_found)]),
     "mvc_write": (c_int, [c_void_p, c_uint32, c_uint64, c_uint32, c_uint64, c_uint64]),
     "mvc_writev": (c_int, [c_void_p, c_uint32, c_uint32, c_void_p, c_uint32]),
     "mvc_write_paged": (c_int, [c_void_p, POINTER(mvc_pages)]),

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Client: one connection to the local mover (struct mvc), covering mvc.h:
 memory (alloc, register_fd, register_cuda), blobs, peers and imports,
+named regions in an etcd cluster (publish, unpublish, lookup),
 building and submitting batches (write, writev, write_paged, write_imm,
 submit, abort), and completions (poll, wait, imm_expect, imm_expect_from,
 latency).
@@ -32,6 +33,14 @@ from .memory import Region, _index
 U32_MAX = 0xFFFFFFFF
 U64_MAX = (1 << 64) - 1
 _lib_ = _lib.lib
+
+
+class Found(NamedTuple):
+    """What Client.lookup() found and set up (struct mvc_found)."""
+    peer: Peer      # the owner mover, as this client's peer
+    dst: Import     # the named region, imported: the destination of writes
+    nbytes: int     # its length
+    mover_id: int   # the owner mover
 
 
 class Info(NamedTuple):
@@ -363,6 +372,50 @@ class Client:
             raise self._fail(ret, "mvc_unimport")
         if isinstance(handle, Import):
             handle.removed = True
+
+    # -- named regions (mover --etcd --cluster) -------------------------------
+
+    @staticmethod
+    def _name(name: str) -> bytes:
+        if not isinstance(name, str):
+            raise TypeError(f"name must be str, not {type(name).__name__}")
+        b = name.encode()
+        if not 0 < len(b) < _lib.NAME_MAX:
+            raise ValueError(f"a region name is 1 to {_lib.NAME_MAX - 1} bytes; got {len(b)}")
+        return b
+
+    def publish(self, region: Region | int, name: str) -> None:
+        """Puts one of this client's regions in the mover's cluster under
+        name: every mover of the cluster may then write it. Returns once etcd
+        holds it; MoverError EEXIST when another region has the name,
+        ENOTCONN when the mover is in no cluster or etcd does not answer."""
+        c = self._h()
+        rid = self._src(region)
+        ret = _lib_.mvc_publish(c, rid, self._name(name))
+        if ret < 0:
+            raise self._fail(ret, "mvc_publish")
+
+    def unpublish(self, name: str) -> None:
+        """Takes back a name this client published."""
+        c = self._h()
+        ret = _lib_.mvc_unpublish(c, self._name(name))
+        if ret < 0:
+            raise self._fail(ret, "mvc_unpublish")
+
+    def lookup(self, name: str, timeout: float = 0.0) -> Found:
+        """Finds a region published in the cluster, adds its mover as a peer
+        and imports it, in one call. Waits up to timeout seconds for the name
+        to appear (MoverError ETIMEDOUT after; ENOENT at once with 0)."""
+        c = self._h()
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+            raise TypeError(f"timeout must be a number, not {type(timeout).__name__}")
+        if not 0 <= timeout <= 86400:
+            raise ValueError(f"timeout {timeout}: give seconds in [0, 86400]")
+        out = _lib.mvc_found()
+        ret = _lib_.mvc_lookup(c, self._name(name), int(timeout * 1000), byref(out))
+        if ret < 0:
+            raise self._fail(ret, "mvc_lookup")
+        return Found(Peer(self, out.peer), Import(self, out.dst, out.peer), out.len, out.mover_id)
 
     # -- batches -------------------------------------------------------------
 
