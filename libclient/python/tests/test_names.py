@@ -169,3 +169,32 @@ def test_a_mover_in_no_cluster_says_how_to_join_one(start_mover):
         with pytest.raises(mover.MoverError) as e:
             c.lookup("x", timeout=1)
         assert e.value.errno == errno.ENOTCONN
+
+
+def test_an_expectation_from_a_member_that_left_fails_naming_the_departure(etcd, cluster):
+    """A receiver expecting immediates from a member looked up by name is
+    told when the member leaves the cluster (its key deleted here; a lease
+    that expired is the same to the watch): the IMM_COUNT event fails with
+    cause PEER_DEAD and a message naming the departure, long before any
+    deadline. The member puts its key back, and is expected from again."""
+    import base64
+    import json
+
+    ma, mb = cluster
+    with mb.client() as b, b.alloc(4096) as r, ma.client() as a:
+        b.publish(r, "left")
+        found = a.lookup("left", timeout=5)
+        a.imm_expect_from(found.peer, 99, 1, cookie=7)
+        argv = mb._argv
+        cl = argv[argv.index("--cluster") + 1]
+        key = f"/mover/{cl}/members/{b.info.mover_id:016x}".encode()
+        body = json.dumps({"key": base64.b64encode(key).decode()}).encode()
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        t0 = time.monotonic()
+        opener.open(urllib.request.Request(f"http://{etcd}/v3/kv/deleterange", data=body),
+                    timeout=5).read()
+        ev = a.wait_for(lambda e: e.type == mover.EventType.IMM_COUNT, timeout=5)
+        dt = time.monotonic() - t0
+        assert not ev.ok and ev.cookie == 7 and ev.cause == mover.Cause.PEER_DEAD, ev
+        assert "left cluster" in ev.msg and f"{b.info.mover_id:016x}" in ev.msg, ev.msg
+        assert dt < 2, f"told after {dt:.3f} s"
