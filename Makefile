@@ -55,13 +55,13 @@ MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_c
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
 	mover/access.c mover/quota.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/land.c mover/post.c \
-	mover/complete.c mover/batch.c mover/idle.c
+	mover/complete.c mover/batch.c mover/idle.c mover/samehost.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
 	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c \
 	tools/bench/rows_lat.c tools/bench/lat_direct.c tools/bench/rows_fair.c tools/bench/rows_reg.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
-	test_trace test_gpu test_tenants test_fair
+	test_trace test_gpu test_tenants test_fair test_samehost
 SCRIPTS := tests/two_hosts.sh tests/stat_tool.sh tests/operate.sh
 TEST_HELPERS := shmring_peer
 BENCHES := shmring_bench
@@ -188,6 +188,10 @@ $(B)/tests/test_gpu: $(B)/tests/test_gpu.o $(CLIENT_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
 $(B)/tests/test_mover: $(B)/tests/test_mover.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+$(B)/tests/test_samehost: $(B)/tests/test_samehost.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 

@@ -212,11 +212,19 @@ int main(int argc, char **argv)
 	for (uint32_t i = 0; i < MV_MAX_REGIONS; i++) {
 		struct mv_region *r = atomic_load(&mv->regions[i]);
 		if (r) {
+			if (r->host_fd >= 0)
+				close(r->host_fd);
 			munmap(r->map, r->map_len);
 			free(r);
 		}
 	}
 	mv_region_reap(mv, 1);
+	while (mv->host_remote) {
+		struct mv_import imp = {.host = mv->host_remote};
+		mv->host_remote->refs = 1;
+		mv_host_import_close(mv, &imp);
+	}
+	mv_host_reap(mv, 1);
 	for (uint32_t i = 0; i < MV_MAX_PEERS; i++) {
 		if (mv->peers[i] && mv->peers[i]->pidfd >= 0)
 			close(mv->peers[i]->pidfd);
