@@ -151,7 +151,7 @@ $(B)/bin/mvbench: $(MVBENCH_SRC:%.c=$(B)/%.o) $(B)/mover/fabric.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(LDLIBS)
 
-$(B)/bin/shmring_bench: $(B)/shmring/shmring_bench.o $(SHMRING_LIB)
+$(B)/bin/shmring_bench: $(B)/tools/shmring_bench.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(wildcard /usr/include/dpdk/rte_ring.h),$(shell pkg-config --libs libdpdk 2>/dev/null))
 
@@ -214,7 +214,7 @@ $(B)/tests/shmring_peer: $(B)/tests/shmring_peer.o $(SHMRING_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The DPDK comparison compiles in only where Debian's dpdk-dev is installed.
-$(B)/shmring/shmring_bench.o: override CFLAGS += $(if $(wildcard /usr/include/dpdk/rte_ring.h),-DHAVE_DPDK $(shell pkg-config --cflags libdpdk 2>/dev/null) -Wno-missing-prototypes -Wno-shadow)
+$(B)/tools/shmring_bench.o: override CFLAGS += $(if $(wildcard /usr/include/dpdk/rte_ring.h),-DHAVE_DPDK $(shell pkg-config --cflags libdpdk 2>/dev/null) -Wno-missing-prototypes -Wno-shadow)
 
 demo: all
 	MV_BUILD=$(B) tools/demo.sh
