@@ -297,8 +297,9 @@ $(B)/libmvc_pybench.so: libclient/python/bench/paged_submit.c libclient/mvc.h | 
 # mvbench --quick here; BENCH_FULL=1 for the full run (take figures on a
 # machine with a core per busy thread: 2 x shards + 1).
 bench: all $(B)/libmvc_pybench.so
+	@sh tools/install-deps bench || echo "bench: no ucx-utils; mvbench says which baselines are absent"
 	$(B)/bin/shmring_bench
-	$(B)/bin/mvbench --provider tcp,shm $(if $(filter 1,$(BENCH_FULL)),,--quick) --csv $(B)/mvbench.csv
+	$(B)/bin/mvbench --provider tcp,shm,samehost $(if $(filter 1,$(BENCH_FULL)),,--quick) --csv $(B)/mvbench.csv
 	tools/mvplot.sh $(B)/mvbench.csv $(B)/mvbench.png
 	$(B)/bin/mvgpubench $(if $(filter 1,$(BENCH_FULL)),,-q)
 	MV_BUILD=$(B) $(PYTHON) libclient/python/bench/bench_submit.py

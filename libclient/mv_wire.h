@@ -186,10 +186,10 @@ struct mv_reg_rep {
 
 /* How GPU bytes move, chosen per transfer (reported by mvstat). */
 enum mv_gpu_path {
-	MV_PATH_HOST = 0,   /* host memory: plain fabric writes */
-	MV_PATH_HMEM = 1,   /* the provider registers GPU memory (FI_HMEM) */
-	MV_PATH_COPY = 2,   /* same host: CUDA copies between IPC-opened memory */
-	MV_PATH_STAGED = 3, /* through pinned host bounce buffers */
+	MV_PATH_HOST = 0,     /* host memory: plain fabric writes */
+	MV_PATH_HMEM = 1,     /* the provider registers GPU memory (FI_HMEM) */
+	MV_PATH_COPY = 2,     /* same host: CUDA copies between IPC-opened memory */
+	MV_PATH_STAGED = 3,   /* through pinned host bounce buffers */
 	MV_PATH_SAMEHOST = 4, /* same host, host memory: the shard copies into the peer's memfd */
 };
 
@@ -211,8 +211,8 @@ struct mv_gpu_fd_rep {
  * slots (one per shard of it; samehost_layout.h). */
 struct mv_host_fd_req {
 	uint32_t id;
-	uint32_t nshards; /* of the asking mover */
-	uint64_t secret;  /* the region blob's */
+	uint32_t nshards;  /* of the asking mover */
+	uint64_t secret;   /* the region blob's */
 	uint64_t mover_id; /* of the asking mover */
 };
 

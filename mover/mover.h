@@ -127,8 +127,9 @@ struct mv_fence_peer {
 	uint32_t slot, n;
 };
 
-/* Bytes from which a same-host copy uses non-temporal stores ($MV_NT_MIN). */
-#define MV_NT_MIN (1u << 20)
+/* Bytes from which a same-host copy uses non-temporal stores where the L3's
+ * size is not known (else half of it; $MV_NT_MIN overrides). */
+#define MV_NT_MIN (4u << 20)
 
 /* A receive buffer for landing messages (receiver-side staging). */
 struct mv_land_buf {

@@ -270,8 +270,8 @@ static int fence_map(struct mv_peer *p, int fd, char *why, size_t whylen)
 		snprintf(why, whylen, "mapping the fence segment: %s", strerror(errno));
 		return -ENOMEM;
 	}
-	if (f->magic != MV_FENCE_MAGIC || f->abi != MV_FENCE_ABI ||
-	    f->nslots != MV_FENCE_SLOTS || f->nregions != MV_FENCE_REGIONS) {
+	if (f->magic != MV_FENCE_MAGIC || f->abi != MV_FENCE_ABI || f->nslots != MV_FENCE_SLOTS ||
+	    f->nregions != MV_FENCE_REGIONS) {
 		snprintf(why, whylen, "the fence segment is not ABI %u", MV_FENCE_ABI);
 		munmap(f, sizeof(*f));
 		return -EPROTO;
@@ -284,10 +284,8 @@ static int fence_map(struct mv_peer *p, int fd, char *why, size_t whylen)
 static int host_open(struct mover *mv, struct mv_host_remote *hr, struct mv_peer *p,
                      const struct mv_region_blob *b, char *why, size_t whylen)
 {
-	struct mv_host_fd_req req = {.id = b->region,
-	                             .nshards = mv->nshards,
-	                             .secret = b->secret,
-	                             .mover_id = mv->mover_id};
+	struct mv_host_fd_req req = {
+	    .id = b->region, .nshards = mv->nshards, .secret = b->secret, .mover_id = mv->mover_id};
 	struct mv_host_fd_rep rep = {0};
 	struct ucred cred = {0};
 	char sock[sizeof(b->sock) + 1];
@@ -302,8 +300,8 @@ static int host_open(struct mover *mv, struct mv_host_remote *hr, struct mv_peer
 	/* The fd must be the region the blob names, from the mover that
 	 * made the blob: its id and size, a file that holds them and cannot
 	 * shrink under our mapping, sent by the peer's own process. */
-	if (rep.region != b->region || rep.len != b->len ||
-	    rep.offset > UINT64_MAX - rep.len || rep.slot > MV_FENCE_SLOTS - mv->nshards) {
+	if (rep.region != b->region || rep.len != b->len || rep.offset > UINT64_MAX - rep.len ||
+	    rep.slot > MV_FENCE_SLOTS - mv->nshards) {
 		snprintf(why, whylen,
 		         "the reply names region %u of %llu bytes at %llu (slot %u); the blob "
 		         "region %u of %llu bytes",
@@ -329,8 +327,8 @@ static int host_open(struct mover *mv, struct mv_host_remote *hr, struct mv_peer
 	}
 	uint64_t moff = rep.offset & ~(uint64_t)(page - 1);
 	hr->map_len = (size_t)(rep.len + (rep.offset - moff));
-	hr->map = mmap(NULL, hr->map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
-	               fds[0], (off_t)moff);
+	hr->map = mmap(NULL, hr->map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fds[0],
+	               (off_t)moff);
 	close(fds[0]);
 	if (hr->map == MAP_FAILED) {
 		snprintf(why, whylen, "mapping the region: %s", strerror(errno));
@@ -434,21 +432,31 @@ void mv_host_reap(struct mover *mv, int all)
 
 /*
  * Bytes from which a copy streams past the caches (non-temporal stores):
- * a destination the receiver reads later anyway, and that would only push
- * the source out of the caches; below it, memcpy, whose stores stay in the
- * caches where the receiver finds them. $MV_NT_MIN overrides (0: never).
+ * a copy larger than half the last-level cache would only push out what
+ * the receiver and the next copies need; smaller ones go by memcpy, whose
+ * stores stay in the caches where the receiver finds them (and which
+ * streams itself above glibc's own threshold). An op is at most MV_CHUNK,
+ * so on a host whose L3 holds 8 MiB or more every copy is a memcpy: on the
+ * machines measured, streaming stores cost a third of the rate of buffers
+ * that stay in their large L3 (README, same-host path). $MV_NT_MIN sets the
+ * size (0: never). Read once; shards only read it after.
  */
 static uint64_t nt_min(void)
 {
-	static uint64_t v = UINT64_MAX;
+	static _Atomic uint64_t v;
+	uint64_t n = atomic_load_explicit(&v, memory_order_relaxed);
 
-	if (v == UINT64_MAX) {
+	if (!n) {
 		const char *e = getenv("MV_NT_MIN");
-		v = e && *e ? strtoull(e, NULL, 0) : (uint64_t)MV_NT_MIN;
-		if (v == 0)
-			v = UINT64_MAX - 1;
+		long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+		n = e && *e  ? strtoull(e, NULL, 0)
+		    : l3 > 0 ? (uint64_t)l3 / 2
+		             : (uint64_t)MV_NT_MIN;
+		if (n == 0)
+			n = UINT64_MAX;
+		atomic_store_explicit(&v, n, memory_order_relaxed);
 	}
-	return v;
+	return n;
 }
 
 static void copy_nt(uint8_t *d, const uint8_t *s, size_t n)

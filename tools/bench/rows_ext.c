@@ -214,8 +214,8 @@ static double tool_run(const struct cfg *x, const struct tool *t, const char *bi
 	if (t->id == T_FI_RMA_BW) {
 		snprintf(port, sizeof(port), "-E=%d", base);
 		snprintf(port2, sizeof(port2), "%d", base + 1);
-		const char *common[] = {bin,  "-p", t->arg, "-e",  "rdm", "-o", "write", "-S",
-		                        sz,   "-I", iters,  "-W",  "64",  port};
+		const char *common[] = {bin,  "-p", t->arg, "-e",  "rdm", "-o", "write",
+		                        "-S", sz,   "-I",   iters, "-W",  "64", port};
 		for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++)
 			sv[ns++] = cl[nc++] = common[i];
 		if (!strcmp(t->arg, "tcp")) {
@@ -229,11 +229,11 @@ static double tool_run(const struct cfg *x, const struct tool *t, const char *bi
 	} else {
 		int tcp = !strcmp(t->arg, "tcp");
 		snprintf(port, sizeof(port), "%d", base);
-		const char *common[] = {bin, "-t", "put_bw", "-x", t->arg, "-d", tcp ? "lo" : "memory",
-		                        "-D",
+		const char *common[] = {bin, "-t", "put_bw", "-x", t->arg, "-d",
+		                        tcp ? "lo" : "memory", "-D",
 		                        /* what each transport's put takes at any size */
-		                        !strcmp(t->arg, "posix") ? "short" : "zcopy", "-s", sz, "-n",
-		                        iters, "-p", port, "-f"};
+		                        !strcmp(t->arg, "posix") ? "short" : "zcopy", "-s", sz,
+		                        "-n", iters, "-p", port, "-f"};
 		for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++)
 			sv[ns++] = cl[nc++] = common[i];
 		cl[nc++] = "127.0.0.1";
@@ -258,7 +258,8 @@ static double tool_run(const struct cfg *x, const struct tool *t, const char *bi
 		st = collect(cp, cfd, out, sizeof(out), limit);
 		/* fi_rma_bw: MB/sec (10^6 bytes) is column 5; ucx_perftest -f:
 		 * the overall bandwidth in MB/s (2^20 bytes) is column 6. */
-		double v = t->id == T_FI_RMA_BW ? last_col(out, 5) * 1e6 : last_col(out, 6) * 1048576.0;
+		double v =
+		    t->id == T_FI_RMA_BW ? last_col(out, 5) * 1e6 : last_col(out, 6) * 1048576.0;
 		if (st == 0 && v > 0)
 			rate = v;
 		if (now_s() > limit)
@@ -270,8 +271,8 @@ static double tool_run(const struct cfg *x, const struct tool *t, const char *bi
 		while (nl > out && (nl[-1] == '\n' || nl[-1] == ' '))
 			*--nl = 0;
 		const char *last = strrchr(out, '\n');
-		snprintf(why, whylen, "%s %s: exit %d: %.120s", t->name, size_str(size, sz, sizeof(sz)),
-		         st, last ? last + 1 : out);
+		snprintf(why, whylen, "%s %s: exit %d: %.120s", t->name,
+		         size_str(size, sz, sizeof(sz)), st, last ? last + 1 : out);
 	}
 	return rate;
 }
@@ -307,10 +308,10 @@ static void ext_row(struct cfg *x, uint64_t size, const struct row *stream, stru
 		struct xtool *xt = &r->t[k];
 		snprintf(xt->name, sizeof(xt->name), "%s", t[k].name);
 		xt->goal = t[k].goal;
-		bin[k] = t[k].id == T_FI_RMA_BW
-		             ? find_tool("MV_FI_RMA_BW", "fi_rma_bw", pathbuf[k], sizeof(pathbuf[k]))
-		             : find_tool("MV_UCX_PERFTEST", "ucx_perftest", pathbuf[k],
-		                         sizeof(pathbuf[k]));
+		bin[k] = t[k].id == T_FI_RMA_BW ? find_tool("MV_FI_RMA_BW", "fi_rma_bw", pathbuf[k],
+		                                            sizeof(pathbuf[k]))
+		                                : find_tool("MV_UCX_PERFTEST", "ucx_perftest",
+		                                            pathbuf[k], sizeof(pathbuf[k]));
 		if (!bin[k]) {
 			xt->absent = 1;
 			snprintf(xt->why, sizeof(xt->why), "%s",
@@ -393,8 +394,8 @@ static void print_row(const struct xrow *r)
 		if (t->absent || t->failed)
 			printf("%-14s %s: %s\n", t->name, t->absent ? "absent" : "FAILED", t->why);
 		else
-			printf("%-14s %9.3f %7.3f %5s | mover/direct %.3f%s\n", t->name, t->bps / 1e9,
-			       t->ratio, t->goal ? (t->pass ? "ok" : "MISS") : "-",
+			printf("%-14s %9.3f %7.3f %5s | mover/direct %.3f%s\n", t->name,
+			       t->bps / 1e9, t->ratio, t->goal ? (t->pass ? "ok" : "MISS") : "-",
 			       r->d_stream > 0 ? r->m_stream / r->d_stream : 0,
 			       r->d_stream > 0 ? "" : " (no streaming row)");
 	}
@@ -405,12 +406,13 @@ void ext_print_bench(const struct xrow *r)
 {
 	for (int k = 0; k < r->ntools; k++) {
 		const struct xtool *t = &r->t[k];
-		printf("BENCH external prov=%s shards=%u size=%" PRIu64 " reps=%d tool=\"%s\" "
-		       "mover_reuse_gBps=%.4f mover_stream_gBps=%.4f direct_stream_gBps=%.4f "
-		       "tool_reuse_gBps=%.4f ratio=%.4f goal=%d bar=%.2f pass=%d absent=%d failed=%d",
-		       r->prov, r->shards, r->size, r->reps, t->name, r->m_reuse / 1e9,
-		       r->m_stream / 1e9, r->d_stream / 1e9, t->bps / 1e9, t->ratio, t->goal, EXT_BAR,
-		       t->pass, t->absent, t->failed);
+		printf(
+		    "BENCH external prov=%s shards=%u size=%" PRIu64 " reps=%d tool=\"%s\" "
+		    "mover_reuse_gBps=%.4f mover_stream_gBps=%.4f direct_stream_gBps=%.4f "
+		    "tool_reuse_gBps=%.4f ratio=%.4f goal=%d bar=%.2f pass=%d absent=%d failed=%d",
+		    r->prov, r->shards, r->size, r->reps, t->name, r->m_reuse / 1e9,
+		    r->m_stream / 1e9, r->d_stream / 1e9, t->bps / 1e9, t->ratio, t->goal, EXT_BAR,
+		    t->pass, t->absent, t->failed);
 		if (t->absent || t->failed)
 			printf(" why=\"%s\"", t->why);
 		printf("\n");
@@ -432,7 +434,8 @@ static void ext_csv(FILE *f, const struct xrow *r, double seconds)
 			if (*c == ' ')
 				*c = '_';
 		fprintf(f,
-		        "%s,%u,%" PRIu64 ",%d,%.2f,%.4f,%.4f,%.6f,%.4f,%.4f,%.6f,%.4f,%.2f,%d,0,0,0,0,"
+		        "%s,%u,%" PRIu64
+		        ",%d,%.2f,%.4f,%.4f,%.6f,%.4f,%.4f,%.6f,%.4f,%.2f,%d,0,0,0,0,"
 		        "0,0,0,%.4f,0,0,%s,0,0,0,%d\n",
 		        r->prov, r->shards, r->size, r->reps, seconds, r->m_reuse * 8 / 1e9,
 		        r->m_reuse / 1e9, r->m_reuse / s / 1e6, t->bps * 8 / 1e9, t->bps / 1e9,
