@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -135,6 +136,13 @@ int main(int argc, char **argv)
 		}
 	}
 	mv_host_id(mv->host_id);
+	/* Each host region keeps its client's memfd for same-host peers
+	 * (samehost.c): as many fds as the hard limit allows. */
+	struct rlimit nofile;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+		nofile.rlim_cur = nofile.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &nofile);
+	}
 	struct stat ns;
 	if (stat("/proc/self/ns/pid", &ns) == 0)
 		mv->pidns = (uint64_t)ns.st_ino;
