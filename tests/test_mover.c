@@ -526,12 +526,27 @@ START_TEST(test_client_killed_mid_batch_spares_others)
 }
 END_TEST
 
+/* Restarts mover A with --no-host-copy: tests of what the shm provider
+ * does between two movers of this host need their writes on the fabric,
+ * not copied (mover/samehost.c). */
+static void sender_on_fabric(void)
+{
+	mover_stop(&A);
+	mover_extra = "--no-host-copy";
+	mover_start(&A, "a", 2);
+	mover_extra = NULL;
+}
+
 START_TEST(test_peer_mover_killed_gives_errors_not_hangs)
 {
 	struct pair p;
 	int errors = 0, done = 0;
 	uint64_t r;
 
+	/* Copies into a dead peer's memory land (its memfd outlives it) until
+	 * the mover hears of the death: test_samehost checks those fail once
+	 * it has; here the fabric's writes are what must fail. */
+	sender_on_fabric();
 	pair_open(&p, 4u << 20, 4u << 20);
 	for (r = 0; r < 4; r++) {
 		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 4u << 20), 0);
@@ -567,17 +582,6 @@ START_TEST(test_peer_mover_killed_gives_errors_not_hangs)
 	mvc_disconnect(p.b); /* its mover is dead: this only lets go of it */
 }
 END_TEST
-
-/* Restarts mover A with --no-host-copy: tests of what the shm provider
- * does between two movers of this host need their writes on the fabric,
- * not copied (mover/samehost.c). */
-static void sender_on_fabric(void)
-{
-	mover_stop(&A);
-	mover_extra = "--no-host-copy";
-	mover_start(&A, "a", 2);
-	mover_extra = NULL;
-}
 
 /*
  * shm 1.17: a peer mover killed while it holds its command-queue lock

@@ -177,6 +177,35 @@ START_TEST(test_freed_region_takes_no_more_copies)
 }
 END_TEST
 
+START_TEST(test_dead_peer_fails_copies_once_its_death_is_seen)
+{
+	struct pair p;
+	const size_t n = 1u << 20;
+	struct mvc_event e = {0};
+
+	pair_open(&p, n, n);
+	contiguous_round(&p, n, 21, 1);
+	kill(B.pid, SIGKILL);
+	waitpid(B.pid, NULL, 0);
+	shm_cleanup(B.pid);
+	B.pid = 0;
+	/* A hears of it through B's pidfd, at once or nearly: a copy taken
+	 * after that fails, naming the exit, and none hangs. */
+	for (uint64_t c = 2; c < 200 && !e.status; c++) {
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, n), 0);
+		ck_assert_int_eq(mvc_submit(p.a, c), 0);
+		e = wait_batch(p.a, c, 20);
+		if (!e.status)
+			usleep(10000);
+	}
+	ck_assert_msg(e.status != 0, "copies into a dead peer never failed");
+	ck_assert_msg(strstr(e.msg, "exited"), "cause: %s", e.msg);
+	mvc_disconnect(p.a);
+	mvc_disconnect(p.b);
+	ck_assert_int_eq(mover_stop(&A), 0);
+}
+END_TEST
+
 /* ---- bad input: a HOST_FD reply whose fd does not match the blob ---- */
 
 enum fake_kind { FAKE_SHORT, FAKE_UNSEALED, FAKE_NOT_OWNER, FAKE_KINDS };
@@ -290,6 +319,7 @@ static TCase *copies(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_same_host_write_is_a_copy_and_lands_whole);
 	tcase_add_test(tc, test_same_host_paged_write_is_a_copy_and_lands_whole);
 	tcase_add_test(tc, test_freed_region_takes_no_more_copies);
+	tcase_add_test(tc, test_dead_peer_fails_copies_once_its_death_is_seen);
 	tcase_add_test(tc, test_mismatched_fd_is_refused_and_writes_go_by_fabric);
 	return tc;
 }
