@@ -76,9 +76,9 @@ struct mv_config {
 	const char *admin_group; /* --admin-group: its members administer the mover */
 	gid_t admin_gid;         /* admin_group resolved at start-up (access.c) */
 	struct mv_quotas quota;  /* --quota-client-X, --quota-uid-X */
-	int op_timeout_ms; /* a write not completed by then fails its batch */
-	int no_gpu_copy;   /* never path 2: same-host GPU regions land as messages */
-	int no_host_copy;  /* never copy into same-host peers' host regions: the fabric */
+	int op_timeout_ms;       /* a write not completed by then fails its batch */
+	int no_gpu_copy;         /* never path 2: same-host GPU regions land as messages */
+	int no_host_copy;        /* never copy into same-host peers' host regions: the fabric */
 	struct mv_uid_weight weights[MV_MAX_WEIGHTS]; /* weight_uid = UID:W, ... */
 	uint32_t nweights;
 	/* Fair share while a shard is shared (post.c), 0 for its defaults (32
