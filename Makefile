@@ -66,13 +66,14 @@ MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_c
 	mover/access.c mover/quota.c mover/etcd.c mover/cluster.c mover/cluster_keys.c \
 	mover/names.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/gpu_calib.c mover/land.c \
-	mover/post.c mover/complete.c mover/batch.c mover/idle.c mover/heartbeat.c
+	mover/post.c mover/complete.c mover/batch.c mover/idle.c mover/heartbeat.c mover/samehost.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
 	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c \
-	tools/bench/rows_lat.c tools/bench/lat_direct.c tools/bench/rows_fair.c tools/bench/rows_reg.c
+	tools/bench/rows_lat.c tools/bench/lat_direct.c tools/bench/rows_fair.c tools/bench/rows_reg.c \
+	tools/bench/rows_ext.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
-	test_trace test_gpu test_tenants test_fair test_liveness test_reconnect
+	test_trace test_gpu test_tenants test_fair test_liveness test_reconnect test_samehost
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
 	tests/cluster.sh tests/fleet.sh
 TEST_HELPERS := shmring_peer soak_client soak_sum fleet_host
@@ -163,7 +164,7 @@ $(B)/bin/mvbench: $(MVBENCH_SRC:%.c=$(B)/%.o) $(B)/mover/fabric.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(LDLIBS)
 
-$(B)/bin/shmring_bench: $(B)/shmring/shmring_bench.o $(SHMRING_LIB)
+$(B)/bin/shmring_bench: $(B)/tools/shmring_bench.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(wildcard /usr/include/dpdk/rte_ring.h),$(shell pkg-config --libs libdpdk 2>/dev/null))
 
@@ -209,6 +210,10 @@ $(B)/tests/test_liveness: $(B)/tests/test_liveness.o $(B)/mover/fabric.o $(CLIEN
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
 
+$(B)/tests/test_samehost: $(B)/tests/test_samehost.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
 # test_tenants is also a raw libfabric peer, with the mover's fabric code.
 $(B)/tests/test_tenants: $(B)/tests/test_tenants.o $(B)/mover/fabric.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
@@ -245,7 +250,7 @@ $(B)/tests/shmring_peer: $(B)/tests/shmring_peer.o $(SHMRING_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The DPDK comparison compiles in only where Debian's dpdk-dev is installed.
-$(B)/shmring/shmring_bench.o: override CFLAGS += $(if $(wildcard /usr/include/dpdk/rte_ring.h),-DHAVE_DPDK $(shell pkg-config --cflags libdpdk 2>/dev/null) -Wno-missing-prototypes -Wno-shadow)
+$(B)/tools/shmring_bench.o: override CFLAGS += $(if $(wildcard /usr/include/dpdk/rte_ring.h),-DHAVE_DPDK $(shell pkg-config --cflags libdpdk 2>/dev/null) -Wno-missing-prototypes -Wno-shadow)
 
 demo: all
 	MV_BUILD=$(B) tools/demo.sh
@@ -347,8 +352,9 @@ $(B)/libmvc_pybench.so: libclient/python/bench/paged_submit.c libclient/mvc.h | 
 # mvbench --quick here; BENCH_FULL=1 for the full run (take figures on a
 # machine with a core per busy thread: 2 x shards + 1).
 bench: all $(B)/libmvc_pybench.so
+	@sh tools/install-deps bench || echo "bench: no ucx-utils; mvbench says which baselines are absent"
 	$(B)/bin/shmring_bench
-	$(B)/bin/mvbench --provider tcp,shm $(if $(filter 1,$(BENCH_FULL)),,--quick) --csv $(B)/mvbench.csv
+	$(B)/bin/mvbench --provider tcp,shm,samehost $(if $(filter 1,$(BENCH_FULL)),,--quick) --csv $(B)/mvbench.csv
 	tools/mvplot.sh $(B)/mvbench.csv $(B)/mvbench.png
 	$(B)/bin/mvgpubench $(if $(filter 1,$(BENCH_FULL)),,-q)
 	MV_BUILD=$(B) $(PYTHON) libclient/python/bench/bench_submit.py

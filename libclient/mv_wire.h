@@ -61,6 +61,7 @@ enum mv_msg_type {
 	MV_MSG_UNPUBLISH = 16, /* take a name of ours back */
 	MV_MSG_LOOKUP = 17,    /* a name's peer and region: PEER_ADD and IMPORT in one */
 	MV_MSG_CLUSTER = 18,   /* admins: the members and names, as text */
+	MV_MSG_HOST_FD = 19,   /* same-host peer movers: the memfd behind a host region */
 	MV_MSG_REPLY = 0x8000,
 };
 
@@ -147,6 +148,8 @@ struct mv_reg_req {
 #define MV_BLOB_NO_FABRIC 2u /* ... that the owner's provider could not register */
 #define MV_BLOB_LANDING                                                                            \
 	4u /* ... so its mover takes it as landing messages (receiver-side staging) */
+#define MV_BLOB_HOST_FD                                                                            \
+	8u /* host memory whose mover hands its memfd to same-host peer movers (HOST_FD) */
 
 struct mv_region_blob {
 	uint32_t magic; /* MV_BLOB_MAGIC_REGION */
@@ -188,10 +191,11 @@ struct mv_reg_rep {
 
 /* How GPU bytes move, chosen per transfer (reported by mvstat). */
 enum mv_gpu_path {
-	MV_PATH_HOST = 0,   /* host memory: plain fabric writes */
-	MV_PATH_HMEM = 1,   /* the provider registers GPU memory (FI_HMEM) */
-	MV_PATH_COPY = 2,   /* same host: CUDA copies between IPC-opened memory */
-	MV_PATH_STAGED = 3, /* through pinned host bounce buffers */
+	MV_PATH_HOST = 0,     /* host memory: plain fabric writes */
+	MV_PATH_HMEM = 1,     /* the provider registers GPU memory (FI_HMEM) */
+	MV_PATH_COPY = 2,     /* same host: CUDA copies between IPC-opened memory */
+	MV_PATH_STAGED = 3,   /* through pinned host bounce buffers */
+	MV_PATH_SAMEHOST = 4, /* same host, host memory: the shard copies into the peer's memfd */
 };
 
 /* GPU_FD request: a peer mover names the region and proves it holds its blob. */
@@ -205,6 +209,26 @@ struct mv_gpu_fd_req {
 struct mv_gpu_fd_rep {
 	struct mv_reply_hdr r;
 	struct mv_gpu_desc gpu;
+};
+
+/* HOST_FD request: a peer mover on this host names one of our host regions,
+ * proves it holds the region's blob, and says who it is, for its fence
+ * slots (one per shard of it; samehost_layout.h). */
+struct mv_host_fd_req {
+	uint32_t id;
+	uint32_t nshards;  /* of the asking mover */
+	uint64_t secret;   /* the region blob's */
+	uint64_t mover_id; /* of the asking mover */
+};
+
+/* HOST_FD reply: two fds come with it, the region's memfd and the owner's
+ * fence segment (samehost_layout.h). */
+struct mv_host_fd_rep {
+	struct mv_reply_hdr r;
+	uint32_t region;
+	uint32_t slot;   /* the asker's first fence slot; its shard k uses slot + k */
+	uint64_t offset; /* where the region starts in the memfd */
+	uint64_t len;
 };
 
 /*

@@ -9,8 +9,9 @@
  *   admin   reads the stats segment and starts and stops traces: the
  *           mover's uid, root, or a member of --admin-group;
  *   mover   a peer mover on this host asking for one of our GPU regions'
- *           fd (path 2): the mover's uid or root, and it must also show
- *           the region blob's secret.
+ *           fd (path 2) or host regions' memfd (the same-host copy): the
+ *           mover's uid or root, and it must also show the region blob's
+ *           secret.
  *
  * A connection with no role is refused at accept. Every message type needs
  * one role; a message whose sender lacks it is refused with -EACCES and a
@@ -52,6 +53,7 @@ static const struct msg_rule rules[] = {
     [MV_MSG_UNPUBLISH] = {MV_ROLE_CLIENT, "UNPUBLISH"},
     [MV_MSG_LOOKUP] = {MV_ROLE_CLIENT, "LOOKUP"},
     [MV_MSG_CLUSTER] = {MV_ROLE_ADMIN, "CLUSTER"},
+    [MV_MSG_HOST_FD] = {MV_ROLE_MOVER, "HOST_FD"},
 };
 
 int mv_access_init(struct mover *mv, char *why, size_t whylen)

@@ -58,6 +58,9 @@ static const struct mv_key opts[] = {
      "auto|fabric|copy|staged: how writes of GPU memory move\n"
      "(default auto: the fastest the mover measured at start;\n"
      "a forced path is used wherever it can work)"},
+    {"no_host_copy", "no-host-copy", 0, MV_KEY_BOOL, F(no_host_copy), 0, 0, "yes", NULL, "no",
+     "never copy into a same-host peer mover's host memory;\n"
+     "write it through the fabric, as to another host"},
     {"allow_any_uid", "allow-any-uid", 0, MV_KEY_BOOL, F(allow_any_uid), 0, 0, "yes", NULL, "no",
      "serve clients of every uid (default: own uid only)"},
     {"admin_group", "admin-group", 0, MV_KEY_STR, F(admin_group), 0, 255, NULL, "G", "none",

@@ -80,6 +80,7 @@ struct mv_config {
 	int heartbeat_ms;        /* between heartbeats to each peer mover (heartbeat.c) */
 	int no_gpu_copy;         /* never path 2: same-host GPU regions land as messages */
 	const char *gpu_path;    /* auto, or the path GPU memory takes where it can */
+	int no_host_copy;        /* never copy into same-host peers' host regions: the fabric */
 	struct mv_uid_weight weights[MV_MAX_WEIGHTS]; /* weight_uid = UID:W, ... */
 	uint32_t nweights;
 	/* Fair share while a shard is shared (post.c), 0 for its defaults (32

@@ -323,6 +323,20 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 		rep.gpu = r->gdesc;
 		return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), &r->gpu_fd, 1) ?: 1;
 	}
+	case MV_MSG_HOST_FD: {
+		/* A peer mover on this host (its role: checked above) that
+		 * copies straight into one of our clients' host regions; it
+		 * shows the secret of the region's blob (samehost.c). */
+		struct mv_host_fd_rep rep = {0};
+		int fds[2];
+
+		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
+			return ret;
+		ret = mv_host_fd_serve(mv, cl, (const void *)m->payload, &rep, fds, why, whylen);
+		if (ret)
+			return ret;
+		return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), fds, 2) ?: 1;
+	}
 	case MV_MSG_BLOB: {
 		const struct mv_id_req *req = (const void *)m->payload;
 		struct mv_region *r;

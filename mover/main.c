@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -136,6 +137,13 @@ int main(int argc, char **argv)
 		}
 	}
 	mv_host_id(mv->host_id);
+	/* Each host region keeps its client's memfd for same-host peers
+	 * (samehost.c): as many fds as the hard limit allows. */
+	struct rlimit nofile;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+		nofile.rlim_cur = nofile.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &nofile);
+	}
 	struct stat ns;
 	if (stat("/proc/self/ns/pid", &ns) == 0)
 		mv->pidns = (uint64_t)ns.st_ino;
@@ -238,11 +246,19 @@ int main(int argc, char **argv)
 	for (uint32_t i = 0; i < MV_MAX_REGIONS; i++) {
 		struct mv_region *r = atomic_load(&mv->regions[i]);
 		if (r) {
+			if (r->host_fd >= 0)
+				close(r->host_fd);
 			munmap(r->map, r->map_len);
 			free(r);
 		}
 	}
 	mv_region_reap(mv, 1);
+	while (mv->host_remote) {
+		struct mv_import imp = {.host = mv->host_remote};
+		mv->host_remote->refs = 1;
+		mv_host_import_close(mv, &imp);
+	}
+	mv_host_reap(mv, 1);
 	for (uint32_t i = 0; i < MV_MAX_PEERS; i++) {
 		if (mv->peers[i] && mv->peers[i]->pidfd >= 0)
 			close(mv->peers[i]->pidfd);

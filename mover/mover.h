@@ -127,6 +127,33 @@ struct mv_gpu_remote {
 	struct mv_gpu_map map;
 };
 
+/* A same-host peer's host region, its memfd mapped here: shards copy into
+ * it (samehost.c). Freed only after the quarantine of a dropped import. */
+struct mv_fence;
+struct mv_host_remote {
+	struct mv_host_remote *next; /* live list, then the quarantine */
+	uint64_t mover_id;
+	uint32_t region;
+	int refs;
+	uint8_t *map;
+	size_t map_len;
+	uint8_t *base; /* the region's first byte, in our mapping */
+	uint64_t len;
+	struct mv_fence *fence; /* its owner's (samehost_layout.h) */
+	uint32_t slot;          /* our shard k's busy word there: slot + k */
+	int64_t expires;
+};
+
+/* The fence slots this mover gave a peer mover (samehost.c). */
+struct mv_fence_peer {
+	uint64_t mover_id;
+	uint32_t slot, n;
+};
+
+/* Bytes from which a same-host copy uses non-temporal stores where the L3's
+ * size is not known (else half of it; $MV_NT_MIN overrides). */
+#define MV_NT_MIN (4u << 20)
+
 /* A receive buffer for landing messages (receiver-side staging). */
 struct mv_land_buf {
 	struct fi_context2 ctx;  /* the posted receive */
@@ -172,6 +199,9 @@ struct mv_region {
 	int by_dmabuf;            /* the fabric registered it by dma-buf fd (shard 0) */
 	_Atomic int fabric_refused; /* GPU: a shard's provider refused it: staged */
 	uint64_t secret;          /* random, in its blob: proves a blob came from us */
+	int host_fd;              /* host memory: the client's memfd, for same-host peers; or -1 */
+	uint64_t fd_off;          /* where the region starts in it */
+	int handed;               /* its fd went to a peer mover: revoke at free */
 };
 
 struct mv_wake_page;
@@ -198,6 +228,7 @@ struct mv_peer {
 	struct mv_wake_page *wake;  /* its shards' sleeping words (shm), or NULL */
 	int wake_fd[MV_MAX_SHARDS]; /* and their FIFOs */
 	struct mv_addr_blob blob;
+	struct mv_fence *fence; /* its fence segment, once it handed us a memfd */
 	/* Per local shard, written by that shard once (PEER_ADD) and read on
 	 * every post. Nothing here is written per op: shards would share it. */
 	fi_addr_t fiaddr[MV_MAX_SHARDS];
@@ -221,6 +252,7 @@ struct mv_import {
 	uint32_t flags;               /* MV_BLOB_* of the peer's region */
 	struct mv_gpu_remote *remote; /* same-host GPU region, opened here (path 2) */
 	_Atomic uint32_t told;        /* bit per source kind: its GPU path was logged */
+	struct mv_host_remote *host;  /* same-host host region, mapped here (samehost.c) */
 	uint64_t len;
 	uint64_t addr[MV_MAX_SHARDS];
 	uint64_t key[MV_MAX_SHARDS];
@@ -392,7 +424,7 @@ struct mv_wr;
 struct mv_shard_counters {
 	uint64_t posted, completed, bytes, eagain, cq_errors, imm_rx, descs, retries;
 	uint64_t batches, timeouts, sleeps, wakes, trace_dropped;
-	uint64_t path_bytes[4]; /* by enum mv_gpu_path: host, HMEM, CUDA copy, staged */
+	uint64_t path_bytes[5]; /* by enum mv_gpu_path: host, HMEM, CUDA copy, staged, same host */
 	uint64_t hop_sum[MV_HOPS];
 	uint64_t hop[MV_HOPS][MV_HOP_BUCKETS]; /* stats_layout.h says what each hop is */
 };
@@ -544,6 +576,13 @@ struct mover {
 	char prov[32];
 	struct mv_cluster *cluster; /* --etcd: membership and names (cluster.c), or NULL */
 	struct mv_names *names;     /* the main thread's side of them (names.c) */
+	/* The same-host path (samehost.c, main thread): our fence segment and
+	 * the peers given slots in it; peers' regions mapped here. */
+	struct mv_fence *fence;
+	int fence_fd;
+	struct mv_fence_peer fence_peers[64];
+	uint32_t nfence_peers, fence_next;
+	struct mv_host_remote *host_remote, *host_dead;
 };
 
 /* fabric.c */
@@ -588,6 +627,19 @@ void mv_gpu_path_tell(struct mv_shard *s, const struct mv_region *src, struct mv
                       uint8_t path, const struct mv_gpu_choice *c);
 int mv_gpu_path_parse(const char *v);
 const char *mv_gpu_path_name(int path);
+/* samehost.c: copies into same-host peers' host regions */
+/* HOST_FD from a peer mover: the region's memfd and our fence in fds
+ * (borrowed: the caller sends them); -errno with why. Main thread. */
+int mv_host_fd_serve(struct mover *mv, struct mv_client *cl, const struct mv_host_fd_req *req,
+                     struct mv_host_fd_rep *rep, int fds[2], char *why, size_t whylen);
+/* Before r is overlaid: no peer shard copies into it once this returns. */
+void mv_host_revoke(struct mover *mv, struct mv_region *r);
+/* Maps p's region b for imp when it is host memory on this host; a refused
+ * fd is logged once and leaves imp on the fabric. Main thread. */
+void mv_host_import_open(struct mover *mv, struct mv_import *imp, struct mv_peer *p,
+                         const struct mv_region_blob *b);
+void mv_host_import_close(struct mover *mv, struct mv_import *imp);
+void mv_host_reap(struct mover *mv, int all);
 
 /* Main-thread epoll tags besides client slots: | a peer index. */
 #define MV_TAG_PEER 0x02000000u

@@ -97,6 +97,9 @@ int mv_msg_need(const struct mv_rx *m, uint32_t nshards, char *why, size_t whyle
 	case MV_MSG_GPU_FD:
 		len = sizeof(struct mv_gpu_fd_req);
 		break;
+	case MV_MSG_HOST_FD:
+		len = sizeof(struct mv_host_fd_req);
+		break;
 	case MV_MSG_BLOB:
 	case MV_MSG_DEREG:
 	case MV_MSG_PEER_DEL:

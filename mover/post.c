@@ -120,6 +120,7 @@ static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct 
 	pc->at = at;
 	pc->batch = op->batch;
 	pc->peer = op->peer;
+	pc->hr = op->hr;
 	/* Each iov's local and remote sides have the same length (take.c). */
 	while (left) {
 		uint64_t n = op->iov[0].iov_len < left ? op->iov[0].iov_len : left;
@@ -160,6 +161,38 @@ static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct 
 	s->npend++;
 	pc->posted_at = op->posted_at;
 	return pc;
+}
+
+/*
+ * A same-host copy (samehost.c) at the head of at's queue: done here, on
+ * the shard's thread, in place of a post, and ended at once. Its size is
+ * the burst's and the round's like a post's: an op of MV_CHUNK at most, a
+ * piece while shared, so a long copy never holds the shard from its other
+ * clients for more than a burst. Returns its bytes.
+ */
+static uint64_t copy_op(struct mv_shard *s, struct mv_attach *at, struct mv_wr *op, int64_t cost)
+{
+	uint64_t bytes = op->bytes;
+	char why[MV_ERRLEN];
+	int ret;
+
+	at->deficit -= cost;
+	mv_pend_pop(s, at);
+	if (atomic_load_explicit(&op->peer->gone, memory_order_relaxed)) {
+		mv_peer_why(op->peer, why, sizeof(why));
+		ret = -EHOSTUNREACH;
+	} else {
+		ret = mv_host_copy(s, op, why, sizeof(why));
+	}
+	if (!ret) {
+		at->posted_bytes += bytes;
+		at->parts[op->batch].t_posted = mv_now_ns();
+		s->st.posted++;
+		s->st.completed++;
+		s->st.bytes += bytes;
+	}
+	mv_op_done(s, op, ret, ret ? why : NULL); /* its part may queue the immediate */
+	return bytes;
 }
 
 /* The round's head client had its turn: the next one's begins. */
@@ -266,6 +299,14 @@ int mv_post(struct mv_shard *s)
 			}
 		} else if (at->inflight && at->inflight + op->bytes > inflight_cap(s, at)) {
 			break;
+		}
+		if (op->path == MV_PATH_SAMEHOST) {
+			capped = NULL;
+			burst += copy_op(s, at, op, cost);
+			n++;
+			if (shared && newcomer_waits(s, at))
+				break;
+			continue;
 		}
 		struct fi_msg_rma msg = {
 		    .msg_iov = op->iov,

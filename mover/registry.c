@@ -77,7 +77,11 @@ static void region_free(struct mover *mv, struct mv_region *r)
 {
 	char why[MV_ERRLEN];
 
+	mv_host_revoke(mv, r); /* same-host peers copy into it no more */
 	mv_call_all(mv, MV_CMD_DEREG, r, why, sizeof(why));
+	if (r->host_fd >= 0)
+		close(r->host_fd);
+	r->host_fd = -1;
 	if (r->is_gpu) {
 		/* GPU memory stays the client's: closing our mapping is all. */
 		mv_gpu_region_close(mv, r);
@@ -105,6 +109,7 @@ void mv_region_reap(struct mover *mv, int all)
 	struct mv_region **pp = &mv->graveyard;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	mv_host_reap(mv, all);
 	while (*pp) {
 		struct mv_region *r = *pp;
 		if (all || r->expires <= (int64_t)ts.tv_sec) {
@@ -206,6 +211,10 @@ int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, 
 	r->base = r->map + (off - moff);
 	r->len = len;
 	r->owner = cl->id;
+	/* Kept to hand to same-host peer movers (HOST_FD), who copy into it;
+	 * without an fd to spare the region is written through the fabric. */
+	r->host_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	r->fd_off = off;
 	return region_publish(mv, cl, r, idx, out, why, whylen);
 
 err_free:
@@ -234,6 +243,7 @@ int mv_region_add_gpu(struct mover *mv, struct mv_client *cl, const struct mv_gp
 	r->len = len;
 	r->owner = cl->id;
 	r->gpu_fd = -1;
+	r->host_fd = -1;
 	ret = mv_gpu_region_open(mv, r, g, fd, why, whylen);
 	if (ret) {
 		free(r);
@@ -288,6 +298,11 @@ void mv_region_blob(struct mover *mv, const struct mv_region *r, struct mv_regio
 		           (mv->gpu_land || refused ? MV_BLOB_LANDING : 0);
 		memcpy(b->host, mv->host_id, sizeof(b->host));
 		b->gpu = r->gdesc;
+		snprintf(b->sock, sizeof(b->sock), "%s", mv->cfg.socket_path);
+	} else if (r->host_fd >= 0) {
+		/* A peer mover of this host may ask for the memfd (HOST_FD). */
+		b->flags = MV_BLOB_HOST_FD;
+		memcpy(b->host, mv->host_id, sizeof(b->host));
 		snprintf(b->sock, sizeof(b->sock), "%s", mv->cfg.socket_path);
 	}
 	for (uint32_t s = 0; s < mv->nshards; s++) {
@@ -410,6 +425,7 @@ static void imports_drop(struct mover *mv, struct mv_client *cl, const struct mv
 	mv_call_all(mv, MV_CMD_SYNC, NULL, tmp, sizeof(tmp));
 	for (uint32_t i = 0; i < n; i++) {
 		mv_gpu_import_close(mv, gone[i]);
+		mv_host_import_close(mv, gone[i]);
 		free(gone[i]);
 	}
 }
@@ -515,6 +531,7 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 			return -EOPNOTSUPP;
 		}
 	}
+	mv_host_import_open(mv, imp, p, b); /* or the fabric, as before */
 	imp->peer = p;
 	imp->region = b->region;
 	imp->nshards = b->nshards;
@@ -546,8 +563,10 @@ void mv_client_release_all(struct mover *mv, struct mv_client *cl)
 
 	for (uint32_t h = 0; h < MV_CLIENT_MAX_IMPORTS; h++) {
 		struct mv_import *imp = atomic_exchange(&cl->imports[h], NULL);
-		if (imp)
+		if (imp) {
 			mv_gpu_import_close(mv, imp); /* the detach was the grace period */
+			mv_host_import_close(mv, imp);
+		}
 		free(imp);
 	}
 	for (uint32_t i = 0; i < MV_CLIENT_MAX_PEERS; i++)

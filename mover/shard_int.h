@@ -69,6 +69,7 @@ struct mv_wr {
 	int inflight_counted; /* counted in at->inflight (posted, not yet reported) */
 	struct mv_attach *at;
 	struct mv_peer *peer;
+	struct mv_host_remote *hr; /* MV_PATH_SAMEHOST: copied into, not posted */
 	uint32_t batch;
 	uint8_t kind;
 	uint8_t niov;
@@ -318,6 +319,9 @@ void mv_take_land(struct mv_shard *s, struct mv_attach *at, const struct mv_desc
 int mv_land_init(struct mv_shard *s, char *why, size_t whylen);
 void mv_land_event(struct mv_shard *s, struct mv_land_buf *lb, void *ctx, size_t len, int err);
 int mv_land_progress(struct mv_shard *s);
+
+/* samehost.c: copies op's iovs into its peer region; 0 or -errno with why */
+int mv_host_copy(struct mv_shard *s, struct mv_wr *op, char *why, size_t whylen);
 
 /* post.c */
 #define MV_FAIR_LINGER_NS 10000000ll /* a client counts as active this long after a take */

@@ -197,6 +197,7 @@ void mv_stats_publish(struct mv_shard *s, int force)
 	PUT(o->wakes, s->st.wakes);
 	for (int i = 0; i < 4; i++)
 		PUT(o->path_bytes[i], s->st.path_bytes[i]);
+	PUT(o->samehost_bytes, s->st.path_bytes[MV_PATH_SAMEHOST]);
 	for (int h = 0; h < MV_HOPS; h++) {
 		PUT(o->hop_sum_ns[h], s->st.hop_sum[h]);
 		for (int b = 0; b < MV_HOP_BUCKETS; b++)

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI   5u                  /* 5: peers' liveness */
+#define MV_STATS_ABI   6u                  /* 5: peers' liveness; 6: same-host bytes */
 #define MV_STATS_RINGS 256u                /* ring rows per shard: client slots */
 #define MV_STATS_PEERS 256u                /* peer rows per shard: the first peer slots */
 
@@ -67,7 +67,7 @@ struct mv_stats_hdr {
 };
 #define MV_STATS_HDR_GPU_END (offsetof(struct mv_stats_hdr, gpu_why) + 8 * 120)
 static_assert(offsetof(struct mv_stats_hdr, heartbeat_ns) == 256,
-              "the release took padding: ABI 4 keeps its offsets");
+              "the release took padding: ABI 4 and 5 keep its offsets");
 
 /*
  * Where a batch's time goes, hop by hop, as per-shard histograms of
@@ -130,6 +130,8 @@ struct mv_stats_shard {
 	_Atomic uint64_t path_bytes[4]; /* by path: host, FI_HMEM, CUDA copy, staged */
 	_Atomic uint64_t hop_sum_ns[MV_HOPS];
 	_Atomic uint64_t hop[MV_HOPS][MV_HOP_BUCKETS]; /* see enum mv_hop */
+	/* ABI 5: bytes copied straight into same-host peers' host regions */
+	alignas(64) _Atomic uint64_t samehost_bytes;
 };
 
 /* One client's rings on one shard (row slot = client slot). */

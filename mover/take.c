@@ -65,17 +65,24 @@ void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 		mv_take_land(s, at, d, src, dst);
 		return;
 	}
+	/* Host memory into a same-host peer's host region the peer handed us:
+	 * the shard copies it there itself (samehost.c); an op's remote
+	 * address is then our mapping's. */
+	struct mv_host_remote *hr = !src->is_gpu ? dst->host : NULL;
+	if (hr)
+		path = MV_PATH_SAMEHOST;
 	while (off < d->len) {
 		uint64_t n = d->len - off < MV_CHUNK ? d->len - off : MV_CHUNK;
 		uint8_t *la = src->base + d->src_off + off;
-		uint64_t ra = dst->addr[t] + d->dst_off + off;
+		uint64_t ra = hr ? (uint64_t)(uintptr_t)(hr->base + d->dst_off + off)
+		                 : dst->addr[t] + d->dst_off + off;
 		struct mv_wr *tail = at->pq_tail;
 
 		/* Merge into the client's previous op of the same batch and
 		 * peer: extend its last iov when both sides are contiguous, else
 		 * add an iov. */
 		if (tail && tail->kind == MV_OPK_WRITE && tail->path == path &&
-		    tail->batch == d->batch && tail->peer == dst->peer &&
+		    tail->batch == d->batch && tail->peer == dst->peer && tail->hr == hr &&
 		    tail->bytes + n <= MV_CHUNK && tail->riov[0].key == dst->key[t]) {
 			struct iovec *li = &tail->iov[tail->niov - 1];
 			struct fi_rma_iov *ri = &tail->riov[tail->niov - 1];
@@ -105,6 +112,7 @@ void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 		op->at = at;
 		op->batch = d->batch;
 		op->peer = dst->peer;
+		op->hr = hr;
 		op->niov = 1;
 		op->bytes = n;
 		op->iov[0] = (struct iovec){la, n};
@@ -173,8 +181,10 @@ static void imm_inline(struct mv_shard *s, struct mv_attach *at, const struct mv
 	struct mv_wr *op = at->pq_tail;
 	struct mv_import *imp = mv_import_get(at->cl, d->dst);
 
+	/* A same-host copy is no fabric write: its immediate goes after it. */
 	if (d->nparts != 1 || p->outstanding != 1 || !op || op->batch != d->batch ||
-	    op->kind != MV_OPK_WRITE || !imp || imp->peer != op->peer)
+	    op->kind != MV_OPK_WRITE || op->path == MV_PATH_SAMEHOST || !imp ||
+	    imp->peer != op->peer)
 		return;
 	op->with_imm = 1;
 	op->data = (uint64_t)imp->region << 32 | d->imm;

@@ -102,7 +102,10 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: mvbench [options]\n"
-	        "  --provider LIST   tcp, shm, or both: tcp,shm (default tcp)\n"
+	        "  --provider LIST   tcp, shm, samehost, or a list: tcp,shm,samehost (default\n"
+	        "                    tcp); tcp and shm movers stay on the fabric between them\n"
+	        "                    (--no-host-copy); samehost: shm movers that copy host\n"
+	        "                    memory into each other (the direct baseline: shm)\n"
 	        "  --iface NAME      interface for tcp (default lo)\n"
 	        "  --shards LIST     shard counts, e.g. 1,2,4 (default 1,2,... up to nproc/4)\n"
 	        "  --sizes LIST      write sizes, K/M/G suffixes (default 4K,64K,1M,16M,64M)\n"
@@ -124,8 +127,10 @@ static void usage(FILE *f)
 	        "                    client's 4 KiB batches alone and beside a second client\n"
 	        "                    flooding the same mover with 64 MiB writes), register\n"
 	        "                    (mvc_alloc of 1 GiB, 256 MiB with --quick, beside a\n"
-	        "                    memset of as much fresh memory), or all five\n"
-	        "                    (default); scattered rows bring the 4 KiB\n"
+	        "                    memset of as much fresh memory), external (at each\n"
+	        "                    size, the mover writing one buffer over and over beside\n"
+	        "                    fi_rma_bw and ucx_perftest put_bw doing the same), or all\n"
+	        "                    six (default); scattered rows bring the 4 KiB\n"
 	        "                    contiguous row they are compared with (vs_contig)\n"
 	        "  --pages LIST      pages per scattered batch (default 512,65536)\n"
 	        "  --lat-sizes LIST  write sizes of the latency rows (default 8,64,4K,64K)\n"
@@ -255,6 +260,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'P': {
 			char *dup = strdup(optarg), *save = NULL;
 			o->contig = o->scattered = o->latency = o->fairness = o->reg = 0;
+			o->external = 0;
 			for (char *tok = dup ? strtok_r(dup, ",", &save) : NULL; tok;
 			     tok = strtok_r(NULL, ",", &save)) {
 				if (!strcmp(tok, "contig")) {
@@ -267,19 +273,22 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 					o->fairness = 1;
 				} else if (!strcmp(tok, "register")) {
 					o->reg = 1;
+				} else if (!strcmp(tok, "external")) {
+					o->external = 1;
 				} else {
 					fprintf(stderr,
 					        "mvbench: --pattern: %s is not contig, scattered, "
-					        "latency, fairness or register\n",
+					        "latency, fairness, register or external\n",
 					        tok);
 					exit(2);
 				}
 			}
 			free(dup);
-			if (!o->contig && !o->scattered && !o->latency && !o->fairness && !o->reg) {
+			if (!o->contig && !o->scattered && !o->latency && !o->fairness && !o->reg &&
+			    !o->external) {
 				fprintf(stderr,
 				        "mvbench: --pattern %s: give contig, scattered, latency, "
-				        "fairness, register or a list of them\n",
+				        "fairness, register, external or a list of them\n",
 				        optarg);
 				exit(2);
 			}
@@ -360,7 +369,10 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	if (!o->reps)
 		o->reps = o->quick ? 3 : 15;
 	if (!patterns)
-		o->contig = o->scattered = o->latency = o->fairness = o->reg = 1;
+		o->contig = o->scattered = o->latency = o->fairness = o->reg = o->external = 1;
+	/* External rows stand beside the contiguous row of each size. */
+	if (o->external)
+		o->contig = 1;
 	if (o->latency && !o->nlat) {
 		const uint64_t def[] = {8, 64, 4096, 65536};
 		memcpy(o->lat, def, sizeof(def));
@@ -476,7 +488,16 @@ int main(int argc, char **argv)
 		for (int i = 0; i < nreg_done; i++)
 			if (!strcmp(reg_done[i].prov, o.provs[pi]))
 				reg_print_bench(&reg_done[i]);
+		for (int i = 0; i < next_done; i++)
+			if (!strcmp(ext_done[i].prov, o.provs[pi]))
+				ext_print_bench(&ext_done[i]);
 	}
+	for (int i = 0; i < next_done; i++)
+		for (int k = 0; k < ext_done[i].ntools; k++) {
+			const struct xtool *t = &ext_done[i].t[k];
+			missed += t->goal && !t->pass && !t->absent && !t->failed;
+			failed += t->goal && t->failed;
+		}
 	for (int i = 0; i < nreg_done; i++) {
 		missed += !reg_done[i].pass && !reg_done[i].failed;
 		failed += reg_done[i].failed;

@@ -16,8 +16,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # One data file per (provider, shards): size, mover GB/s, direct GB/s, ratio.
-# Scattered-page rows (pattern column) are not sizes: they stay in the CSV.
-awk -F, -v d="$tmp" 'NR > 1 && $25 != "scattered" {
+# Contiguous rows only: scattered-page rows are not sizes, and the external
+# rows (pattern reuse_vs_TOOL: the mover and a tool on one reused buffer) stay
+# in the CSV.
+awk -F, -v d="$tmp" 'NR > 1 && $25 == "contig" {
 	f = d "/" $1 "_" $2 ".dat"
 	print $3, $7, $10, $12 > f
 	if (!(f in seen)) { seen[f] = 1; print f "\t" $1 " " $2 (($2 == 1) ? " shard" : " shards") >> (d "/series") }

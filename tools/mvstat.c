@@ -240,17 +240,20 @@ static void print_text(FILE *f, const struct view *v, const struct snap *a, cons
 		        GET(y->inflight), GET(y->eagain), reposts(y), GET(y->cq_errors),
 		        GET(y->timeouts));
 	}
-	uint64_t gpu = 0;
+	uint64_t other = 0;
 	for (uint32_t s = 0; s < h->nshards; s++)
-		gpu += GET(b->shard[s].path_bytes[1]) + GET(b->shard[s].path_bytes[2]) +
-		       GET(b->shard[s].path_bytes[3]);
-	if (gpu) {
-		fprintf(f, "%-5s %16s %16s %16s %16s   (bytes by path)\n", "shard", "host",
-		        "FI_HMEM", "CUDA copy", "staged");
+		other += GET(b->shard[s].path_bytes[1]) + GET(b->shard[s].path_bytes[2]) +
+		         GET(b->shard[s].path_bytes[3]) + GET(b->shard[s].samehost_bytes);
+	if (other) {
+		fprintf(f, "%-5s %16s %16s %16s %16s %16s   (bytes by path)\n", "shard",
+		        "host fabric", "FI_HMEM", "CUDA copy", "staged", "same-host copy");
 		for (uint32_t s = 0; s < h->nshards; s++)
-			fprintf(f, "%-5u %16" PRIu64 " %16" PRIu64 " %16" PRIu64 " %16" PRIu64 "\n",
+			fprintf(f,
+			        "%-5u %16" PRIu64 " %16" PRIu64 " %16" PRIu64 " %16" PRIu64
+			        " %16" PRIu64 "\n",
 			        s, GET(b->shard[s].path_bytes[0]), GET(b->shard[s].path_bytes[1]),
-			        GET(b->shard[s].path_bytes[2]), GET(b->shard[s].path_bytes[3]));
+			        GET(b->shard[s].path_bytes[2]), GET(b->shard[s].path_bytes[3]),
+			        GET(b->shard[s].samehost_bytes));
 	}
 	print_gpu_paths_text(f, h);
 	int any = 0;
@@ -367,7 +370,8 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 		        ",\"reposts_per_write\":%.6f,\"cq_errors\":%" PRIu64 ",\"retries\":%" PRIu64
 		        ",\"timeouts\":%" PRIu64 ",\"imm_rx\":%" PRIu64 ",\"sleeps\":%" PRIu64
 		        ",\"wakes\":%" PRIu64 ",\"host_bytes\":%" PRIu64 ",\"hmem_bytes\":%" PRIu64
-		        ",\"copy_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64 "}",
+		        ",\"copy_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64
+		        ",\"samehost_bytes\":%" PRIu64 "}",
 		        s ? "," : "", s, y->provider, y->iface, y->cpu, y->numa, GET(y->posted),
 		        GET(y->completed), GET(y->bytes), GET(y->descs), GET(y->batches),
 		        rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
@@ -375,7 +379,7 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 		        GET(y->inflight), GET(y->eagain), reposts(y), GET(y->cq_errors),
 		        GET(y->retries), GET(y->timeouts), GET(y->imm_rx), GET(y->sleeps),
 		        GET(y->wakes), GET(y->path_bytes[0]), GET(y->path_bytes[1]),
-		        GET(y->path_bytes[2]), GET(y->path_bytes[3]));
+		        GET(y->path_bytes[2]), GET(y->path_bytes[3]), GET(y->samehost_bytes));
 	}
 	fprintf(f, "]");
 	print_gpu_paths_json(f, h);

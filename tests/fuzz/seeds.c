@@ -82,6 +82,8 @@ static void ctl_seeds(const void *addr, size_t alen, const void *rblob, size_t r
 	msg("dereg", 0, 2, MV_MSG_DEREG, &id, sizeof(id));
 	msg("blob", 0, 2, MV_MSG_BLOB, &id, sizeof(id));
 	msg("gpu_fd", 0, 2, MV_MSG_GPU_FD, &id, sizeof(id));
+	struct mv_host_fd_req hfd = {.id = 0x10001, .nshards = 2, .mover_id = 1};
+	msg("host_fd", 0, 2, MV_MSG_HOST_FD, &hfd, sizeof(hfd));
 	msg("addr", 0, 2, MV_MSG_ADDR, NULL, 0);
 	msg("stats", 0, 2, MV_MSG_STATS, NULL, 0);
 	id.id = 0;

@@ -578,7 +578,7 @@ void direct_pool_start(struct cfg *x)
 	c.nshards = n;
 	c.yield = !x->cpu.pinned;
 	memcpy(c.cpus, x->cpu.b, sizeof(c.cpus));
-	snprintf(c.prov, sizeof(c.prov), "%s", x->prov);
+	snprintf(c.prov, sizeof(c.prov), "%s", x->fab);
 	snprintf(c.iface, sizeof(c.iface), "%s", x->iface ? x->iface : "");
 	tcall(&c, &x->eps);
 
@@ -586,7 +586,7 @@ void direct_pool_start(struct cfg *x)
 	pthread_cond_init(&p->go, NULL);
 	pthread_cond_init(&p->done_cv, NULL);
 	p->n = n;
-	p->prov = x->prov;
+	p->prov = x->fab;
 	p->iface = x->iface;
 	p->src = x->src.addr;
 	p->src_len = x->src.len;

@@ -319,9 +319,11 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 	memset(&x, 0, sizeof(x));
 	x.o = o;
 	x.prov = prov;
+	x.host_copy = !strcmp(prov, "samehost");
+	x.fab = x.host_copy ? "shm" : prov;
 	x.n = n;
 	x.iface = o->iface ? o->iface : !strcmp(prov, "tcp") ? "lo" : NULL;
-	if (!strcmp(prov, "shm"))
+	if (!strcmp(x.fab, "shm"))
 		x.iface = NULL;
 	x.warm_s = o->seconds / 4 < 0.1 ? 0.1 : o->seconds / 4;
 	plan_cpus(n, &x.cpu);
@@ -340,8 +342,8 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 			x.region_len = x.pool_len;
 	}
 
-	mover_start(&mover_a, bin, "a", prov, x.iface, n, x.cpu.alist);
-	mover_start(&mover_b, bin, "b", prov, x.iface, n, x.cpu.blist);
+	mover_start(&mover_a, bin, "a", x.fab, x.iface, n, x.cpu.alist, x.host_copy);
+	mover_start(&mover_b, bin, "b", x.fab, x.iface, n, x.cpu.blist, x.host_copy);
 
 	memset(&c, 0, sizeof(c));
 	c.op = T_MOVER_UP;
@@ -375,9 +377,12 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 	const struct mv_fabric *f = &x.dp.t[0].fab;
 
 	if (first) {
-		printf("\n== mvbench %s: fabric %s%s%s, iov %zu, tx queue %zu, %s, "
+		printf("\n== mvbench %s: %sfabric %s%s%s, iov %zu, tx queue %zu, %s, "
 		       "remote addresses are %s\n",
-		       prov, f->prov, x.iface ? " on " : "", x.iface ? x.iface : "", f->iov_limit,
+		       prov,
+		       x.host_copy ? "movers copy host memory between them (same host); direct: "
+		                   : "",
+		       f->prov, x.iface ? " on " : "", x.iface ? x.iface : "", f->iov_limit,
 		       f->tx_size, f->dc_flag ? "FI_DELIVERY_COMPLETE" : "completion on transmit",
 		       f->virt_addr ? "virtual" : "offsets");
 		printf("   %d reps of ~%.2f s each (after a %.2f s warm-up), mover and direct "
@@ -431,6 +436,8 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 		book_print(&book_direct, "direct");
 		csv_row(csv, r, o->seconds);
 	}
+	if (o->external && o->nsizes)
+		ext_rows(&x, rows, *nrows, csv);
 	if (o->latency)
 		lat_rows(&x);
 	if (o->fairness)

@@ -171,7 +171,7 @@ void procs_start(void);
 void cleanup(int show_logs);
 void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 void mover_start(struct mvproc *m, const char *bin, const char *name, const char *prov,
-                 const char *iface, uint32_t n, const char *cpus);
+                 const char *iface, uint32_t n, const char *cpus, int host_copy);
 void mover_stop(struct mvproc *m, const char *name);
 /* One command to the receiver and its reply; dies when it fails. */
 void tcall(const struct tcmd *c, struct trep *rep);
@@ -311,6 +311,7 @@ struct opts {
 	int nlat;
 	int fairness; /* a client's small batches, alone and beside a flood */
 	int reg;      /* registering memory (mvc_alloc) beside a memset of as much */
+	int external; /* fi_rma_bw and ucx_perftest beside the mover (rows_ext.c) */
 };
 
 struct plan {
@@ -344,6 +345,12 @@ struct row {
 struct cfg {
 	const struct opts *o;
 	const char *prov, *iface;
+	/* The fabric both movers and the direct baseline open: prov, except
+	 * for "samehost", shm movers that copy host memory between them
+	 * (mover/samehost.c). Every other configuration keeps its movers on
+	 * the fabric (--no-host-copy), like for like with direct. */
+	const char *fab;
+	int host_copy;
 	uint32_t n;
 	struct plan cpu;
 	struct mvc *c;
@@ -413,6 +420,38 @@ struct geom geom_of(uint64_t size, uint32_t n);
 uint64_t geom_bytes(const struct geom *g);
 void bw_row(struct cfg *x, uint64_t size, struct row *r, int first);
 int bw_land_check(const struct target *tg, const struct tcmd *c, char *why, size_t len);
+
+/* The mover's own runs of geometry g for about limit_s (stride 0: every
+ * write from offset 0 to offset 0, one buffer each side). */
+void bw_mover_run(struct cfg *x, const struct geom *g, double limit_s, struct meas *m);
+
+/* rows_ext.c: fi_rma_bw and ucx_perftest beside the mover */
+#define EXT_TOOLS    2
+#define EXT_BAR      1.0 /* mover reuse / the configuration's first tool */
+#define EXT_ROWS_MAX 256
+struct xtool {
+	char name[24];
+	double bps, ratio; /* the tool's median rate; median of pairs' mover / tool */
+	int goal;          /* held against EXT_BAR */
+	int pass, absent, failed;
+	char why[200];
+};
+struct xrow {
+	const char *prov;
+	uint32_t shards;
+	uint64_t size;
+	int reps;
+	double m_reuse;            /* the mover, one buffer each side: median bytes/s */
+	double m_stream, d_stream; /* the contiguous row of the same size, mover and direct */
+	int ntools;
+	struct xtool t[EXT_TOOLS];
+};
+extern struct xrow ext_done[EXT_ROWS_MAX];
+extern int next_done;
+/* The external rows of configuration x at each contiguous size, beside
+ * that size's row among rows; appends to ext_done, and to csv. */
+int ext_rows(struct cfg *x, const struct row *rows, int nrows, FILE *csv);
+void ext_print_bench(const struct xrow *r);
 
 /* rows_lat.c: round trips of one small write, mover and direct */
 struct lrow {

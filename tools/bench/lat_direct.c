@@ -151,10 +151,10 @@ double direct_round(struct lat *L, uint64_t size, int dc, char *why, size_t whyl
 
 int dside_open(struct cfg *x, struct pong *p, uint64_t key, char *why, size_t whylen)
 {
-	int ret = mv_fabric_open(&p->fab, x->prov, x->iface, 0);
+	int ret = mv_fabric_open(&p->fab, x->fab, x->iface, 0);
 
 	if (ret) {
-		snprintf(why, whylen, "direct: opening %s: %s", x->prov, fi_strerror(-ret));
+		snprintf(why, whylen, "direct: opening %s: %s", x->fab, fi_strerror(-ret));
 		return ret;
 	}
 	p->buf = aligned_alloc(4096, LAT_REGION);

@@ -307,7 +307,7 @@ static void on_signal(int sig)
 }
 
 void mover_start(struct mvproc *m, const char *bin, const char *name, const char *prov,
-                 const char *iface, uint32_t n, const char *cpus)
+                 const char *iface, uint32_t n, const char *cpus, int host_copy)
 {
 	char shards[16], cpuarg[600];
 	const char *argv[16];
@@ -332,6 +332,8 @@ void mover_start(struct mvproc *m, const char *bin, const char *name, const char
 	argv[argc++] = m->sock;
 	argv[argc++] = cpuarg;
 	argv[argc++] = "--no-config"; /* the host's /etc/mover.conf is not the row's */
+	if (!host_copy)
+		argv[argc++] = "--no-host-copy"; /* the fabric, like for like with direct */
 	argv[argc] = NULL;
 
 	fflush(NULL);

@@ -130,6 +130,11 @@ static void mover_meas(struct cfg *x, const struct geom *g, uint64_t nbatches, d
 	clear_and_check(g, m->checked, 1, "mover");
 }
 
+void bw_mover_run(struct cfg *x, const struct geom *g, double limit_s, struct meas *m)
+{
+	mover_meas(x, g, UINT64_MAX, limit_s, m);
+}
+
 /* What of a batch falls to direct thread id: a stripe of every write
  * when striped, as shard id carries it under libclient; else the whole
  * batch (every n-th batch falls to it). */

@@ -501,7 +501,7 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 	r->ratio = r->m_p50 / r->d_p50;
 	/* The bars of issue 14, on the 16-core device; the same rows run
 	 * here and are only quoted. */
-	int tcp = !strcmp(x->prov, "tcp");
+	int tcp = !strcmp(x->fab, "tcp");
 	double p50_bar =
 	    sleep ? (tcp ? 2 * r->d_p50 + 25 : r->d_p50 + 25) : (tcp ? 2 * r->d_p50 : r->d_p50 + 5);
 	r->bar_p50 = p50_bar;
