@@ -76,28 +76,33 @@ struct mv_region *mv_region_get(struct mover *mv, uint32_t id)
 static void region_free(struct mover *mv, struct mv_region *r)
 {
 	char why[MV_ERRLEN];
+	struct timespec ts;
 
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if (r->is_gpu) {
+		/* A write may still land in it (the provider's, or a landing
+		 * message's copy) or read from it (a CUDA copy queued on a
+		 * shard's stream): deregistering and unmapping it now faulted
+		 * the mover (libfabric 2.5.1's shm, path 1). GPU memory cannot
+		 * be overlaid, so it stays registered and mapped, ours only, for
+		 * the quarantine; late bytes land in what is still the client's
+		 * allocation. */
+		r->expires = (int64_t)ts.tv_sec + 3 * mv->cfg.op_timeout_ms / 1000 + 30;
+		r->next_dead = mv->graveyard;
+		mv->graveyard = r;
+		return;
+	}
 	mv_host_revoke(mv, r); /* same-host peers copy into it no more */
 	mv_call_all(mv, MV_CMD_DEREG, r, why, sizeof(why));
 	if (r->host_fd >= 0)
 		close(r->host_fd);
 	r->host_fd = -1;
-	if (r->is_gpu) {
-		/* GPU memory stays the client's: closing our mapping is all. */
-		mv_gpu_region_close(mv, r);
-		if (r->gpu_fd >= 0)
-			close(r->gpu_fd);
-		free(r);
-		return;
-	}
 	if (mmap(r->map, r->map_len, PROT_READ | PROT_WRITE,
 	         MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == MAP_FAILED) {
 		munmap(r->map, r->map_len);
 		free(r);
 		return;
 	}
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	r->expires = (int64_t)ts.tv_sec + 3 * mv->cfg.op_timeout_ms / 1000 + 30;
 	r->next_dead = mv->graveyard;
 	mv->graveyard = r;
@@ -114,7 +119,17 @@ void mv_region_reap(struct mover *mv, int all)
 		struct mv_region *r = *pp;
 		if (all || r->expires <= (int64_t)ts.tv_sec) {
 			*pp = r->next_dead;
-			munmap(r->map, r->map_len);
+			if (r->is_gpu) {
+				/* At exit the shards and their fabric are gone already. */
+				char why[MV_ERRLEN];
+				if (!all)
+					mv_call_all(mv, MV_CMD_DEREG, r, why, sizeof(why));
+				mv_gpu_region_close(mv, r);
+				if (r->gpu_fd >= 0)
+					close(r->gpu_fd);
+			} else {
+				munmap(r->map, r->map_len);
+			}
 			free(r);
 			continue;
 		}
