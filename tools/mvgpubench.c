@@ -61,8 +61,13 @@ static pid_t start_mover(const char *bin, const char *prov, int shards, const ch
 	argv[n++] = "--no-config";
 	argv[n++] = "--gpu-path";
 	argv[n++] = path;
-	if (nocopy)
+	/* Writes as to another host: no CUDA copies into GPU memory and no
+	 * memcpy into host memory of the peer mover (the same-host path), so
+	 * the fabric carries them. */
+	if (nocopy) {
 		argv[n++] = "--no-gpu-copy";
+		argv[n++] = "--no-host-copy";
+	}
 	argv[n] = NULL;
 	pid = fork();
 	if (pid == 0) {
@@ -315,6 +320,7 @@ int main(int argc, char **argv)
 	size_t max = sizes[nsizes - 1];
 	struct pair pr[NPAIRS] = {
 	    [P_SAME] = {.name = "same", .path = "auto"},
+	    /* the rest take the fabric between them */
 	    [P_AUTO] = {.name = "auto", .path = "auto", .nocopy = 1},
 	    [P_FABRIC] = {.name = "fabric", .path = "fabric", .nocopy = 1},
 	    [P_STAGED] = {.name = "staged", .path = "staged", .nocopy = 1},
