@@ -67,6 +67,8 @@ static_assert(MV_MAX_WRITE / MV_CHUNK + 1 + MV_IOV_MAX < MV_OPS_PER_SHARD, "a WR
 
 /* log.c: mv_log (info), mv_dbg, mv_warn, mv_error, mv_log_client */
 
+#include "gpu.h"
+
 /* One shard's fabric objects: fabric.c. */
 struct mv_fabric {
 	struct fi_info *info;
@@ -86,45 +88,6 @@ struct mv_fabric {
 	size_t addrlen;
 	char prov[32];
 	char iface[64];
-};
-
-/* GPU memory opened in this process. */
-struct mv_gpu_map {
-	uint32_t kind; /* MV_GPU_IPC or MV_GPU_VMM */
-	int dev;       /* CUDA ordinal in the mover */
-	uint64_t base; /* of the allocation, as mapped here */
-	uint64_t size;
-	uint64_t dptr; /* the region's start */
-	/* A dma-buf of the region's pages, for fabric registration by fd
-	 * (FI_MR_DMABUF) where driver and provider offer it. */
-	int has_dmabuf;
-	int dmabuf_fd;
-	uint64_t dmabuf_off; /* of dptr within the dma-buf */
-};
-
-/* What the paths of GPU memory are made of here, measured at start (GB/s). */
-struct mv_gpu_rates {
-	int gpu;                           /* a CUDA device is there */
-	int measured;                      /* all of the below that can be, were */
-	double fab_hh, fab_gg, fab_hg, fab_gh; /* the fabric writing to itself, src->dst */
-	double dtoh, htod, dtod;           /* CUDA copies */
-	char why[160];                     /* when not measured, why not */
-};
-
-/* The path one kind of write takes (gpu_calib.c), and why. */
-struct mv_gpu_choice {
-	uint8_t path; /* MV_PATH_* */
-	double rate;  /* GB/s it was expected to reach, 0 unmeasured */
-	char why[120];
-};
-
-/* A same-host peer's GPU region, opened for CUDA copies (path 2). */
-struct mv_gpu_remote {
-	struct mv_gpu_remote *next;
-	uint64_t mover_id;
-	uint32_t region;
-	int refs;
-	struct mv_gpu_map map;
 };
 
 /* A same-host peer's host region, its memfd mapped here: shards copy into
@@ -165,17 +128,6 @@ struct mv_land_buf {
 	int state; /* MV_LAND_POSTED, _COPYING, _ACKING, _ACKED */
 	fi_addr_t ack_to;
 	uint64_t ack_addr, ack_key, ack_data;
-};
-
-/* A shard's CUDA resources: created on its thread on first use. */
-struct mv_gpu_shard {
-	void *stream[MV_MAX_GPUS];
-	void *bounce; /* MV_BOUNCE_CHUNKS x MV_CHUNK pinned bytes */
-	struct fid_mr *bounce_mr;
-	void *bounce_desc;
-	uint32_t free_chunks;           /* bit i: chunk i is free */
-	void *ev_free[MV_MAX_GPUS][64]; /* finished events, for reuse */
-	uint32_t nev_free[MV_MAX_GPUS];
 };
 
 /* A client's memory, mapped into the mover and registered on every shard. */
@@ -627,6 +579,7 @@ void mv_gpu_path_tell(struct mv_shard *s, const struct mv_region *src, struct mv
                       uint8_t path, const struct mv_gpu_choice *c);
 int mv_gpu_path_parse(const char *v);
 const char *mv_gpu_path_name(int path);
+
 /* samehost.c: copies into same-host peers' host regions */
 /* HOST_FD from a peer mover: the region's memfd and our fence in fds
  * (borrowed: the caller sends them); -errno with why. Main thread. */
