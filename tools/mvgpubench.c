@@ -5,7 +5,7 @@
  * movers on this host, started before any CUDA in this process:
  *   same   default settings: a same-host GPU destination gets CUDA copies
  *          (path 2), against cuMemcpyDtoD in one process (bar 0.9x);
- *   auto   --no-gpu-copy, so that writes cross the fabric as to another
+ *   auto   --no-gpu-copy --no-host-copy, so that writes cross the fabric as to another
  *          host, the path chosen by the movers' own measurement;
  *   fabric the same, forced to path 1 (the provider reads and writes GPU
  *          memory: FI_HMEM), where the provider registers GPU memory;
