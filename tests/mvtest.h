@@ -267,6 +267,25 @@ static inline struct mvc_event wait_batch(struct mvc *c, uint64_t cookie, double
 	return ev[0];
 }
 
+/* A field's total over the shards of mover m, from mvstat --json (the
+ * field with its quotes: "\"copy_bytes\""). */
+static inline uint64_t stat_sum(struct mvproc *m, const char *field)
+{
+	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
+	char cmd[512], out[32768] = "";
+	uint64_t total = 0;
+
+	snprintf(cmd, sizeof(cmd), "%s/bin/mvstat --socket %s --json --interval 0.05", b, m->sock);
+	FILE *f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	size_t n = fread(out, 1, sizeof(out) - 1, f);
+	pclose(f);
+	out[n] = 0;
+	for (char *q = out; (q = strstr(q, field)); q += strlen(field))
+		total += strtoull(q + strlen(field) + 1, NULL, 10); /* past the ':' */
+	return total;
+}
+
 static inline void submit_ok(struct mvc *c, uint64_t cookie)
 {
 	ck_assert_msg(mvc_submit(c, cookie) == 0, "submit: %s", mvc_error(c));

@@ -136,24 +136,6 @@ static void gbufs_open(struct gpair *p, struct gbufs *g, uint8_t *want, size_t n
 	g->imp = gpair_import(p, g->dst.region);
 }
 
-/* Bytes the sending mover carried on one path, from mvstat --json. */
-static uint64_t path_bytes(struct mvproc *m, const char *field)
-{
-	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
-	char cmd[512], out[16384] = "";
-	uint64_t total = 0;
-
-	snprintf(cmd, sizeof(cmd), "%s/bin/mvstat --socket %s --json --interval 0.05", b, m->sock);
-	FILE *f = popen(cmd, "r");
-	ck_assert_ptr_nonnull(f);
-	size_t n = fread(out, 1, sizeof(out) - 1, f);
-	pclose(f);
-	out[n] = 0;
-	for (char *q = out; (q = strstr(q, field)); q += strlen(field))
-		total += strtoull(q + strlen(field) + 1, NULL, 10); /* past the ':' */
-	return total;
-}
-
 START_TEST(test_gpu_to_gpu_same_host_by_cuda_copy)
 {
 	struct gpair p;
@@ -190,7 +172,7 @@ START_TEST(test_gpu_to_gpu_same_host_by_cuda_copy)
 	ck_assert_msg(e.status == 0, "%s", e.msg);
 	ck_assert_uint_eq(e.bytes, n);
 	usleep(50000);
-	ck_assert_uint_eq(path_bytes(&A, "\"copy_bytes\""), n);
+	ck_assert_uint_eq(stat_sum(&A, "\"copy_bytes\""), n);
 	mvc_disconnect(p.a);
 	mvc_disconnect(p.b);
 	free(want);
@@ -239,7 +221,7 @@ START_TEST(test_gpu_to_host_staged_through_bounce_buffers)
 	ck_assert_int_eq(mvc_alloc(p.b, n, &dst), 0);
 	memset(dst.addr, 0, n);
 	uint32_t imp = gpair_import(&p, dst.region);
-	uint64_t before = path_bytes(&A, "\"staged_bytes\"");
+	uint64_t before = stat_sum(&A, "\"staged_bytes\"");
 	for (uint64_t r = 0; r < 3; r++) {
 		ck_assert_int_eq(mvc_write(p.a, src.region, 0, imp, 0, n), 0);
 		submit_ok(p.a, 10 + r);
@@ -248,7 +230,7 @@ START_TEST(test_gpu_to_host_staged_through_bounce_buffers)
 		memset(dst.addr, 0, n);
 	}
 	usleep(50000);
-	ck_assert_uint_eq(path_bytes(&A, "\"staged_bytes\"") - before, 3 * n);
+	ck_assert_uint_eq(stat_sum(&A, "\"staged_bytes\"") - before, 3 * n);
 	mvc_disconnect(p.a);
 	mvc_disconnect(p.b);
 	free(want);
@@ -362,8 +344,8 @@ START_TEST(test_host_to_gpu_by_landing_messages)
 	from_dev(got, d + 4096, n);
 	ck_assert_msg(!memcmp(got, src.addr, n), "device data differs after the immediate");
 	usleep(50000);
-	ck_assert_uint_eq(path_bytes(&B, "\"staged_bytes\""), n); /* landed by B */
-	ck_assert_uint_eq(path_bytes(&A, "\"copy_bytes\""), 0);
+	ck_assert_uint_eq(stat_sum(&B, "\"staged_bytes\""), n); /* landed by B */
+	ck_assert_uint_eq(stat_sum(&A, "\"copy_bytes\""), 0);
 	mvc_disconnect(p.a);
 	mvc_disconnect(p.b);
 	free(got);
@@ -390,7 +372,7 @@ START_TEST(test_gpu_to_gpu_staged_on_both_sides)
 		ck_assert_int_eq(cu->MemsetD8(g.d, 0, n), CUDA_SUCCESS);
 	}
 	usleep(50000);
-	ck_assert_uint_eq(path_bytes(&B, "\"staged_bytes\""), 2 * n); /* landed by B */
+	ck_assert_uint_eq(stat_sum(&B, "\"staged_bytes\""), 2 * n); /* landed by B */
 	mvc_disconnect(p.a);
 	mvc_disconnect(p.b);
 	free(want);
@@ -514,8 +496,8 @@ START_TEST(test_gpu_to_gpu_by_the_fabric_with_immediate)
 	from_dev(got, g.d, n);
 	ck_assert_msg(!memcmp(got, want, n), "device data differs");
 	usleep(50000);
-	ck_assert_uint_eq(path_bytes(&A, "\"hmem_bytes\""), n);
-	ck_assert_uint_eq(path_bytes(&A, "\"staged_bytes\""), 0);
+	ck_assert_uint_eq(stat_sum(&A, "\"hmem_bytes\""), n);
+	ck_assert_uint_eq(stat_sum(&A, "\"staged_bytes\""), 0);
 	ck_assert_msg(*log_line(&A, "path fabric (forced by gpu_path)", line, sizeof(line)),
 	              "the sender's log does not say the write took path 1");
 	mvc_disconnect(p.a);
@@ -554,7 +536,7 @@ START_TEST(test_host_and_gpu_both_ways_by_the_fabric)
 	from_dev(got, d, n);
 	ck_assert_msg(!memcmp(got, hsrc.addr, n), "device data differs");
 	usleep(50000);
-	ck_assert_uint_eq(path_bytes(&A, "\"hmem_bytes\""), 2 * n);
+	ck_assert_uint_eq(stat_sum(&A, "\"hmem_bytes\""), 2 * n);
 	mvc_disconnect(p.a);
 	mvc_disconnect(p.b);
 	free(want);

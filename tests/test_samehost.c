@@ -27,24 +27,6 @@
 
 #include "mvtest.h"
 
-/* A field's total over the shards of mover m, from mvstat --json. */
-static uint64_t stat_sum(struct mvproc *m, const char *field)
-{
-	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
-	char cmd[512], out[32768] = "";
-	uint64_t total = 0;
-
-	snprintf(cmd, sizeof(cmd), "%s/bin/mvstat --socket %s --json --interval 0.05", b, m->sock);
-	FILE *f = popen(cmd, "r");
-	ck_assert_ptr_nonnull(f);
-	size_t n = fread(out, 1, sizeof(out) - 1, f);
-	pclose(f);
-	out[n] = 0;
-	for (char *q = out; (q = strstr(q, field)); q += strlen(field))
-		total += strtoull(q + strlen(field) + 1, NULL, 10);
-	return total;
-}
-
 /* Lines of m's log that contain s. */
 static int log_lines(struct mvproc *m, const char *s)
 {
