@@ -27,12 +27,16 @@ static int name_copy(struct mvc *c, char out[MV_NAME_MAX], const char *name)
 
 int mvc_publish(struct mvc *c, uint32_t region, const char *name)
 {
-	struct mv_publish_req req = {.region = region};
+	/* The mover's id for it: another since a reconnect, maybe. */
+	struct mv_publish_req req = {.region = mvc_cur(c, MVC_OBJ_REGION, region)};
 	struct mv_reply_hdr rep;
 	int ret = name_copy(c, req.name, name);
 
 	if (ret)
 		return ret;
+	if (req.region == MVC_ID_LOST)
+		return mvc_fail(c, -ENOENT, "region %u was not registered again after the mover "
+		                            "came back", region);
 	return mvc_call(c, MV_MSG_PUBLISH, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0,
 	                NULL);
 }

@@ -124,6 +124,15 @@ int mvc_obj_add(struct mvc *c, const struct mvc_obj *o, const void *blob, uint32
 		n->blob_len = blob_len;
 	}
 	n->app = o->cur;
+	if (o->kind == MVC_OBJ_PEER) {
+		/* Peer ids index the liveness table (mvc_imm_expect_from): the
+		 * lowest free one, never a made-up id. One is free: the mover
+		 * caps a client's peers below MVC_MAX_PEERS. */
+		for (n->app = 0; n->app < MVC_MAX_PEERS && find_app(c, o->kind, n->app); n->app++)
+			;
+		if (find_app(c, o->kind, o->cur) == NULL)
+			n->app = o->cur;
+	}
 	while (find_app(c, o->kind, n->app))
 		n->app = SYNTH_BIT | ++c->synth;
 	c->nobj++;
@@ -253,6 +262,9 @@ static int restore_named(struct mvc *c, struct mvc_obj *o)
 	if (o->kind == MVC_OBJ_PEER) {
 		o->cur = rep.peer;
 		mvc_id_call(c, MV_MSG_UNIMPORT, rep.handle);
+		/* Its mover may be another since (it restarted too). */
+		mvc_peer_added(c, o->app, rep.mover_id, rep.live,
+		               rep.live == MV_LIVE_OK ? "" : "the peer mover is down");
 	} else {
 		o->cur = rep.handle;
 	}
@@ -276,8 +288,17 @@ static int restore(struct mvc *c, struct mvc_obj *o)
 	if (o->kind == MVC_OBJ_PEER) {
 		ret = mvc_call(c, MV_MSG_PEER_ADD, o->blob, o->blob_len, NULL, 0, &rep, sizeof(rep),
 		               NULL, 0, NULL);
-		if (!ret)
+		if (!ret) {
+			/* What this mover knows of the peer now, not what the last
+			 * one did: a peer silent then may answer again. */
+			uint64_t id = 0;
+			if (o->blob_len >= offsetof(struct mv_addr_blob, mover_id) + sizeof(id))
+				memcpy(&id, o->blob + offsetof(struct mv_addr_blob, mover_id),
+				       sizeof(id));
+			rep.r.msg[sizeof(rep.r.msg) - 1] = 0;
 			o->cur = rep.id;
+			mvc_peer_added(c, o->app, id, rep.live, rep.r.msg);
+		}
 		return ret;
 	}
 	p = find_app(c, MVC_OBJ_PEER, o->peer);
@@ -317,6 +338,9 @@ static int rejoin(struct mvc *c)
 				continue;
 			}
 			o->cur = MVC_ID_LOST;
+			if (kind == MVC_OBJ_PEER)
+				mvc_peer_down(c, o->app, -EHOSTUNREACH, MVC_CAUSE_PEER_GONE,
+				              "the peer was not added again after the mover came back");
 			if (!lost++) {
 				ev.status = r;
 				ev.region = o->app;

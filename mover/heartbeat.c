@@ -381,7 +381,7 @@ void mv_peer_cut_check(struct mover *mv)
 		if (!p || atomic_load_explicit(&p->cut, memory_order_acquire) != 2 ||
 		    atomic_load(&p->gone) == MV_PEER_CUT)
 			continue;
-		mv_peer_unwatch(mv, p);
+		mv_peer_unwatch(mv, p); /* its exit is not ours to handle now */
 		mv_warn("peer mover %016llx sent garbage and is cut off: %s",
 		        (unsigned long long)p->mover_id, p->cut_why);
 		/* R1 again, as for an exit: shards fail its posted writes now. */
@@ -392,6 +392,13 @@ void mv_peer_cut_check(struct mover *mv)
 			if (write(mv->shards[s].efd, &one, sizeof(one)) < 0) {
 				/* saturated: that shard is due to wake anyway */
 			}
+		}
+		/* Nothing rings it again: its wake files go now, as for an
+		 * exit, once every shard has passed a turn (no burst is at it). */
+		if (p->wake) {
+			char why[MV_ERRLEN];
+			mv_call_all(mv, MV_CMD_SYNC, NULL, why, sizeof(why));
+			mv_wake_peer_close(p);
 		}
 	}
 }

@@ -130,7 +130,7 @@ struct mv_stats_shard {
 	_Atomic uint64_t path_bytes[4]; /* by path: host, FI_HMEM, CUDA copy, staged */
 	_Atomic uint64_t hop_sum_ns[MV_HOPS];
 	_Atomic uint64_t hop[MV_HOPS][MV_HOP_BUCKETS]; /* see enum mv_hop */
-	/* ABI 5: bytes copied straight into same-host peers' host regions */
+	/* ABI 6: bytes copied straight into same-host peers' host regions */
 	alignas(64) _Atomic uint64_t samehost_bytes;
 };
 

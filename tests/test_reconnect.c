@@ -235,6 +235,51 @@ START_TEST(test_imm_expectation_stays_armed_across_the_receivers_restart)
 END_TEST
 
 /*
+ * Peer ids after a restart stay usable for mvc_imm_expect_from: a peer
+ * added once the restored peers took other mover slots gets an id in the
+ * liveness table, not a made-up one, and what the new mover knows of a
+ * restored peer's liveness replaces what the old one said.
+ */
+START_TEST(test_peer_ids_after_a_restart_still_name_peers)
+{
+	uint8_t ab[MVC_BLOB_MAX], cb[MVC_BLOB_MAX];
+	size_t alen = sizeof(ab), clen = sizeof(cb);
+	struct mvc *a, *b, *cc;
+	uint32_t pa, pc, pc2;
+
+	prov = "tcp";
+	mover_start(&A, "a", 1);
+	mover_start(&B, "b", 1);
+	mover_start(&C, "c", 1);
+	ck_assert_int_eq(mvc_connect(&a, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&b, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&cc, C.sock), 0);
+	ck_assert_int_eq(mvc_address(a, ab, &alen), 0);
+	ck_assert_int_eq(mvc_address(cc, cb, &clen), 0);
+	/* b holds C (slot 0) and A (slot 1), then lets C go. */
+	ck_assert_int_eq(mvc_peer_add(b, cb, clen, &pc), 0);
+	ck_assert_int_eq(mvc_peer_add(b, ab, alen, &pa), 0);
+	ck_assert_int_eq(mvc_peer_remove(b, pc), 0);
+	kill(B.pid, SIGKILL);
+	waitpid(B.pid, NULL, 0);
+	B.pid = 0;
+	mover_start(&B, "b", 1);
+	struct mvc_event ev = wait_type(b, MVC_EV_MOVER_BACK, 20);
+	ck_assert_msg(ev.status == 0, "%s", ev.msg);
+	/* A is back on the new mover's slot 0; C comes on slot 1, which the
+	 * application's id for A holds. */
+	ck_assert_msg(mvc_peer_add(b, cb, clen, &pc2) == 0, "%s", mvc_error(b));
+	ck_assert_uint_ne(pc2, pa);
+	ck_assert_uint_lt(pc2, 1024); /* the liveness table's, MVC_MAX_PEERS */
+	ck_assert_msg(mvc_imm_expect_from(b, pc2, 31, 1, 1) == 0, "%s", mvc_error(b));
+	ck_assert_msg(mvc_imm_expect_from(b, pa, 32, 1, 2) == 0, "%s", mvc_error(b));
+	mvc_disconnect(a);
+	mvc_disconnect(b);
+	mvc_disconnect(cc);
+}
+END_TEST
+
+/*
  * The call that finds the mover back may be a write: it reconnects inside
  * the call and builds the batch on the new mover's shards (writev of 4 and
  * of 32 segments, a paged write, a striped write).
@@ -344,6 +389,7 @@ int main(void)
 	tcase_add_test(tc, test_sigterm_drains_then_reconnects);
 	tcase_add_test(tc, test_imm_expectation_stays_armed_across_the_receivers_restart);
 	tcase_add_test(tc, test_a_write_is_the_call_that_reconnects);
+	tcase_add_test(tc, test_peer_ids_after_a_restart_still_name_peers);
 	tcase_add_test(tc, test_no_reconnect_opt_stays_gone);
 	tcase_add_test(tc, test_bad_opt_flags_are_refused);
 	suite_add_tcase(s, tc);
