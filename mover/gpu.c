@@ -440,29 +440,38 @@ void mv_gpu_shard_close(struct mv_shard *s)
 	s->gpu.bounce = NULL;
 }
 
-int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen)
+/* CUDA device 0, its primary context current on this thread (the start's
+ * probes: FI_HMEM here, the paths' rates in gpu_calib.c). */
+int mv_gpu_dev0(struct mover *mv, int *dev_out, char *why, size_t whylen)
 {
 	const char *nocuda;
 	struct mv_cuda *cu = mv_cuda_load(&nocuda);
-	CUdeviceptr p = 0;
-	CUresult r;
-	int ret;
+	char busid[32];
+	CUdevice dev;
 
 	if (!cu) {
 		snprintf(why, whylen, "no GPU here (%s)", nocuda);
 		return -ENOTSUP;
 	}
-	char busid[32];
-	CUdevice dev;
 	if (cu->DeviceGet(&dev, 0) != CUDA_SUCCESS ||
 	    cu->DeviceGetPCIBusId(busid, sizeof(busid), dev) != CUDA_SUCCESS) {
 		snprintf(why, whylen, "cannot name CUDA device 0");
 		return -EIO;
 	}
-	int d;
-	ret = device_ctx(mv, busid, &d, why, whylen);
+	return device_ctx(mv, busid, dev_out, why, whylen);
+}
+
+int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen)
+{
+	struct mv_cuda *cu;
+	CUdeviceptr p = 0;
+	CUresult r;
+	int d, ret;
+
+	ret = mv_gpu_dev0(mv, &d, why, whylen);
 	if (ret)
 		return ret;
+	cu = mv_cuda_load(NULL);
 	r = cu->MemAlloc(&p, 1 << 20);
 	if (r != CUDA_SUCCESS)
 		return cu_fail(why, whylen, "cuMemAlloc for the FI_HMEM probe", r);
@@ -528,6 +537,11 @@ void mv_gpu_unpin(void *p)
 }
 void mv_gpu_shard_close(struct mv_shard *s)
 {
+}
+int mv_gpu_dev0(struct mover *mv, int *dev_out, char *why, size_t whylen)
+{
+	snprintf(why, whylen, "this mover was built without CUDA");
+	return -ENOTSUP;
 }
 int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen)
 {

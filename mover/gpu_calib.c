@@ -186,26 +186,15 @@ out:
 
 int mv_gpu_calibrate(struct mover *mv)
 {
-	const char *nocuda;
-	struct mv_cuda *cu = mv_cuda_load(&nocuda);
+	struct mv_cuda *cu = mv_cuda_load(NULL);
 	struct mv_gpu_rates *rt = &mv->gpu_rates;
 	struct cal_bufs b = {0};
-	CUresult r;
-	CUcontext ctx;
-	CUdevice dev;
+	CUresult r = CUDA_SUCCESS;
+	int ret = mv_gpu_dev0(mv, &mv->cal_dev, rt->why, sizeof(rt->why));
 
-	if (!cu) {
-		snprintf(rt->why, sizeof(rt->why), "no GPU here (%s)", nocuda);
-		return -ENOTSUP;
-	}
+	if (ret)
+		return ret;
 	rt->gpu = 1;
-	if ((r = cu->DeviceGet(&dev, 0)) != CUDA_SUCCESS ||
-	    (r = cu->DevicePrimaryCtxRetain(&ctx, dev)) != CUDA_SUCCESS ||
-	    (r = cu->CtxSetCurrent(ctx)) != CUDA_SUCCESS) {
-		snprintf(rt->why, sizeof(rt->why), "CUDA device 0: %s", mv_cuda_err(r));
-		return -EIO;
-	}
-	mv->cal_dev = dev;
 	for (int i = 0; i < 2 && r == CUDA_SUCCESS; i++) {
 		r = cu->MemAllocHost(&b.h[i], CAL_BUF);
 		if (r == CUDA_SUCCESS)

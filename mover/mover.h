@@ -569,6 +569,7 @@ int mv_gpu_sync(struct mv_shard *s, int dev, char *why, size_t whylen);
 void *mv_gpu_pinned(struct mv_shard *s, size_t len, char *why, size_t whylen);
 void mv_gpu_unpin(void *p);
 #define MV_GPU_EV_DONE ((void *)1) /* a group whose stream was waited for */
+int mv_gpu_dev0(struct mover *mv, int *dev_out, char *why, size_t whylen);
 int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen);
 
 /* gpu_calib.c */
