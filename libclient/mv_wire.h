@@ -198,6 +198,14 @@ enum mv_gpu_path {
 	MV_PATH_SAMEHOST = 4, /* same host, host memory: the shard copies into the peer's memfd */
 };
 
+/* A path's name as the log, mvstat and the gpu_path setting spell it. */
+static inline const char *mv_path_name(unsigned path)
+{
+	static const char *const names[] = {"host", "fabric", "copy", "staged", "samehost"};
+
+	return path < sizeof(names) / sizeof(names[0]) ? names[path] : "?";
+}
+
 /* GPU_FD request: a peer mover names the region and proves it holds its blob. */
 struct mv_gpu_fd_req {
 	uint32_t id;

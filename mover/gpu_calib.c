@@ -31,20 +31,13 @@
 
 #include "mv_cuda.h"
 
-static const char *const path_names[] = {"host", "fabric", "copy", "staged"};
-
-const char *mv_gpu_path_name(int path)
-{
-	return path >= 0 && path < 4 ? path_names[path] : "?";
-}
-
 /* gpu_path setting -> MV_PATH_* or -1 for auto; -EINVAL if unknown. */
 int mv_gpu_path_parse(const char *v)
 {
 	if (!v || !strcmp(v, "auto"))
 		return -1;
 	for (int p = MV_PATH_HMEM; p <= MV_PATH_STAGED; p++)
-		if (!strcmp(v, path_names[p]))
+		if (!strcmp(v, mv_path_name(p)))
 			return p;
 	return -EINVAL;
 }
@@ -287,7 +280,7 @@ int mv_gpu_paths_choose(struct mover *mv, char *why, size_t whylen)
 					for (int p = MV_PATH_HMEM; p <= MV_PATH_STAGED; p++)
 						if (ok[p] && n < (int)sizeof(c->why))
 							n += snprintf(c->why + n, sizeof(c->why) - (size_t)n,
-							              " %s %.1f", path_names[p], rate[p]);
+							              " %s %.1f", mv_path_name(p), rate[p]);
 					if (n < (int)sizeof(c->why))
 						snprintf(c->why + n, sizeof(c->why) - (size_t)n, " GB/s");
 				} else {
@@ -300,7 +293,7 @@ int mv_gpu_paths_choose(struct mover *mv, char *why, size_t whylen)
 				if (forced > 0 && !ok[forced] && forced != best) {
 					size_t n = strlen(c->why);
 					snprintf(c->why + n, sizeof(c->why) - n, "; %s cannot work here",
-					         path_names[forced]);
+					         mv_path_name(forced));
 				}
 				c->path = (uint8_t)best;
 				c->rate = rate[best];
@@ -346,7 +339,7 @@ void mv_gpu_paths_log(struct mover *mv)
 				if (!sg && !dg)
 					continue;
 				mv_log("GPU path %s -> %s %s: %s (%s)", kind[sg], kind[dg],
-				       same ? "same host" : "other host", path_names[c->path], c->why);
+				       same ? "same host" : "other host", mv_path_name(c->path), c->why);
 			}
 }
 
@@ -363,7 +356,7 @@ void mv_gpu_path_tell(struct mv_shard *s, const struct mv_region *src, struct mv
 	mv_log("GPU write: %s region %u -> %s region %u of peer mover %016llx%s: path %s%s%s (%s)",
 	       src->is_gpu ? "GPU" : "host", src->id, dst->flags & MV_BLOB_GPU ? "GPU" : "host",
 	       dst->region, (unsigned long long)dst->peer->mover_id,
-	       dst->remote ? " (same host)" : "", path_names[path],
-	       path != c->path ? ", not the chosen " : "", path != c->path ? path_names[c->path] : "",
+	       dst->remote ? " (same host)" : "", mv_path_name(path),
+	       path != c->path ? ", not the chosen " : "", path != c->path ? mv_path_name(c->path) : "",
 	       path != c->path ? "the peer's region or this one cannot take it" : c->why);
 }

@@ -579,7 +579,6 @@ void mv_gpu_paths_log(struct mover *mv);
 void mv_gpu_path_tell(struct mv_shard *s, const struct mv_region *src, struct mv_import *dst,
                       uint8_t path, const struct mv_gpu_choice *c);
 int mv_gpu_path_parse(const char *v);
-const char *mv_gpu_path_name(int path);
 
 /* samehost.c: copies into same-host peers' host regions */
 /* HOST_FD from a peer mover: the region's memfd and our fence in fds

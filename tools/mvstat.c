@@ -123,12 +123,6 @@ static int has_gpu_paths(const struct mv_stats_hdr *h)
 	return h->hdr_size >= MV_STATS_HDR_GPU_END && h->gpu;
 }
 
-static const char *path_name(unsigned p)
-{
-	static const char *const n[] = {"host", "fabric", "copy", "staged"};
-	return p < 4 ? n[p] : "?";
-}
-
 static const char *const gpu_rate_names[7] = {"fabric_host_host", "fabric_gpu_gpu",
                                               "fabric_host_gpu",  "fabric_gpu_host",
                                               "cuda_d2h",         "cuda_h2d",
@@ -148,7 +142,7 @@ static void print_gpu_paths_text(FILE *f, const struct mv_stats_hdr *h)
 	for (int i = 2; i < 8; i++)
 		fprintf(f, "GPU path %-4s -> %-4s %-10s %-7s %.*s\n", i & 4 ? "GPU" : "host",
 		        i & 2 ? "GPU" : "host", i & 1 ? "same host" : "other host",
-		        path_name(h->gpu_path[i]), (int)sizeof(h->gpu_why[i]), h->gpu_why[i]);
+		        mv_path_name(h->gpu_path[i]), (int)sizeof(h->gpu_why[i]), h->gpu_why[i]);
 }
 
 static void print_gpu_paths_json(FILE *f, const struct mv_stats_hdr *h)
@@ -157,7 +151,7 @@ static void print_gpu_paths_json(FILE *f, const struct mv_stats_hdr *h)
 		return;
 	fprintf(f, ",\"gpu\":{\"measured\":%s,\"forced\":\"%s\",\"rates_GBps\":{",
 	        h->gpu_measured ? "true" : "false",
-	        h->gpu_forced < 0 ? "auto" : path_name((unsigned)h->gpu_forced));
+	        h->gpu_forced < 0 ? "auto" : mv_path_name((unsigned)h->gpu_forced));
 	for (int i = 0; i < 7; i++)
 		fprintf(f, "%s\"%s\":%.3f", i ? "," : "", gpu_rate_names[i], h->gpu_mbps[i] / 1e3);
 	fprintf(f, "},\"paths\":[");
@@ -174,7 +168,7 @@ static void print_gpu_paths_json(FILE *f, const struct mv_stats_hdr *h)
 		        "%s{\"src\":\"%s\",\"dst\":\"%s\",\"same_host\":%s,\"path\":\"%s\","
 		        "\"why\":\"%s\"}",
 		        i > 2 ? "," : "", i & 4 ? "gpu" : "host", i & 2 ? "gpu" : "host",
-		        i & 1 ? "true" : "false", path_name(h->gpu_path[i]), why);
+		        i & 1 ? "true" : "false", mv_path_name(h->gpu_path[i]), why);
 	}
 	fprintf(f, "]}");
 }
@@ -190,7 +184,7 @@ static void print_gpu_paths_prom(FILE *f, const struct mv_stats_hdr *h)
 		        "mover_gpu_path{mover=\"%016" PRIx64
 		        "\",src=\"%s\",dst=\"%s\",same_host=\"%s\",path=\"%s\"} 1\n",
 		        h->mover_id, i & 4 ? "gpu" : "host", i & 2 ? "gpu" : "host",
-		        i & 1 ? "yes" : "no", path_name(h->gpu_path[i]));
+		        i & 1 ? "yes" : "no", mv_path_name(h->gpu_path[i]));
 	if (!h->gpu_measured)
 		return;
 	fprintf(f, "# HELP mover_gpu_rate_bytes_per_second what GPU paths are made of, measured "
