@@ -155,7 +155,7 @@ int main(int argc, char **argv)
 	                                        : "the provider registers it (FI_HMEM, path 1)"
 	                                  : why);
 	/* Which path each kind of GPU write takes: measured, unless forced. */
-	if (mv_gpu_path_parse(mv->cfg.gpu_path) < 0)
+	if (mv_gpu_path_parse(mv->cfg.gpu_path) == -1) /* auto; a bad value fails below */
 		mv_gpu_calibrate(mv);
 	ret = mv_gpu_paths_choose(mv, why, sizeof(why));
 	if (ret) {

@@ -52,8 +52,6 @@ void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 			land = dg && !dst_direct;
 			int src_staged = sg && (!src->mr[s->id] || c->path != MV_PATH_HMEM || land);
 			path = src_staged || land ? MV_PATH_STAGED : MV_PATH_HMEM;
-			if (path == MV_PATH_STAGED && dg && !land && !sg)
-				path = MV_PATH_HMEM; /* host memory into registered GPU memory */
 		}
 		mv_gpu_path_tell(s, src, dst, path, c);
 	}
