@@ -98,18 +98,28 @@ static const char *state(const struct view *v)
 	return "running";
 }
 
-/* The mover's release, from its segment (someone else's writing: only
- * printable characters); "?" from a mover before 0.2.0, which had none. */
-static const char *release(const struct view *v, char *buf, size_t len)
+/* Text from the segment is someone else's writing: up to n bytes of src
+ * into buf, printable and needing no JSON escape (spaces kept if asked),
+ * anything else as '?'. Returns buf. */
+static char *shown(const char *src, size_t n, char *buf, size_t len, int spaces)
 {
 	size_t i = 0;
 
-	for (; i < sizeof(v->h->release) && i + 1 < len && v->h->release[i]; i++) {
-		char ch = v->h->release[i];
-		buf[i] = ch > ' ' && ch < 127 && ch != '"' && ch != '\\' ? ch : '?';
+	for (; i < n && i + 1 < len && src[i]; i++) {
+		char ch = src[i];
+		buf[i] = (ch > ' ' || (spaces && ch == ' ')) && ch < 127 && ch != '"' && ch != '\\'
+		             ? ch
+		             : '?';
 	}
 	buf[i] = 0;
-	return i ? buf : "?";
+	return buf;
+}
+
+/* The mover's release; "?" from a mover before 0.2.0, which had none. */
+static const char *release(const struct view *v, char *buf, size_t len)
+{
+	shown(v->h->release, sizeof(v->h->release), buf, len, 0);
+	return buf[0] ? buf : "?";
 }
 
 static double rate(uint64_t a, uint64_t b, double secs)
@@ -156,14 +166,8 @@ static void print_gpu_paths_json(FILE *f, const struct mv_stats_hdr *h)
 		fprintf(f, "%s\"%s\":%.3f", i ? "," : "", gpu_rate_names[i], h->gpu_mbps[i] / 1e3);
 	fprintf(f, "},\"paths\":[");
 	for (int i = 2; i < 8; i++) {
-		/* why is the mover's text: keep only what needs no escaping */
-		char why[121];
-		size_t n = 0;
-		for (size_t k = 0; k < sizeof(h->gpu_why[i]) && h->gpu_why[i][k]; k++) {
-			char ch = h->gpu_why[i][k];
-			why[n++] = ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\' ? ch : '?';
-		}
-		why[n] = 0;
+		char why[sizeof(h->gpu_why[i]) + 1];
+		shown(h->gpu_why[i], sizeof(h->gpu_why[i]), why, sizeof(why), 1);
 		fprintf(f,
 		        "%s{\"src\":\"%s\",\"dst\":\"%s\",\"same_host\":%s,\"path\":\"%s\","
 		        "\"why\":\"%s\"}",
