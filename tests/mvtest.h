@@ -267,6 +267,26 @@ static inline struct mvc_event wait_batch(struct mvc *c, uint64_t cookie, double
 	return ev[0];
 }
 
+/* Lines of m's log that hold what; the first of them, newline cut, into
+ * first (when given; "" when none). */
+static inline int log_grep(const struct mvproc *m, const char *what, char *first, size_t len)
+{
+	char line[1024];
+	int n = 0;
+	FILE *f = fopen(m->log, "r");
+
+	if (first && len)
+		first[0] = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, what) && !n++ && first && len) {
+			line[strcspn(line, "\n")] = 0;
+			snprintf(first, len, "%s", line);
+		}
+	if (f)
+		fclose(f);
+	return n;
+}
+
 /* A field's total over the shards of mover m, from mvstat --json (the
  * field with its quotes: "\"copy_bytes\""). */
 static inline uint64_t stat_sum(struct mvproc *m, const char *field)

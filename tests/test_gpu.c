@@ -447,33 +447,15 @@ static void fabric_setup_tcp(void)
 	gpu_setup_on(setup_tcp);
 }
 
-/* The first line of the mover's log holding what, or "" (into buf). */
-static const char *log_line(const struct mvproc *m, const char *what, char *buf, size_t len)
-{
-	FILE *f = fopen(m->log, "r");
-
-	buf[0] = 0;
-	while (f && fgets(buf, (int)len, f))
-		if (strstr(buf, what)) {
-			buf[strcspn(buf, "\n")] = 0;
-			fclose(f);
-			return buf;
-		}
-	if (f)
-		fclose(f);
-	buf[0] = 0;
-	return buf;
-}
-
 /* Path 1 runs only where the provider registers GPU memory: else the test
  * says why (the mover's own log line) and passes nothing off as tested. */
 static int fabric_offered(void)
 {
 	char line[512];
 
-	if (*log_line(&A, "the provider registers it", line, sizeof(line)))
+	if (log_grep(&A, "the provider registers it", line, sizeof(line)))
 		return 1;
-	log_line(&A, "GPU memory:", line, sizeof(line));
+	log_grep(&A, "GPU memory:", line, sizeof(line));
 	printf("test_gpu: path 1 on %s SKIPPED: %s\n", prov,
 	       *line ? strstr(line, "GPU memory:") : "?");
 	return 0;
@@ -498,7 +480,7 @@ START_TEST(test_gpu_to_gpu_by_the_fabric_with_immediate)
 	usleep(50000);
 	ck_assert_uint_eq(stat_sum(&A, "\"hmem_bytes\""), n);
 	ck_assert_uint_eq(stat_sum(&A, "\"staged_bytes\""), 0);
-	ck_assert_msg(*log_line(&A, "path fabric (forced by gpu_path)", line, sizeof(line)),
+	ck_assert_msg(log_grep(&A, "path fabric (forced by gpu_path)", line, sizeof(line)),
 	              "the sender's log does not say the write took path 1");
 	mvc_disconnect(p.a);
 	mvc_disconnect(p.b);
@@ -564,7 +546,7 @@ START_TEST(test_paths_chosen_by_measurement_are_in_mvstat)
 	ck_assert_msg(strstr(out, "\"src\":\"gpu\",\"dst\":\"gpu\",\"same_host\":true,"
 	                          "\"path\":\"copy\""),
 	              "%.600s", strstr(out, "\"paths\""));
-	ck_assert_msg(*log_line(&A, "GPU paths measured", line, sizeof(line)),
+	ck_assert_msg(log_grep(&A, "GPU paths measured", line, sizeof(line)),
 	              "the log does not give the measured rates");
 }
 END_TEST

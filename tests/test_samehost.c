@@ -27,21 +27,6 @@
 
 #include "mvtest.h"
 
-/* Lines of m's log that contain s. */
-static int log_lines(struct mvproc *m, const char *s)
-{
-	char line[1024];
-	int n = 0;
-	FILE *f = fopen(m->log, "r");
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, s) != NULL;
-	fclose(f);
-	return n;
-}
-
 static void setup_shm_copy(void)
 {
 	mover_extra = NULL;
@@ -270,14 +255,14 @@ START_TEST(test_mismatched_fd_is_refused_and_writes_go_by_fabric)
 		pid_t fake = fake_mover(path, (enum fake_kind)k, rb->len);
 		memset(rb->sock, 0, sizeof(rb->sock));
 		memcpy(rb->sock, path, strlen(path));
-		int before = log_lines(&A, "refused");
+		int before = log_grep(&A, "refused", NULL, 0);
 		uint64_t host0 = stat_sum(&A, "\"host_bytes\"");
 		ck_assert_msg(mvc_import(p.a, p.peer, blob, len, &imp) == 0, "%s", mvc_error(p.a));
 		kill(fake, SIGKILL);
 		waitpid(fake, NULL, 0);
 		unlink(path);
-		ck_assert_int_eq(log_lines(&A, "refused") - before, 1);
-		ck_assert_int_eq(log_lines(&A, fake_why[k]), 1);
+		ck_assert_int_eq(log_grep(&A, "refused", NULL, 0) - before, 1);
+		ck_assert_int_eq(log_grep(&A, fake_why[k], NULL, 0), 1);
 		/* The writes still land, through the fabric. */
 		fill(p.src.addr, n, 40 + (uint64_t)k);
 		memset(d2.addr, 0, n);
