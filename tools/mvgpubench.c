@@ -241,15 +241,21 @@ static void pair_stop(struct pair *p)
 	waitpid(p->mb, NULL, 0);
 }
 
-/* Whether a forced path really ran: its mover's log says so per import. */
-static int log_has(const char *log, const char *what)
+/* Whether a line of the mover's log holds a, b and c (NULL: anything); the
+ * last such line into last when given. The mover logs each import's path. */
+static int log_find(const char *log, const char *a, const char *b, const char *c, char *last,
+                    size_t len)
 {
 	char line[1024];
 	int found = 0;
 	FILE *f = fopen(log, "r");
 
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = strstr(line, what) != NULL;
+	while (f && fgets(line, sizeof(line), f))
+		if (strstr(line, a) && (!b || strstr(line, b)) && (!c || strstr(line, c))) {
+			found = 1;
+			if (last)
+				snprintf(last, len, "%s", line);
+		}
 	if (f)
 		fclose(f);
 	return found;
@@ -292,20 +298,21 @@ int main(int argc, char **argv)
 			return 0;
 		case 'h':
 		default:
-			fprintf(c == 'h' ? stdout : stderr,
-			        "usage: mvgpubench [-p tcp|shm] [-n shards] [-t seconds] [-q]\n"
-			        "GPU memory through movers on this host against what the hardware\n"
-			        "does without them, and each path against the others: path 2\n"
-			        "against cuMemcpyDtoD, path 3 against the lesser of the device-to-\n"
-			        "host copy and the fabric's host rate, and the path the movers\n"
-			        "chose by measurement against the best of paths 1 and 3 forced;\n"
-			        "says why and exits 0 without a CUDA device.\n"
-			        "  -p, --provider P   tcp or shm (default shm)\n"
-			        "  -n, --shards N     shards per mover (default 2)\n"
-			        "  -t, --seconds S    length of each run (default 0.5)\n"
-			        "  -q, --quick        three sizes, 0.25 s each\n"
-			        "  -h, --help         print this help and exit\n"
-			        "  -V, --version      print the version and exit\n");
+			fprintf(
+			    c == 'h' ? stdout : stderr,
+			    "usage: mvgpubench [-p tcp|shm] [-n shards] [-t seconds] [-q]\n"
+			    "GPU memory through movers on this host against what the hardware\n"
+			    "does without them, and each path against the others: path 2\n"
+			    "against cuMemcpyDtoD, path 3 against the lesser of the device-to-\n"
+			    "host copy and the fabric's host rate, and the path the movers\n"
+			    "chose by measurement against the best of paths 1 and 3 forced;\n"
+			    "says why and exits 0 without a CUDA device.\n"
+			    "  -p, --provider P   tcp or shm (default shm)\n"
+			    "  -n, --shards N     shards per mover (default 2)\n"
+			    "  -t, --seconds S    length of each run (default 0.5)\n"
+			    "  -q, --quick        three sizes, 0.25 s each\n"
+			    "  -h, --help         print this help and exit\n"
+			    "  -V, --version      print the version and exit\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
@@ -356,12 +363,13 @@ int main(int argc, char **argv)
 	/* A forced path that cannot work here runs as the movers fall back:
 	 * then its column is not a path of its own. */
 	through(pr[P_FABRIC].c, pr[P_FABRIC].gsrc.region, pr[P_FABRIC].gdst, 1 << 20, 0.01);
-	int have1 = log_has(pr[P_FABRIC].la, "path fabric (");
+	int have1 = log_find(pr[P_FABRIC].la, "path fabric (", NULL, NULL, NULL, 0);
 	printf("mvgpubench: %s, %d shards per mover, %d reps of %.2f s, interleaved, medians "
 	       "(GB/s)%s\n",
 	       prov, shards, REPS, secs,
-	       have1 ? "" : "; path 1 (fabric) is not offered here: its column is what the movers "
-	                    "fell back to");
+	       have1 ? ""
+	             : "; path 1 (fabric) is not offered here: its column is what the movers "
+	               "fell back to");
 	printf("same host   %9s | %9s %9s %6s %4s | %9s %9s %9s %6s %4s\n", "size", "path2", "DtoD",
 	       "ratio", "bar", "path3", "DtoH", "fabric", "ratio", "bar");
 	int low = 0, nbars = 0;
@@ -369,10 +377,11 @@ int main(int argc, char **argv)
 		size_t s = sizes[i];
 		double p2v[REPS], dd_v[REPS], p3v[REPS], dh_v[REPS], fab_v[REPS];
 		for (int r = 0; r < REPS; r++) {
-			p2v[r] = through(pr[P_SAME].c, pr[P_SAME].gsrc.region, pr[P_SAME].gdst, s, secs);
+			p2v[r] =
+			    through(pr[P_SAME].c, pr[P_SAME].gsrc.region, pr[P_SAME].gdst, s, secs);
 			dd_v[r] = copy_rate(cu, dd, NULL, src, s, secs, st);
-			p3v[r] = through(pr[P_STAGED].c, pr[P_STAGED].gsrc.region, pr[P_STAGED].hdst,
-			                 s, secs);
+			p3v[r] = through(pr[P_STAGED].c, pr[P_STAGED].gsrc.region,
+			                 pr[P_STAGED].hdst, s, secs);
 			dh_v[r] = copy_rate(cu, 0, pinned, src, s, secs, st);
 			fab_v[r] = through(pr[P_STAGED].c, pr[P_STAGED].hsrc.region,
 			                   pr[P_STAGED].hdst, s, secs);
@@ -383,9 +392,10 @@ int main(int argc, char **argv)
 		int ok2 = m2 >= 0.9 * mdd, ok3 = m3 >= 0.8 * lesser;
 		low += !ok2 + !ok3;
 		nbars += 2;
-		printf("same host   %5zu MiB | %9.2f %9.2f %6.3f %4s | %9.2f %9.2f %9.2f %6.3f %4s\n",
-		       s >> 20, m2, mdd, m2 / mdd, ok2 ? "ok" : "LOW", m3, mdh, mf, m3 / lesser,
-		       ok3 ? "ok" : "LOW");
+		printf(
+		    "same host   %5zu MiB | %9.2f %9.2f %6.3f %4s | %9.2f %9.2f %9.2f %6.3f %4s\n",
+		    s >> 20, m2, mdd, m2 / mdd, ok2 ? "ok" : "LOW", m3, mdh, mf, m3 / lesser,
+		    ok3 ? "ok" : "LOW");
 		printf("BENCH mvgpubench prov=%s shards=%d size=%zu path2_GBps=%.3f dtod_GBps=%.3f "
 		       "path2_ratio=%.3f path3_GBps=%.3f dtoh_GBps=%.3f fabric_GBps=%.3f "
 		       "path3_ratio=%.3f\n",
@@ -420,22 +430,19 @@ int main(int argc, char **argv)
 			snprintf(want, sizeof(want), "%s region", kd == 2 ? "host" : "GPU");
 			const char *took = "?";
 			char line[1024];
-			FILE *f = fopen(pr[P_AUTO].la, "r");
-			while (f && fgets(line, sizeof(line), f))
-				if (strstr(line, "GPU write: ") && strstr(line, want) &&
-				    strstr(line, kd == 1 ? "-> host" : "-> GPU"))
-					took = strstr(line, "path fabric")   ? "fabric"
-					       : strstr(line, "path staged") ? "staged"
-					       : strstr(line, "path copy")   ? "copy"
-					                                     : "?";
-			if (f)
-				fclose(f);
+			if (log_find(pr[P_AUTO].la, "GPU write: ", want,
+			             kd == 1 ? "-> host" : "-> GPU", line, sizeof(line)))
+				took = strstr(line, "path fabric")   ? "fabric"
+				       : strstr(line, "path staged") ? "staged"
+				       : strstr(line, "path copy")   ? "copy"
+				                                     : "?";
 			printf("other host  %5zu MiB %-9s | %9.2f %9.2f | %9.2f %6.3f %6s %4s\n",
 			       s >> 20, kinds[kd], m1, m3, ma, ma / best, took, ok ? "ok" : "LOW");
-			printf("BENCH mvgpubench prov=%s shards=%d size=%zu kind=%s path1_GBps=%.3f "
-			       "path1_offered=%d path3_GBps=%.3f chosen_GBps=%.3f chosen_path=%s "
-			       "chosen_ratio=%.3f\n",
-			       prov, shards, s, kinds[kd], m1, have1, m3, ma, took, ma / best);
+			printf(
+			    "BENCH mvgpubench prov=%s shards=%d size=%zu kind=%s path1_GBps=%.3f "
+			    "path1_offered=%d path3_GBps=%.3f chosen_GBps=%.3f chosen_path=%s "
+			    "chosen_ratio=%.3f\n",
+			    prov, shards, s, kinds[kd], m1, have1, m3, ma, took, ma / best);
 			fflush(stdout);
 		}
 	for (int i = 0; i < NPAIRS; i++)
