@@ -103,8 +103,8 @@ static void mv_cuda_load_once(void)
 	}
 	MV_CU_FNS(MV_CU_LOAD)
 #undef MV_CU_LOAD
-	mv_cu.MemGetHandleForAddressRange =
-	    (__typeof__(mv_cu.MemGetHandleForAddressRange))dlsym(h, "cuMemGetHandleForAddressRange");
+	mv_cu.MemGetHandleForAddressRange = (__typeof__(mv_cu.MemGetHandleForAddressRange))dlsym(
+	    h, "cuMemGetHandleForAddressRange");
 	CUresult r = mv_cu.Init(0);
 	int n = 0;
 	if (r == CUDA_SUCCESS)

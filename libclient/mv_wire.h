@@ -343,7 +343,7 @@ struct mv_lookup_rep {
 	uint32_t handle; /* the import of the named region */
 	uint64_t len;    /* bytes of the region */
 	uint64_t mover_id;
-	uint32_t live;   /* enum mv_live of the owner mover now */
+	uint32_t live; /* enum mv_live of the owner mover now */
 	uint32_t rsvd;
 };
 

@@ -35,8 +35,10 @@ int mvc_publish(struct mvc *c, uint32_t region, const char *name)
 	if (ret)
 		return ret;
 	if (req.region == MVC_ID_LOST)
-		return mvc_fail(c, -ENOENT, "region %u was not registered again after the mover "
-		                            "came back", region);
+		return mvc_fail(c, -ENOENT,
+		                "region %u was not registered again after the mover "
+		                "came back",
+		                region);
 	return mvc_call(c, MV_MSG_PUBLISH, &req, sizeof(req), NULL, 0, &rep, sizeof(rep), NULL, 0,
 	                NULL);
 }

@@ -339,8 +339,9 @@ static int rejoin(struct mvc *c)
 			}
 			o->cur = MVC_ID_LOST;
 			if (kind == MVC_OBJ_PEER)
-				mvc_peer_down(c, o->app, -EHOSTUNREACH, MVC_CAUSE_PEER_GONE,
-				              "the peer was not added again after the mover came back");
+				mvc_peer_down(
+				    c, o->app, -EHOSTUNREACH, MVC_CAUSE_PEER_GONE,
+				    "the peer was not added again after the mover came back");
 			if (!lost++) {
 				ev.status = r;
 				ev.region = o->app;

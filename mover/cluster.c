@@ -452,7 +452,8 @@ static void *cluster_main(void *arg)
 		}
 		if (c->reput) {
 			c->reput = 0;
-			mv_error("etcd: our member key %s was deleted; putting it back", c->self_key);
+			mv_error("etcd: our member key %s was deleted; putting it back",
+			         c->self_key);
 			if (mv_etcd_put(&c->etcd, c->self_key, c->self_value, c->lease, 0, why,
 			                sizeof(why))) {
 				set_down(c, why);

@@ -56,7 +56,6 @@ static const char *land_failed(const struct mv_wr *op)
 	return msg;
 }
 
-
 /* A target says a landing message is on its GPU (or could not be). */
 static void ack_arrived(struct mv_shard *s, uint64_t data)
 {

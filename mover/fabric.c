@@ -312,7 +312,8 @@ int mv_fabric_reg_hmem(struct mv_fabric *f, const struct mv_gpu_map *m, size_t l
 		struct fi_mr_dmabuf db = {.fd = m->dmabuf_fd,
 		                          .offset = m->dmabuf_off,
 		                          .len = len,
-		                          .base_addr = (void *)(uintptr_t)(m->dptr - m->dmabuf_off)};
+		                          .base_addr =
+		                              (void *)(uintptr_t)(m->dptr - m->dmabuf_off)};
 		struct fi_mr_attr d = a;
 		d.dmabuf = &db;
 		ret = fi_mr_regattr(f->domain, &d, FI_MR_DMABUF, mr);

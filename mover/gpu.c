@@ -162,7 +162,8 @@ static void map_dmabuf(struct mv_gpu_map *m, uint64_t len)
 	if (!cu || !cu->MemGetHandleForAddressRange || !len)
 		return;
 	if (cu->MemGetHandleForAddressRange(&fd, (CUdeviceptr)start, end - start,
-	                                    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) != CUDA_SUCCESS ||
+	                                    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+	                                    0) != CUDA_SUCCESS ||
 	    fd < 0)
 		return;
 	m->has_dmabuf = 1;

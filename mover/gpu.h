@@ -35,11 +35,11 @@ struct mv_gpu_map {
 
 /* What the paths of GPU memory are made of here, measured at start (GB/s). */
 struct mv_gpu_rates {
-	int gpu;                           /* a CUDA device is there */
-	int measured;                      /* all of the below that can be, were */
+	int gpu;                               /* a CUDA device is there */
+	int measured;                          /* all of the below that can be, were */
 	double fab_hh, fab_gg, fab_hg, fab_gh; /* the fabric writing to itself, src->dst */
-	double dtoh, htod, dtod;           /* CUDA copies */
-	char why[160];                     /* when not measured, why not */
+	double dtoh, htod, dtod;               /* CUDA copies */
+	char why[160];                         /* when not measured, why not */
 };
 
 /* The path one kind of write takes (gpu_calib.c), and why. */

@@ -68,8 +68,12 @@ static double fabric_rate(struct mv_fabric *f, fi_addr_t self, void *src, void *
 			uint64_t off = posted % CAL_BUF;
 			struct iovec iov = {(uint8_t *)src + off, n};
 			struct fi_rma_iov r = {.addr = dst + off, .len = n, .key = dkey};
-			struct fi_msg_rma m = {.msg_iov = &iov, .desc = &sdesc, .iov_count = 1,
-			                       .addr = self, .rma_iov = &r, .rma_iov_count = 1};
+			struct fi_msg_rma m = {.msg_iov = &iov,
+			                       .desc = &sdesc,
+			                       .iov_count = 1,
+			                       .addr = self,
+			                       .rma_iov = &r,
+			                       .rma_iov_count = 1};
 			ssize_t ret = fi_writemsg(f->ep, &m, FI_COMPLETION);
 			if (ret == -FI_EAGAIN)
 				break;
@@ -118,10 +122,10 @@ static double copy_rate(struct mv_cuda *cu, CUdeviceptr d, CUdeviceptr s, int ki
 }
 
 struct cal_bufs {
-	void *h[2];        /* pinned host */
-	CUdeviceptr g[2];  /* device */
+	void *h[2];       /* pinned host */
+	CUdeviceptr g[2]; /* device */
 	struct fid_mr *mr[4];
-	void *desc[4];     /* h0 h1 g0 g1 */
+	void *desc[4]; /* h0 h1 g0 g1 */
 	uint64_t key[4];
 };
 
@@ -143,8 +147,9 @@ static void measure_fabric(struct mover *mv, struct cal_bufs *b, struct mv_gpu_r
 	for (int i = 0; i < 2 && !ret && mv->hmem; i++) {
 		struct mv_gpu_map m = {.dev = mv->cal_dev, .dptr = b->g[i]};
 		int dmabuf;
-		ret = mv_fabric_reg_hmem(&f, &m, CAL_BUF, 0xca1002 + (uint64_t)i, &b->mr[2 + i],
-		                         &b->desc[2 + i], &b->key[2 + i], &dmabuf, why, sizeof(why));
+		ret =
+		    mv_fabric_reg_hmem(&f, &m, CAL_BUF, 0xca1002 + (uint64_t)i, &b->mr[2 + i],
+		                       &b->desc[2 + i], &b->key[2 + i], &dmabuf, why, sizeof(why));
 	}
 	if (ret) {
 		snprintf(rt->why, sizeof(rt->why), "setting up writes to itself: %s", why);
@@ -158,7 +163,8 @@ static void measure_fabric(struct mover *mv, struct cal_bufs *b, struct mv_gpu_r
 		                       : (uint64_t)b->g[i - 2];
 	void *src[4] = {b->h[0], b->h[1], (void *)(uintptr_t)b->g[0], (void *)(uintptr_t)b->g[1]};
 	mv_dbg("GPU paths: timing the fabric writing to itself (%s)", f.prov);
-	rt->fab_hh = fabric_rate(&f, self, src[0], b->desc[0], addr[1], b->key[1], why, sizeof(why));
+	rt->fab_hh =
+	    fabric_rate(&f, self, src[0], b->desc[0], addr[1], b->key[1], why, sizeof(why));
 	mv_dbg("GPU paths: host->host %.2f GB/s", rt->fab_hh);
 	if (rt->fab_hh > 0 && mv->hmem) {
 		rt->fab_gg =
@@ -168,7 +174,8 @@ static void measure_fabric(struct mover *mv, struct cal_bufs *b, struct mv_gpu_r
 		rt->fab_gh =
 		    fabric_rate(&f, self, src[2], b->desc[2], addr[1], b->key[1], why, sizeof(why));
 	}
-	if (rt->fab_hh <= 0 || (mv->hmem && (rt->fab_gg <= 0 || rt->fab_hg <= 0 || rt->fab_gh <= 0)))
+	if (rt->fab_hh <= 0 ||
+	    (mv->hmem && (rt->fab_gg <= 0 || rt->fab_hg <= 0 || rt->fab_gh <= 0)))
 		snprintf(rt->why, sizeof(rt->why), "the fabric writing to itself: %s", why);
 out:
 	for (int i = 0; i < 4; i++)
@@ -264,10 +271,12 @@ int mv_gpu_paths_choose(struct mover *mv, char *why, size_t whylen)
 				ok[MV_PATH_HMEM] = mv->hmem;
 				ok[MV_PATH_COPY] = same && dg && !mv->cfg.no_gpu_copy;
 				ok[MV_PATH_STAGED] = 1;
-				rate[MV_PATH_HMEM] = sg && dg ? rt->fab_gg : sg ? rt->fab_gh : rt->fab_hg;
+				rate[MV_PATH_HMEM] = sg && dg ? rt->fab_gg
+				                     : sg     ? rt->fab_gh
+				                              : rt->fab_hg;
 				rate[MV_PATH_COPY] = sg ? rt->dtod : rt->htod;
-				rate[MV_PATH_STAGED] = min3(sg ? rt->dtoh : 1e9, rt->fab_hh,
-				                            dg ? rt->htod : 1e9);
+				rate[MV_PATH_STAGED] =
+				    min3(sg ? rt->dtoh : 1e9, rt->fab_hh, dg ? rt->htod : 1e9);
 				int best = 0;
 				if (forced > 0 && ok[forced]) {
 					best = forced;
@@ -279,21 +288,24 @@ int mv_gpu_paths_choose(struct mover *mv, char *why, size_t whylen)
 					int n = snprintf(c->why, sizeof(c->why), "measured");
 					for (int p = MV_PATH_HMEM; p <= MV_PATH_STAGED; p++)
 						if (ok[p] && n < (int)sizeof(c->why))
-							n += snprintf(c->why + n, sizeof(c->why) - (size_t)n,
-							              " %s %.1f", mv_path_name(p), rate[p]);
+							n += snprintf(
+							    c->why + n, sizeof(c->why) - (size_t)n,
+							    " %s %.1f", mv_path_name(p), rate[p]);
 					if (n < (int)sizeof(c->why))
-						snprintf(c->why + n, sizeof(c->why) - (size_t)n, " GB/s");
+						snprintf(c->why + n, sizeof(c->why) - (size_t)n,
+						         " GB/s");
 				} else {
 					best = ok[MV_PATH_COPY]   ? MV_PATH_COPY
 					       : ok[MV_PATH_HMEM] ? MV_PATH_HMEM
 					                          : MV_PATH_STAGED;
-					snprintf(c->why, sizeof(c->why), "fixed order (not measured: %.80s)",
+					snprintf(c->why, sizeof(c->why),
+					         "fixed order (not measured: %.80s)",
 					         rt->why[0] ? rt->why : "no GPU");
 				}
 				if (forced > 0 && !ok[forced] && forced != best) {
 					size_t n = strlen(c->why);
-					snprintf(c->why + n, sizeof(c->why) - n, "; %s cannot work here",
-					         mv_path_name(forced));
+					snprintf(c->why + n, sizeof(c->why) - n,
+					         "; %s cannot work here", mv_path_name(forced));
 				}
 				c->path = (uint8_t)best;
 				c->rate = rate[best];
@@ -331,7 +343,8 @@ void mv_gpu_paths_log(struct mover *mv)
 	if (rt->measured)
 		mv_log("GPU paths measured (GB/s): fabric host->host %.1f, GPU->GPU %.1f, "
 		       "host->GPU %.1f, GPU->host %.1f; CUDA copies D2H %.1f, H2D %.1f, D2D %.1f",
-		       rt->fab_hh, rt->fab_gg, rt->fab_hg, rt->fab_gh, rt->dtoh, rt->htod, rt->dtod);
+		       rt->fab_hh, rt->fab_gg, rt->fab_hg, rt->fab_gh, rt->dtoh, rt->htod,
+		       rt->dtod);
 	for (int sg = 0; sg < 2; sg++)
 		for (int dg = 0; dg < 2; dg++)
 			for (int same = 0; same < 2; same++) {
@@ -339,7 +352,8 @@ void mv_gpu_paths_log(struct mover *mv)
 				if (!sg && !dg)
 					continue;
 				mv_log("GPU path %s -> %s %s: %s (%s)", kind[sg], kind[dg],
-				       same ? "same host" : "other host", mv_path_name(c->path), c->why);
+				       same ? "same host" : "other host", mv_path_name(c->path),
+				       c->why);
 			}
 }
 
@@ -357,6 +371,7 @@ void mv_gpu_path_tell(struct mv_shard *s, const struct mv_region *src, struct mv
 	       src->is_gpu ? "GPU" : "host", src->id, dst->flags & MV_BLOB_GPU ? "GPU" : "host",
 	       dst->region, (unsigned long long)dst->peer->mover_id,
 	       dst->remote ? " (same host)" : "", mv_path_name(path),
-	       path != c->path ? ", not the chosen " : "", path != c->path ? mv_path_name(c->path) : "",
+	       path != c->path ? ", not the chosen " : "",
+	       path != c->path ? mv_path_name(c->path) : "",
 	       path != c->path ? "the peer's region or this one cannot take it" : c->why);
 }

@@ -171,7 +171,8 @@ int mv_gpu_progress(struct mv_shard *s)
 			n++;
 			int last = op == f;
 			if (done < 0 || op->kind == MV_OPK_COPY) {
-				mv_op_done(s, op, done < 0 ? -EIO : 0, done < 0 ? copy_failed(op, why) : why);
+				mv_op_done(s, op, done < 0 ? -EIO : 0,
+				           done < 0 ? copy_failed(op, why) : why);
 			} else if (op->land) {
 				op->kind = MV_OPK_LAND;
 				op->niov = 2;

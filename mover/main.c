@@ -150,10 +150,10 @@ int main(int argc, char **argv)
 	/* Path 1 only if the provider really registers GPU memory: try it. */
 	if (mv_gpu_hmem_probe(mv, why, sizeof(why)) == 0)
 		mv->hmem = 1;
-	mv_log("GPU memory: %s", mv->hmem ? mv->hmem_dmabuf
-	                                        ? "the provider registers it by dma-buf (FI_HMEM, path 1)"
-	                                        : "the provider registers it (FI_HMEM, path 1)"
-	                                  : why);
+	mv_log("GPU memory: %s",
+	       mv->hmem ? mv->hmem_dmabuf ? "the provider registers it by dma-buf (FI_HMEM, path 1)"
+	                                  : "the provider registers it (FI_HMEM, path 1)"
+	                : why);
 	/* Which path each kind of GPU write takes: measured, unless forced. */
 	if (mv_gpu_path_parse(mv->cfg.gpu_path) == -1) /* auto; a bad value fails below */
 		mv_gpu_calibrate(mv);

@@ -145,15 +145,15 @@ struct mv_region {
 	struct mv_region *next_dead;
 	int is_gpu; /* GPU memory: gpu, not base/map */
 	struct mv_gpu_map gpu;
-	struct mv_gpu_desc gdesc; /* as the client described it, for same-host peers */
-	uint64_t shard_mask;      /* shards near the memory (hwloc); 0: any */
-	int gpu_fd;               /* VMM: the exported fd, for same-host peers; else -1 */
-	int by_dmabuf;            /* the fabric registered it by dma-buf fd (shard 0) */
+	struct mv_gpu_desc gdesc;   /* as the client described it, for same-host peers */
+	uint64_t shard_mask;        /* shards near the memory (hwloc); 0: any */
+	int gpu_fd;                 /* VMM: the exported fd, for same-host peers; else -1 */
+	int by_dmabuf;              /* the fabric registered it by dma-buf fd (shard 0) */
 	_Atomic int fabric_refused; /* GPU: a shard's provider refused it: staged */
-	uint64_t secret;          /* random, in its blob: proves a blob came from us */
-	int host_fd;              /* host memory: the client's memfd, for same-host peers; or -1 */
-	uint64_t fd_off;          /* where the region starts in it */
-	int handed;               /* its fd went to a peer mover: revoke at free */
+	uint64_t secret;            /* random, in its blob: proves a blob came from us */
+	int host_fd;     /* host memory: the client's memfd, for same-host peers; or -1 */
+	uint64_t fd_off; /* where the region starts in it */
+	int handed;      /* its fd went to a peer mover: revoke at free */
 };
 
 struct mv_wake_page;
@@ -509,15 +509,15 @@ struct mover {
 	int hmem_dmabuf;                    /* ... and takes it by dma-buf fd */
 	struct mv_gpu_rates gpu_rates;
 	struct mv_gpu_choice gpu_path[2][2][2]; /* [src GPU][dst GPU][same host] */
-	int gpu_forced;                     /* MV_PATH_* from gpu_path, or -1: auto */
-	int gpu_land;                       /* GPU regions take landing messages */
-	int hmem_unused;                    /* hmem offered, but slower: turned off */
+	int gpu_forced;                         /* MV_PATH_* from gpu_path, or -1: auto */
+	int gpu_land;                           /* GPU regions take landing messages */
+	int hmem_unused;                        /* hmem offered, but slower: turned off */
 	int cal_dev;
-	uint8_t host_id[16];                /* boot id: who shares this host */
-	uint64_t pidns;                     /* inode of our pid namespace */
-	struct mv_wake_page *wake;          /* our shards' sleeping words (shm) */
-	void *topo;                         /* hwloc topology, loaded once (main thread) */
-	int ep;                             /* the main thread's epoll (MV_TAG_*) */
+	uint8_t host_id[16];       /* boot id: who shares this host */
+	uint64_t pidns;            /* inode of our pid namespace */
+	struct mv_wake_page *wake; /* our shards' sleeping words (shm) */
+	void *topo;                /* hwloc topology, loaded once (main thread) */
+	int ep;                    /* the main thread's epoll (MV_TAG_*) */
 	/* Bumped when a peer's process exits: a shard that sees it change
 	 * fails its posted writes to exited peers at once. */
 	_Atomic uint32_t peer_deaths;

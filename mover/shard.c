@@ -172,16 +172,17 @@ static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 				break;
 		}
 		if (r->is_gpu) {
-			ret = mv_fabric_reg_hmem(&s->fab, &r->gpu, r->len, want, &r->mr[s->id],
-			                         &r->desc[s->id], &key, s->id ? &dmabuf : &r->by_dmabuf,
-			                         c->msg, sizeof(c->msg));
+			ret = mv_fabric_reg_hmem(
+			    &s->fab, &r->gpu, r->len, want, &r->mr[s->id], &r->desc[s->id], &key,
+			    s->id ? &dmabuf : &r->by_dmabuf, c->msg, sizeof(c->msg));
 			/* Refused (pinning limits, memory the driver will not
 			 * export): the region is staged instead, both ways. */
 			if (ret && !mv_gpu_shard_ready(s, r->gpu.dev, c->msg, sizeof(c->msg)) &&
 			    !mv_land_init(s, c->msg, sizeof(c->msg))) {
-				mv_warn("shard %d: the provider refused GPU region %u (%d: %s); it is "
-				        "staged through host memory instead",
-				        s->id, r->id, ret, fi_strerror(-ret));
+				mv_warn(
+				    "shard %d: the provider refused GPU region %u (%d: %s); it is "
+				    "staged through host memory instead",
+				    s->id, r->id, ret, fi_strerror(-ret));
 				atomic_store_explicit(&r->fabric_refused, 1, memory_order_relaxed);
 				r->mr[s->id] = NULL;
 				ret = 0;

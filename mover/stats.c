@@ -60,7 +60,8 @@ int mv_stats_init(struct mover *mv)
 	snprintf(h->socket, sizeof(h->socket), "%s", mv->cfg.socket_path);
 	snprintf(h->release, sizeof(h->release), "%s", MVC_VERSION);
 	const struct mv_gpu_rates *rt = &mv->gpu_rates;
-	double mbps[7] = {rt->fab_hh, rt->fab_gg, rt->fab_hg, rt->fab_gh, rt->dtoh, rt->htod, rt->dtod};
+	double mbps[7] = {rt->fab_hh, rt->fab_gg, rt->fab_hg, rt->fab_gh,
+	                  rt->dtoh,   rt->htod,   rt->dtod};
 	h->gpu = (uint32_t)rt->gpu;
 	h->gpu_measured = (uint32_t)rt->measured;
 	h->gpu_forced = mv->gpu_forced;

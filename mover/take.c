@@ -47,8 +47,9 @@ void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 		if (c->path == MV_PATH_COPY && dst->remote) {
 			path = MV_PATH_COPY;
 		} else {
-			int dst_direct = !(dst->flags & MV_BLOB_NO_FABRIC) &&
-			                 (c->path == MV_PATH_HMEM || !(dst->flags & MV_BLOB_LANDING));
+			int dst_direct =
+			    !(dst->flags & MV_BLOB_NO_FABRIC) &&
+			    (c->path == MV_PATH_HMEM || !(dst->flags & MV_BLOB_LANDING));
 			land = dg && !dst_direct;
 			int src_staged = sg && (!src->mr[s->id] || c->path != MV_PATH_HMEM || land);
 			path = src_staged || land ? MV_PATH_STAGED : MV_PATH_HMEM;

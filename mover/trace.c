@@ -85,7 +85,7 @@ static int reap_writes(struct mv_tracer *t, int wait)
 		int b = (int)io_uring_cqe_get_data64(cqe);
 		if (cqe->res < 0 || (size_t)cqe->res != t->fill[b]) {
 			mv_error("trace %s: write failed (%s); tracing stops", t->path,
-			       cqe->res < 0 ? strerror(-cqe->res) : "short write");
+			         cqe->res < 0 ? strerror(-cqe->res) : "short write");
 			t->failed = 1;
 		} else {
 			t->written += t->fill[b] / sizeof(struct mv_trace_rec);

@@ -889,8 +889,10 @@ static pid_t fake_serve(struct fake *f, uint32_t on, const char *want_path, int3
 	} u = {0};
 	union mv_cmsg cm;
 	struct iovec iov = {&u, sizeof(u)};
-	struct msghdr mh = {
-	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf)};
+	struct msghdr mh = {.msg_iov = &iov,
+	                    .msg_iovlen = 1,
+	                    .msg_control = cm.buf,
+	                    .msg_controllen = sizeof(cm.buf)};
 	ssize_t n = recvmsg(fd, &mh, 0);
 	int tfd = -1, nfds = n > 0 ? mv_fds_take(&mh, &tfd, 1) : 0;
 	typeof(u.m) m = u.m;
@@ -901,14 +903,15 @@ static pid_t fake_serve(struct fake *f, uint32_t on, const char *want_path, int3
 	 * never opens the path itself. */
 	struct stat fs, ps;
 	int fl = tfd >= 0 ? fcntl(tfd, F_GETFL) : -1;
-	int fd_ok = on ? nfds == 1 && fl >= 0 && (fl & O_ACCMODE) != O_RDONLY &&
-	                     !fstat(tfd, &fs) && !stat(want_path, &ps) && fs.st_ino == ps.st_ino &&
+	int fd_ok = on ? nfds == 1 && fl >= 0 && (fl & O_ACCMODE) != O_RDONLY && !fstat(tfd, &fs) &&
+	                     !stat(want_path, &ps) && fs.st_ino == ps.st_ino &&
 	                     fs.st_dev == ps.st_dev
 	               : nfds == 0;
 	if (!ok || !fd_ok) {
-		fprintf(stderr,
-		        "fake mover: bad request (%zd bytes, type %u, on %u, path '%s', %d fds%s)\n",
-		        n, m.h.type, m.r.on, m.r.path, nfds, fd_ok ? "" : ", not the file");
+		fprintf(
+		    stderr,
+		    "fake mover: bad request (%zd bytes, type %u, on %u, path '%s', %d fds%s)\n", n,
+		    m.h.type, m.r.on, m.r.path, nfds, fd_ok ? "" : ", not the file");
 		_exit(1);
 	}
 	struct {
@@ -955,7 +958,6 @@ START_TEST(test_start_sends_absolute_path_and_reports_reply)
 	fake_done(pid);
 	ck_assert_int_eq(o.status, 1);
 	ck_has(o.err, "the mover refused (-EACCES): TRACE is for the mover's admins");
-
 
 	pid = fake_serve(&f, 0, "", -ENOENT, "no trace is being written");
 	RUN(&o, dir, "mvtrace", "stop", "--socket", f.path);

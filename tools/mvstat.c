@@ -133,22 +133,22 @@ static int has_gpu_paths(const struct mv_stats_hdr *h)
 	return h->hdr_size >= MV_STATS_HDR_GPU_END && h->gpu;
 }
 
-static const char *const gpu_rate_names[7] = {"fabric_host_host", "fabric_gpu_gpu",
-                                              "fabric_host_gpu",  "fabric_gpu_host",
-                                              "cuda_d2h",         "cuda_h2d",
-                                              "cuda_d2d"};
+static const char *const gpu_rate_names[7] = {
+    "fabric_host_host", "fabric_gpu_gpu", "fabric_host_gpu", "fabric_gpu_host",
+    "cuda_d2h",         "cuda_h2d",       "cuda_d2d"};
 
 static void print_gpu_paths_text(FILE *f, const struct mv_stats_hdr *h)
 {
 	if (!has_gpu_paths(h))
 		return;
 	if (h->gpu_measured)
-		fprintf(f,
-		        "GPU paths, measured at start (GB/s): fabric host->host %.1f, GPU->GPU %.1f, "
-		        "host->GPU %.1f, GPU->host %.1f; CUDA D2H %.1f, H2D %.1f, D2D %.1f\n",
-		        h->gpu_mbps[0] / 1e3, h->gpu_mbps[1] / 1e3, h->gpu_mbps[2] / 1e3,
-		        h->gpu_mbps[3] / 1e3, h->gpu_mbps[4] / 1e3, h->gpu_mbps[5] / 1e3,
-		        h->gpu_mbps[6] / 1e3);
+		fprintf(
+		    f,
+		    "GPU paths, measured at start (GB/s): fabric host->host %.1f, GPU->GPU %.1f, "
+		    "host->GPU %.1f, GPU->host %.1f; CUDA D2H %.1f, H2D %.1f, D2D %.1f\n",
+		    h->gpu_mbps[0] / 1e3, h->gpu_mbps[1] / 1e3, h->gpu_mbps[2] / 1e3,
+		    h->gpu_mbps[3] / 1e3, h->gpu_mbps[4] / 1e3, h->gpu_mbps[5] / 1e3,
+		    h->gpu_mbps[6] / 1e3);
 	for (int i = 2; i < 8; i++)
 		fprintf(f, "GPU path %-4s -> %-4s %-10s %-7s %.*s\n", i & 4 ? "GPU" : "host",
 		        i & 2 ? "GPU" : "host", i & 1 ? "same host" : "other host",
@@ -194,7 +194,9 @@ static void print_gpu_paths_prom(FILE *f, const struct mv_stats_hdr *h)
 	fprintf(f, "# HELP mover_gpu_rate_bytes_per_second what GPU paths are made of, measured "
 	           "at start\n# TYPE mover_gpu_rate_bytes_per_second gauge\n");
 	for (int i = 0; i < 7; i++)
-		fprintf(f, "mover_gpu_rate_bytes_per_second{mover=\"%016" PRIx64 "\",what=\"%s\"} %.0f\n",
+		fprintf(f,
+		        "mover_gpu_rate_bytes_per_second{mover=\"%016" PRIx64
+		        "\",what=\"%s\"} %.0f\n",
 		        h->mover_id, gpu_rate_names[i], h->gpu_mbps[i] * 1e6);
 }
 
@@ -655,18 +657,12 @@ static int print_cluster(const char *path)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"socket", required_argument, 0, 's'},
-	    {"watch", no_argument, 0, 'w'},
-	    {"json", no_argument, 0, 'j'},
-	    {"prometheus", no_argument, 0, 'p'},
-	    {"interval", required_argument, 0, 'i'},
-	    {"count", required_argument, 0, 'n'},
-	    {"hops", no_argument, 0, 'H'},
-	    {"cluster", no_argument, 0, 'C'},
-	    {"output", required_argument, 0, 'o'},
-	    {"help", no_argument, 0, 'h'},
-	    {"version", no_argument, 0, 'V'},
-	    {0, 0, 0, 0},
+	    {"socket", required_argument, 0, 's'},   {"watch", no_argument, 0, 'w'},
+	    {"json", no_argument, 0, 'j'},           {"prometheus", no_argument, 0, 'p'},
+	    {"interval", required_argument, 0, 'i'}, {"count", required_argument, 0, 'n'},
+	    {"hops", no_argument, 0, 'H'},           {"cluster", no_argument, 0, 'C'},
+	    {"output", required_argument, 0, 'o'},   {"help", no_argument, 0, 'h'},
+	    {"version", no_argument, 0, 'V'},        {0, 0, 0, 0},
 	};
 	char sockbuf[256], why[256];
 	const char *path = NULL;

@@ -523,8 +523,7 @@ static int cmd_control(int argc, char **argv, int on)
 	 * the mover never opens a path that a connection names (and it
 	 * truncates the file once it takes it). */
 	if (on && (tfd = open(req.path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644)) < 0) {
-		fprintf(stderr, "mvtrace start: cannot create %s: %s\n", req.path,
-		        strerror(errno));
+		fprintf(stderr, "mvtrace start: cannot create %s: %s\n", req.path, strerror(errno));
 		close(fd);
 		return 1;
 	}
