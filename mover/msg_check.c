@@ -149,6 +149,12 @@ int mv_msg_trace(const struct mv_rx *m, struct mv_trace_req *req, char *why, siz
 	req->path[sizeof(req->path) - 1] = 0;
 	if (!req->on)
 		return 0;
+	/* Only a label now (the file comes as an fd), but what mvtrace sends
+	 * and mvstat shows is the file's absolute path. */
+	if (req->path[0] != '/') {
+		snprintf(why, whylen, "trace path '%.60s' must be absolute", req->path);
+		return -EINVAL;
+	}
 	if (req->flags & ~MV_TRACE_HOPS) {
 		snprintf(why, whylen, "trace flags 0x%x: only 0x%x (hops) is known", req->flags,
 		         MV_TRACE_HOPS);
