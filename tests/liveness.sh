@@ -102,7 +102,7 @@ run() { # name fault undo [wrapper]
 	local rc=$?
 	# A stopped mover takes no SIGTERM: let it go on first.
 	kill -CONT "$MV_PID_A" 2>/dev/null
-	[ $rc = 0 ] || { echo "liveness: $1: see the movers' logs:"; tail -5 "$dir"/a.log "$dir"/b.log; }
+	[ $rc = 0 ] || { echo "liveness: $1: see the movers' logs:"; tail -n 5 "$dir"/a.log "$dir"/b.log; }
 	return $rc
 }
 

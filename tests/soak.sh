@@ -37,7 +37,7 @@ cleanup() {
 trap cleanup EXIT
 fail() {
 	echo "soak: FAILED: $*"
-	tail -5 "$dir"/a.log "$dir"/b.log "$dir"/client.*.err 2>/dev/null
+	tail -n 5 "$dir"/a.log "$dir"/b.log "$dir"/client.*.err 2>/dev/null
 	exit 1
 }
 
@@ -129,7 +129,7 @@ while [ $SECONDS -lt $((end - 4)) ] && [ ${#kinds[@]} -gt 0 ]; do
 		;;
 	esac
 	for i in $(seq 0 $((n - 1))); do
-		kill -0 "${pids[$i]}" 2>/dev/null || fail "client $i exited: $(tail -3 "$dir"/client.*.err)"
+		kill -0 "${pids[$i]}" 2>/dev/null || fail "client $i exited: $(tail -n 3 "$dir"/client.*.err)"
 	done
 done
 while [ $SECONDS -lt $end ]; do sleep 0.5; done
