@@ -42,8 +42,9 @@
  *    flight (one op may always go), so that on a stream a small write
  *    waits behind that much of a flood at most, and floods share by weight
  *    there too;
- *  - ends a burst after FAIR_BURST bytes, or at once when a client with
- *    nothing queued has a descriptor in its ring, so the loop takes it.
+ *  - ends a burst after FAIR_BURST bytes, or at once when another client
+ *    waits on it (others_wait()): the loop takes its descriptors, or reads
+ *    its small write's completion, without waiting out the burst.
  * Order within a client is kept: its queue is FIFO, and a piece goes before
  * the rest of its write. Clients' ops interleave, which no client can see:
  * each batch's immediate follows its own data's completions, or rides on
@@ -84,13 +85,24 @@ static uint64_t inflight_cap(const struct mv_shard *s, const struct mv_attach *a
 	return all * at->weight / s->wsum;
 }
 
-/* Whether a client with nothing queued has descriptors in its ring: a hint
- * (relaxed; mv_consume() checks what it takes). */
-static int newcomer_waits(const struct mv_shard *s, const struct mv_attach *at)
+/*
+ * Whether another client waits on this burst: one with nothing queued that
+ * has descriptors in its ring (the loop must take them), or one whose few
+ * bytes in flight (a piece or less: a small batch, not a stream) may have
+ * completed already, which only the next read of the completion queue
+ * tells. Where a post copies before it returns (shm), each post of a burst
+ * holds both off for the length of a copy. The ring check is a hint
+ * (relaxed; mv_consume() checks what it takes).
+ */
+static int others_wait(const struct mv_shard *s, const struct mv_attach *at, uint64_t piece)
 {
 	for (uint32_t i = 0; i < s->natt; i++) {
 		struct mv_attach *o = s->att[i];
-		if (o == at || o->npq || o->cur.active || !mv_serving(o))
+		if (o == at || !mv_serving(o))
+			continue;
+		if (o->inflight && o->inflight <= piece)
+			return 1;
+		if (o->npq || o->cur.active)
 			continue;
 		if (atomic_load_explicit(&o->sub.lay->prod.idx, memory_order_relaxed) !=
 		    o->sub.local)
@@ -304,7 +316,7 @@ int mv_post(struct mv_shard *s)
 			capped = NULL;
 			burst += copy_op(s, at, op, cost);
 			n++;
-			if (shared && newcomer_waits(s, at))
+			if (shared && others_wait(s, at, piece))
 				break;
 			continue;
 		}
@@ -389,7 +401,7 @@ int mv_post(struct mv_shard *s)
 		}
 		s->st.posted++;
 		n++;
-		if (shared && newcomer_waits(s, at))
+		if (shared && others_wait(s, at, piece))
 			break;
 	}
 	for (uint32_t i = 0; i < nwake; i++)
