@@ -42,6 +42,13 @@
  *    flight (one op may always go), so that on a stream a small write
  *    waits behind that much of a flood at most, and floods share by weight
  *    there too;
+ *  - while another client's small write (a piece or less in flight) waits
+ *    for its completion, posts no op that takes a client past a piece in
+ *    flight, for SMALL_HOLD_NS at most: the small write's completion is
+ *    read by the loop, not after a copy of the flood's next piece (shm
+ *    copies inside the post), and on a stream nothing more queues before
+ *    the next small write; a client that sends small batches back to back
+ *    costs a flood its round trips, which the fairness row measures;
  *  - ends a burst after FAIR_BURST bytes, or at once when another client
  *    waits on it (others_wait()): the loop takes its descriptors, or reads
  *    its small write's completion, without waiting out the burst.
@@ -55,6 +62,7 @@
 #define FAIR_INFLIGHT  (256u << 10) /* bytes in flight, all clients, while shared */
 #define ALONE_INFLIGHT (32u << 20)  /* bytes in flight of the one client attached */
 #define QUIET_INFLIGHT (8u << 20)   /* of the one active client beside idle ones */
+#define SMALL_HOLD_NS  50000        /* a small write holds the others' pieces this long at most */
 
 /* The piece: mv_config's, else FAIR_PIECE; a weight-1 client's credit per
  * turn too, so such a client posts one piece a turn. */
@@ -83,6 +91,19 @@ static uint64_t inflight_cap(const struct mv_shard *s, const struct mv_attach *a
 	if (s->wsum < at->weight) /* it came after the count: a share beside them */
 		return all * at->weight / (s->wsum + at->weight);
 	return all * at->weight / s->wsum;
+}
+
+/* Whether a client other than at has a small write in flight (a piece or
+ * less) since less than SMALL_HOLD_NS. */
+static int small_in_flight(const struct mv_shard *s, const struct mv_attach *at, uint64_t piece)
+{
+	for (uint32_t i = 0; i < s->natt; i++) {
+		struct mv_attach *o = s->att[i];
+		if (o != at && o->inflight && o->inflight <= piece &&
+		    s->now - o->inflight_since < SMALL_HOLD_NS && mv_serving(o))
+			return 1;
+	}
+	return 0;
 }
 
 /*
@@ -309,6 +330,14 @@ int mv_post(struct mv_shard *s)
 				round_next(s);
 				continue;
 			}
+			if (at->inflight + op->bytes > piece && small_in_flight(s, at, piece)) {
+				if (capped == at)
+					break;
+				if (!capped)
+					capped = at;
+				round_next(s);
+				continue;
+			}
 		} else if (at->inflight && at->inflight + op->bytes > inflight_cap(s, at)) {
 			break;
 		}
@@ -388,6 +417,8 @@ int mv_post(struct mv_shard *s)
 			mv_op_done(s, op, ret == -FI_EHOSTUNREACH ? -EHOSTUNREACH : (int)ret, text);
 			continue;
 		}
+		if (!op->at->inflight)
+			op->at->inflight_since = s->now;
 		mv_posted_add(s, op);
 		if (op->kind != MV_OPK_IMM)
 			op->at->parts[op->batch].t_posted =
