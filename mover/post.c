@@ -42,9 +42,9 @@
  *    flight (one op may always go), so that on a stream a small write
  *    waits behind that much of a flood at most, and floods share by weight
  *    there too;
- *  - while another client's small write (a piece or less in flight) waits
- *    for its completion, posts no op that takes a client past a piece in
- *    flight, for SMALL_HOLD_NS at most: the small write's completion is
+ *  - while another client's small write (half a piece or less in flight)
+ *    waits for its completion, posts no op larger than half a piece, for
+ *    SMALL_HOLD_NS at most: the small write's completion is
  *    read by the loop, not after a copy of the flood's next piece (shm
  *    copies inside the post), and on a stream nothing more queues before
  *    the next small write; a client that sends small batches back to back
@@ -93,13 +93,13 @@ static uint64_t inflight_cap(const struct mv_shard *s, const struct mv_attach *a
 	return all * at->weight / s->wsum;
 }
 
-/* Whether a client other than at has a small write in flight (a piece or
- * less) since less than SMALL_HOLD_NS. */
-static int small_in_flight(const struct mv_shard *s, const struct mv_attach *at, uint64_t piece)
+/* Whether a client other than at has a small write in flight (`small`
+ * bytes or less) since less than SMALL_HOLD_NS. */
+static int small_in_flight(const struct mv_shard *s, const struct mv_attach *at, uint64_t small)
 {
 	for (uint32_t i = 0; i < s->natt; i++) {
 		struct mv_attach *o = s->att[i];
-		if (o != at && o->inflight && o->inflight <= piece &&
+		if (o != at && o->inflight && o->inflight <= small &&
 		    s->now - o->inflight_since < SMALL_HOLD_NS && mv_serving(o))
 			return 1;
 	}
@@ -109,7 +109,7 @@ static int small_in_flight(const struct mv_shard *s, const struct mv_attach *at,
 /*
  * Whether another client waits on this burst: one with nothing queued that
  * has descriptors in its ring (the loop must take them), or one whose few
- * bytes in flight (a piece or less: a small batch, not a stream) may have
+ * bytes in flight (half a piece or less: a small batch, not a stream) may have
  * completed already, which only the next read of the completion queue
  * tells. Where a post copies before it returns (shm), each post of a burst
  * holds both off for the length of a copy. The ring check is a hint
@@ -121,7 +121,7 @@ static int others_wait(const struct mv_shard *s, const struct mv_attach *at, uin
 		struct mv_attach *o = s->att[i];
 		if (o == at || !mv_serving(o))
 			continue;
-		if (o->inflight && o->inflight <= piece)
+		if (o->inflight && o->inflight <= piece / 2)
 			return 1;
 		if (o->npq || o->cur.active)
 			continue;
@@ -330,7 +330,7 @@ int mv_post(struct mv_shard *s)
 				round_next(s);
 				continue;
 			}
-			if (at->inflight + op->bytes > piece && small_in_flight(s, at, piece)) {
+			if (op->bytes > piece / 2 && small_in_flight(s, at, piece / 2)) {
 				if (capped == at)
 					break;
 				if (!capped)
