@@ -42,13 +42,15 @@
  *    flight (one op may always go), so that on a stream a small write
  *    waits behind that much of a flood at most, and floods share by weight
  *    there too;
- *  - while another client's small write (half a piece or less in flight)
- *    waits for its completion, posts no op larger than half a piece, for
+ *  - where a write completes as it leaves (no delivery-complete), while
+ *    another client's small write (half a piece or less in flight) waits
+ *    for its completion, posts no op larger than half a piece, for
  *    SMALL_HOLD_NS at most: the small write's completion is
  *    read by the loop, not after a copy of the flood's next piece (shm
- *    copies inside the post), and on a stream nothing more queues before
- *    the next small write; a client that sends small batches back to back
- *    costs a flood its round trips, which the fairness row measures;
+ *    copies inside the post). Where completion waits for delivery (tcp),
+ *    the hold would stall the flood for a round trip per small batch and
+ *    buy nothing: the small write waits on the bytes ahead of it, which
+ *    the share in flight bounds;
  *  - ends a burst after FAIR_BURST bytes, or at once when another client
  *    waits on it (others_wait()): the loop takes its descriptors, or reads
  *    its small write's completion, without waiting out the burst.
@@ -330,7 +332,8 @@ int mv_post(struct mv_shard *s)
 				round_next(s);
 				continue;
 			}
-			if (op->bytes > piece / 2 && small_in_flight(s, at, piece / 2)) {
+			if (!s->fab.dc_flag && op->bytes > piece / 2 &&
+			    small_in_flight(s, at, piece / 2)) {
 				if (capped == at)
 					break;
 				if (!capped)

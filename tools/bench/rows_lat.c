@@ -313,8 +313,8 @@ static uint64_t stall_client(struct lat *L)
 /* ---- where the time went: the movers' hops, the client's wait ---- */
 
 struct hops {
-	struct hop_counts c;                 /* both movers, every shard */
-	uint64_t wait[MVC_LAT_BUCKETS];      /* the ping's immediates in its ring */
+	struct hop_counts c;            /* both movers, every shard */
+	uint64_t wait[MVC_LAT_BUCKETS]; /* the ping's immediates in its ring */
 };
 
 static void hops_take(struct cfg *x, const struct lat *L, struct hops *o)
