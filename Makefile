@@ -70,7 +70,7 @@ MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
 	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c \
 	tools/bench/rows_lat.c tools/bench/lat_direct.c tools/bench/rows_fair.c tools/bench/rows_reg.c \
-	tools/bench/rows_ext.c
+	tools/bench/rows_ext.c tools/bench/hops.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
 	test_trace test_gpu test_tenants test_fair test_liveness test_reconnect test_samehost

@@ -305,6 +305,7 @@ struct mv_attach {
 	uint8_t turn;                 /* its quantum for this turn was added */
 	int64_t deficit;              /* bytes it may still post this turn */
 	uint64_t inflight;            /* bytes posted and not yet completed */
+	int64_t inflight_since;       /* when inflight last left 0 (post.c) */
 	uint64_t posted_bytes;        /* bytes handed to the fabric, ever */
 	int64_t last_take;            /* when this shard last took a descriptor of it */
 	/* Its share against the shard's other clients: the weight its uid

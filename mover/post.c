@@ -42,8 +42,18 @@
  *    flight (one op may always go), so that on a stream a small write
  *    waits behind that much of a flood at most, and floods share by weight
  *    there too;
- *  - ends a burst after FAIR_BURST bytes, or at once when a client with
- *    nothing queued has a descriptor in its ring, so the loop takes it.
+ *  - where a write completes as it leaves (no delivery-complete), while
+ *    another client's small write (half a piece or less in flight) waits
+ *    for its completion, posts no op larger than half a piece, for
+ *    SMALL_HOLD_NS at most: the small write's completion is
+ *    read by the loop, not after a copy of the flood's next piece (shm
+ *    copies inside the post). Where completion waits for delivery (tcp),
+ *    the hold would stall the flood for a round trip per small batch and
+ *    buy nothing: the small write waits on the bytes ahead of it, which
+ *    the share in flight bounds;
+ *  - ends a burst after FAIR_BURST bytes, or at once when another client
+ *    waits on it (others_wait()): the loop takes its descriptors, or reads
+ *    its small write's completion, without waiting out the burst.
  * Order within a client is kept: its queue is FIFO, and a piece goes before
  * the rest of its write. Clients' ops interleave, which no client can see:
  * each batch's immediate follows its own data's completions, or rides on
@@ -54,6 +64,7 @@
 #define FAIR_INFLIGHT  (256u << 10) /* bytes in flight, all clients, while shared */
 #define ALONE_INFLIGHT (32u << 20)  /* bytes in flight of the one client attached */
 #define QUIET_INFLIGHT (8u << 20)   /* of the one active client beside idle ones */
+#define SMALL_HOLD_NS  50000        /* a small write holds the others' pieces this long at most */
 
 /* The piece: mv_config's, else FAIR_PIECE; a weight-1 client's credit per
  * turn too, so such a client posts one piece a turn. */
@@ -84,13 +95,37 @@ static uint64_t inflight_cap(const struct mv_shard *s, const struct mv_attach *a
 	return all * at->weight / s->wsum;
 }
 
-/* Whether a client with nothing queued has descriptors in its ring: a hint
- * (relaxed; mv_consume() checks what it takes). */
-static int newcomer_waits(const struct mv_shard *s, const struct mv_attach *at)
+/* Whether a client other than at has a small write in flight (`small`
+ * bytes or less) since less than SMALL_HOLD_NS. */
+static int small_in_flight(const struct mv_shard *s, const struct mv_attach *at, uint64_t small)
 {
 	for (uint32_t i = 0; i < s->natt; i++) {
 		struct mv_attach *o = s->att[i];
-		if (o == at || o->npq || o->cur.active || !mv_serving(o))
+		if (o != at && o->inflight && o->inflight <= small &&
+		    s->now - o->inflight_since < SMALL_HOLD_NS && mv_serving(o))
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Whether another client waits on this burst: one with nothing queued that
+ * has descriptors in its ring (the loop must take them), or one whose few
+ * bytes in flight (half a piece or less: a small batch, not a stream) may have
+ * completed already, which only the next read of the completion queue
+ * tells. Where a post copies before it returns (shm), each post of a burst
+ * holds both off for the length of a copy. The ring check is a hint
+ * (relaxed; mv_consume() checks what it takes).
+ */
+static int others_wait(const struct mv_shard *s, const struct mv_attach *at, uint64_t piece)
+{
+	for (uint32_t i = 0; i < s->natt; i++) {
+		struct mv_attach *o = s->att[i];
+		if (o == at || !mv_serving(o))
+			continue;
+		if (o->inflight && o->inflight <= piece / 2)
+			return 1;
+		if (o->npq || o->cur.active)
 			continue;
 		if (atomic_load_explicit(&o->sub.lay->prod.idx, memory_order_relaxed) !=
 		    o->sub.local)
@@ -297,6 +332,15 @@ int mv_post(struct mv_shard *s)
 				round_next(s);
 				continue;
 			}
+			if (!s->fab.dc_flag && op->bytes > piece / 2 &&
+			    small_in_flight(s, at, piece / 2)) {
+				if (capped == at)
+					break;
+				if (!capped)
+					capped = at;
+				round_next(s);
+				continue;
+			}
 		} else if (at->inflight && at->inflight + op->bytes > inflight_cap(s, at)) {
 			break;
 		}
@@ -304,7 +348,7 @@ int mv_post(struct mv_shard *s)
 			capped = NULL;
 			burst += copy_op(s, at, op, cost);
 			n++;
-			if (shared && newcomer_waits(s, at))
+			if (shared && others_wait(s, at, piece))
 				break;
 			continue;
 		}
@@ -376,6 +420,8 @@ int mv_post(struct mv_shard *s)
 			mv_op_done(s, op, ret == -FI_EHOSTUNREACH ? -EHOSTUNREACH : (int)ret, text);
 			continue;
 		}
+		if (!op->at->inflight)
+			op->at->inflight_since = s->now;
 		mv_posted_add(s, op);
 		if (op->kind != MV_OPK_IMM)
 			op->at->parts[op->batch].t_posted =
@@ -389,7 +435,7 @@ int mv_post(struct mv_shard *s)
 		}
 		s->st.posted++;
 		n++;
-		if (shared && newcomer_waits(s, at))
+		if (shared && others_wait(s, at, piece))
 			break;
 	}
 	for (uint32_t i = 0; i < nwake; i++)

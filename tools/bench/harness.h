@@ -516,6 +516,9 @@ struct frow {
 	double ratio;                      /* l_p99 / a_p99 */
 	double flood_bps, flood_alone_bps; /* the flood beside the small batches, and alone */
 	double i_p50, i_max; /* a small batch after 150 ms idle, the flood on: p50, max */
+	/* Per hop (mover/stats_layout.h), us: alone p50, p99; loaded p50, p99. */
+	int hops; /* whether the movers' histograms were read */
+	double hop_a50[MV_HOPS], hop_a99[MV_HOPS], hop_l50[MV_HOPS], hop_l99[MV_HOPS];
 	int pass;
 	int failed;
 	char err[200];

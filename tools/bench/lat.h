@@ -8,7 +8,7 @@
 #define MV_BENCH_LAT_H
 
 #include "harness.h"
-#include "../stats_view.h"
+#include "hops.h"
 
 #define LAT_REGION     (128u << 10) /* per side: the source at 0, the echo lands at LAT_ECHO */
 #define LAT_ECHO       (64u << 10)
@@ -47,8 +47,7 @@ struct lat {
 	uint32_t to_pong;   /* import of the pong's region */
 	struct pong dping;  /* the direct ping's endpoint (its thread is ours) */
 	uint64_t seq;
-	struct view va, vb; /* the movers' stats segments: their hop histograms */
-	int mapped;
+	struct movers_stats ms; /* the movers' hop histograms */
 	struct mvc *stalled; /* a client of A that never polls (the stalled row) */
 	struct mvc_mem smem;
 	uint32_t sto;

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "hops.h"
 
 #define FAIR_SMALL      4096u       /* the small batch's one write */
 #define FAIR_FLOOD      (64u << 20) /* the flood's writes */
@@ -63,7 +63,28 @@ struct fair {
 	uint32_t to_owner;    /* x->c's import of the owner's region */
 	uint64_t seq;
 	int sleep; /* the small batches' client sleeps in mvc_wait */
+	struct movers_stats ms;
+	/* Hop counts of the small batches alone and beside the flood, summed
+	 * over the reps' stretches (the flood's few batches count too). */
+	struct hop_counts alone, loaded;
 };
+
+/* Adds the counts between a and b to acc. */
+static void hops_add(struct hop_counts *acc, const struct hop_counts *a, const struct hop_counts *b)
+{
+	for (int h = 0; h < MV_HOPS; h++)
+		for (int k = 0; k < MV_HOP_BUCKETS; k++)
+			acc->h[h][k] += b->h[h][k] - a->h[h][k];
+}
+
+/* The counts, once the movers have published what came before (every
+ * 10 ms). */
+static void hops_settled(const struct fair *F, struct hop_counts *o)
+{
+	if (F->ms.mapped)
+		usleep(25000);
+	hop_counts_take(&F->ms, o);
+}
 
 static void flood_fail(struct flood *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void flood_fail(struct flood *f, const char *fmt, ...)
@@ -308,6 +329,8 @@ static int fair_up(struct cfg *x, struct fair *F, char *why, size_t whylen)
 	uint64_t *w = f->src.addr;
 	for (uint64_t i = 0; i < FAIR_FLOOD / 8; i++)
 		w[i] = pat(i * 8);
+	if (movers_stats_open(&F->ms, why, whylen))
+		printf("   (no hop histograms: %s)\n", why);
 	/* The next CPU after the client's: the flood runs beside it. */
 	f->cpu = spare_cpu(x);
 	if (pthread_create(&f->thread, NULL, flood_main, f)) {
@@ -330,6 +353,7 @@ static void fair_down(struct cfg *x, struct fair *F)
 		f->made = 0;
 	}
 	pthread_mutex_destroy(&f->mu);
+	movers_stats_close(&F->ms);
 	if (f->c) {
 		mvc_disconnect(f->c); /* its region goes with it */
 		f->c = NULL;
@@ -422,9 +446,15 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 	    flood_drain(f, r->err, sizeof(r->err)))
 		goto fail;
 	for (int rep = 0; rep < reps; rep++) {
-		if (chunk(x, F, va, &na, FAIR_ROUNDS, FAIR_ROUNDS, 0, 0, r) ||
-		    flood_start_beside(x, F, r->err, sizeof(r->err)))
+		struct hop_counts h0, h1;
+		hops_settled(F, &h0);
+		if (chunk(x, F, va, &na, FAIR_ROUNDS, FAIR_ROUNDS, 0, 0, r))
 			goto fail;
+		hops_settled(F, &h1);
+		hops_add(&F->alone, &h0, &h1);
+		if (flood_start_beside(x, F, r->err, sizeof(r->err)))
+			goto fail;
+		hop_counts_take(&F->ms, &h0);
 		/* Beside the flood: its rate from one completion to another,
 		 * two or more of them (within FAIR_CHUNK_S). */
 		struct progress p0 = progress_of(f), p1;
@@ -434,6 +464,8 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 		p1 = progress_of(f);
 		loaded_b += p1.bytes - p0.bytes;
 		loaded_s += p1.t - p0.t;
+		hops_settled(F, &h1);
+		hops_add(&F->loaded, &h0, &h1);
 		/* The flood alone, right after, the same way. */
 		p0 = progress_of(f);
 		for (double t0 = now_s();
@@ -469,6 +501,10 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 	r->flood_bps = loaded_s > 0 ? (double)loaded_b / loaded_s : 0;
 	r->flood_alone_bps = alone_s > 0 ? (double)alone_b / alone_s : 0;
 	r->pass = r->ratio <= FAIR_BAR;
+	r->hops = F->ms.mapped;
+	struct hop_counts zero = {0};
+	hop_counts_pct(&zero, &F->alone, r->hop_a50, r->hop_a99);
+	hop_counts_pct(&zero, &F->loaded, r->hop_l50, r->hop_l99);
 	free(va);
 	free(vl);
 	return;
@@ -490,6 +526,14 @@ static void fair_print_row(const struct frow *r)
 	       r->prov, r->shards, r->a_p50, r->a_p99, r->l_p50, r->l_p99, r->ratio,
 	       r->pass ? "ok" : "MISS", r->flood_bps * 8 / 1e9, r->flood_alone_bps * 8 / 1e9,
 	       r->i_p50, r->i_max);
+	for (int q = 0; q < 2 && r->hops; q++) {
+		const double *a = q ? r->hop_a99 : r->hop_a50, *l = q ? r->hop_l99 : r->hop_l50;
+		printf("   hops %s, alone -> loaded (us, both movers):", q ? "p99" : "p50");
+		for (int h = 0; h < MV_HOPS; h++)
+			if (a[h] >= 0 || l[h] >= 0)
+				printf(" %s %.1f -> %.1f", hop_name(h), a[h], l[h]);
+		printf("\n");
+	}
 	fflush(stdout);
 }
 
@@ -539,6 +583,9 @@ void fair_print_bench(const struct frow *r)
 	       r->prov, r->shards, r->size, r->flood_size, r->rounds_alone, r->rounds_loaded,
 	       r->a_p50, r->a_p99, r->l_p50, r->l_p99, r->ratio, FAIR_BAR, r->flood_bps * 8 / 1e9,
 	       r->flood_alone_bps * 8 / 1e9, r->i_p50, r->i_max, r->pass, r->failed);
+	for (int h = 0; h < MV_HOPS && r->hops; h++)
+		printf(" hop_%s_us=%.2f,%.2f,%.2f,%.2f", hop_name(h), r->hop_a50[h], r->hop_a99[h],
+		       r->hop_l50[h], r->hop_l99[h]);
 	if (r->failed)
 		printf(" error=\"%s\"", r->err);
 	printf("\n");

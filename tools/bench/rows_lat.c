@@ -233,24 +233,9 @@ static int lat_up(struct cfg *x, struct lat *L, char *why, size_t whylen)
 	}
 	/* The hops, where the movers keep them (an older mover, run with
 	 * --mover to compare, may not: its rows go without). */
-	size_t sa = 0, sb = 0;
 	char whyh[200];
-	int fa = fetch_segment(mover_a.sock, &sa, whyh, sizeof(whyh));
-	int fb = fetch_segment(mover_b.sock, &sb, whyh, sizeof(whyh));
-	if (fa >= 0 && fb >= 0 && !map_view(fa, sa, &L->va, whyh, sizeof(whyh))) {
-		if (!map_view(fb, sb, &L->vb, whyh, sizeof(whyh)))
-			L->mapped = 1;
-		else {
-			munmap((void *)L->va.h, L->va.size);
-			close(L->va.pidfd);
-		}
-	}
-	if (!L->mapped)
+	if (movers_stats_open(&L->ms, whyh, sizeof(whyh)))
 		printf("   (no hop histograms: %s)\n", whyh);
-	if (fa >= 0)
-		close(fa);
-	if (fb >= 0)
-		close(fb);
 	p->cpu = spare_cpu(x);
 	if (pthread_create(&p->thread, NULL, pong_main, p)) {
 		snprintf(why, whylen, "pong thread: %s", strerror(errno));
@@ -287,13 +272,7 @@ static void lat_down(struct cfg *x, struct lat *L)
 	}
 	dside_close(&L->dpong);
 	dside_close(&L->dping);
-	if (L->mapped) {
-		munmap((void *)L->va.h, L->va.size);
-		munmap((void *)L->vb.h, L->vb.size);
-		close(L->va.pidfd);
-		close(L->vb.pidfd);
-		L->mapped = 0;
-	}
+	movers_stats_close(&L->ms);
 	if (L->stalled) {
 		mvc_disconnect(L->stalled); /* its region goes with it */
 		L->stalled = NULL;
@@ -334,26 +313,16 @@ static uint64_t stall_client(struct lat *L)
 /* ---- where the time went: the movers' hops, the client's wait ---- */
 
 struct hops {
-	uint64_t h[MV_HOPS][MV_HOP_BUCKETS]; /* both movers, every shard */
-	uint64_t wait[MVC_LAT_BUCKETS];      /* the ping's immediates in its ring */
-	uint64_t sleeps[2];                  /* shards' sleeps, mover A and mover B */
+	struct hop_counts c;            /* both movers, every shard */
+	uint64_t wait[MVC_LAT_BUCKETS]; /* the ping's immediates in its ring */
 };
 
 static void hops_take(struct cfg *x, const struct lat *L, struct hops *o)
 {
-	const struct view *vs[2] = {&L->va, &L->vb};
 	struct mvc_latency ml;
 
-	memset(o, 0, sizeof(*o));
-	for (int m = 0; m < 2 && L->mapped; m++)
-		for (uint32_t s = 0; s < vs[m]->h->nshards; s++) {
-			o->sleeps[m] +=
-			    atomic_load_explicit(&vs[m]->shards[s].sleeps, memory_order_relaxed);
-			for (int h = 0; h < MV_HOPS; h++)
-				for (int b = 0; b < MV_HOP_BUCKETS; b++)
-					o->h[h][b] += atomic_load_explicit(
-					    &vs[m]->shards[s].hop[h][b], memory_order_relaxed);
-		}
+	hop_counts_take(&L->ms, &o->c);
+	memset(o->wait, 0, sizeof(o->wait));
 	if (!mvc_latency(x->c, &ml))
 		memcpy(o->wait, ml.hist, sizeof(o->wait));
 }
@@ -364,22 +333,17 @@ static void hops_take(struct cfg *x, const struct lat *L, struct hops *o)
 static void hops_row(struct cfg *x, const struct lat *L, const struct hops *before, struct lrow *r)
 {
 	struct hops after;
-	uint64_t d[MV_HOP_BUCKETS];
+	uint64_t d[MV_HOP_BUCKETS], n = 0;
 
 	usleep(25000);
 	hops_take(x, L, &after);
-	for (int h = 0; h <= MV_HOPS; h++) {
-		uint64_t n = 0;
-		for (int b = 0; b < MV_HOP_BUCKETS; b++) {
-			d[b] = h < MV_HOPS ? after.h[h][b] - before->h[h][b]
-			                   : after.wait[b] - before->wait[b];
-			n += d[b];
-		}
-		r->hop_p50[h] = n ? hop_quantile(d, MV_HOP_BUCKETS, 0.5) / 1e3 : -1;
-		r->hop_p99[h] = n ? hop_quantile(d, MV_HOP_BUCKETS, 0.99) / 1e3 : -1;
-	}
+	hop_counts_pct(&before->c, &after.c, r->hop_p50, r->hop_p99);
+	for (int b = 0; b < MV_HOP_BUCKETS; b++)
+		n += d[b] = after.wait[b] - before->wait[b];
+	r->hop_p50[MV_HOPS] = n ? hop_quantile(d, MV_HOP_BUCKETS, 0.5) / 1e3 : -1;
+	r->hop_p99[MV_HOPS] = n ? hop_quantile(d, MV_HOP_BUCKETS, 0.99) / 1e3 : -1;
 	for (int m = 0; m < 2; m++)
-		r->sleeps[m] = after.sleeps[m] - before->sleeps[m];
+		r->sleeps[m] = after.c.sleeps[m] - before->c.sleeps[m];
 }
 
 /* ---- rows ---- */
