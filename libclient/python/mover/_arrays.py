@@ -3,9 +3,19 @@
 vectorised in numpy (no per-element Python work): a C-contiguous uint32 page
 array or an (n, 3) uint64 segment array passes through untouched; other
 integer arrays are range-checked and converted; anything else is refused with
-TypeError (not integers) or ValueError (wrong shape, length or values)."""
+TypeError (not integers) or ValueError (wrong shape, length or values).
+
+u32_pair() is write_paged's fast path for the common case, two page arrays
+that libmvc can take as they are. It reads the two arrays' headers where
+numpy's C ABI puts them instead of asking numpy (dtype comparison, flags
+object, buffer export), because after a wait those numpy code paths are
+cold and cost several times libmvc's own work on 65,536 pages
+(libclient/python/bench/bench_submit.py measures it)."""
 from __future__ import annotations
 
+import ctypes
+import sys
+from ctypes import c_int, c_ssize_t, c_void_p
 from typing import Any
 
 import numpy as np
@@ -13,6 +23,66 @@ import numpy as np
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
 U32_MAX = 0xFFFFFFFF
+
+
+class _ArrayHead(ctypes.Structure):
+    """The start of a numpy array object: CPython's object header, then
+    numpy's PyArrayObject_fields (numpy/ndarraytypes.h, the same from numpy
+    1.7 through 2.x)."""
+    _fields_ = [("ob_refcnt", c_ssize_t), ("ob_type", c_void_p), ("data", c_void_p),
+                ("nd", c_int), ("dimensions", c_void_p), ("strides", c_void_p),
+                ("base", c_void_p), ("descr", c_void_p), ("flags", c_int)]
+
+
+_C_ALIGNED = 0x0001 | 0x0100  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
+_U32_ID = id(U32)
+_head = _ArrayHead.from_address
+
+
+def _head_reads_true() -> bool:
+    """Whether _ArrayHead at id(a) says what numpy says, for arrays on
+    either side of every test u32_pair makes: only CPython's id() is an
+    address, and a numpy or CPython build with another layout (a
+    free-threaded one, say) must not be read this way."""
+    if sys.implementation.name != "cpython":
+        return False
+    base = np.arange(8, dtype=np.uint32)
+    ro = base.copy()
+    ro.flags.writeable = False
+    try:
+        for a in (base, ro, base[::2], base.reshape(2, 4), base.reshape(2, 4).T,
+                  base.astype(np.uint64), base.astype(">u4"),
+                  np.frombuffer(bytearray(40), np.uint32, 8, 1)):  # unaligned
+            h = _head(id(a))
+            c_aligned = a.flags.c_contiguous and a.flags.aligned
+            if (h.data != a.ctypes.data or h.nd != a.ndim or (h.descr == _U32_ID) !=
+                    (a.dtype is U32) or ((h.flags & _C_ALIGNED) == _C_ALIGNED) != c_aligned):
+                return False
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return True
+
+
+# The type u32_pair takes arrays of: None where the headers cannot be read,
+# and then every array goes through page_array().
+_FAST = np.ndarray if _head_reads_true() else None
+
+
+def u32_pair(a: Any, b: Any) -> tuple[int, int, int] | None:
+    """(address of a, address of b, length) when a and b are numpy arrays
+    (not subclasses) of equal length from 1 to U32_MAX, 1-D, C-contiguous,
+    aligned, of native uint32: what libmvc takes without a copy. None for
+    anything else, which page_array() then converts or refuses."""
+    if type(a) is not _FAST or type(b) is not _FAST:
+        return None
+    ha, hb = _head(id(a)), _head(id(b))
+    if (ha.descr != _U32_ID or hb.descr != _U32_ID or ha.nd != 1 or hb.nd != 1 or
+            ha.flags & hb.flags & _C_ALIGNED != _C_ALIGNED):
+        return None
+    n = len(a)
+    if n != len(b) or not 0 < n <= U32_MAX:
+        return None
+    return ha.data, hb.data, n
 
 
 def _as_integer_array(a: Any, what: str) -> np.ndarray:

@@ -25,7 +25,7 @@ from ctypes import byref, c_size_t, c_uint32, c_void_p
 from typing import Any, Callable, NamedTuple
 
 from . import _lib
-from ._arrays import page_array, segment_array
+from ._arrays import page_array, segment_array, u32_pair
 from .errors import MoverError
 from .events import Event, EventType, Latency
 from .memory import Region, _index
@@ -33,6 +33,9 @@ from .memory import Region, _index
 U32_MAX = 0xFFFFFFFF
 U64_MAX = (1 << 64) - 1
 _lib_ = _lib.lib
+_write_paged = _lib_.mvc_write_paged
+_submit = _lib_.mvc_submit
+_NO_ARGS = (object(),) * 7  # matches no argument
 
 
 class Found(NamedTuple):
@@ -142,6 +145,8 @@ class Client:
         self._ev = (_lib.mvc_event * max_events)()
         self._max_events = max_events
         self._pages = _lib.mvc_pages()
+        self._pages_ref = byref(self._pages)
+        self._paged_args: tuple[Any, ...] = _NO_ARGS  # what self._pages holds
         self._held: deque[Event] = deque()  # events wait_for() set aside
         self._cookies = itertools.count(1)
         self._read_info()
@@ -285,6 +290,7 @@ class Client:
             return
         ret = _lib_.mvc_free(c, byref(r._mem))
         self._regions.pop(r.id, None)
+        self._paged_args = _NO_ARGS  # a write_paged from r must fail now
         r._release()  # libmvc unmapped and closed its side whatever ret says
         if ret < 0:
             raise self._fail(ret, "mvc_free")
@@ -486,34 +492,50 @@ class Client:
         pass without a copy; others are range-checked and converted); they
         are copied before the call returns. Pages past a region fail the
         batch with the mover's words."""
-        c = self._h()
-        sp = page_array(src_pages, "src_pages")
-        dp = page_array(dst_pages, "dst_pages")
-        n = sp.shape[0]
-        if dp.shape[0] != n:
-            raise ValueError(f"src_pages has {n} pages and dst_pages {dp.shape[0]}: give one "
-                             f"destination page per source page")
+        # The hot path of a server: the arrays' headers read once (u32_pair),
+        # and the geometry checked and stored in self._pages only when an
+        # argument is not the very object the last call passed.
+        c = self._c
+        pair = u32_pair(src_pages, dst_pages)
+        if pair is None or c is None:
+            c = self._h()
+            sp = page_array(src_pages, "src_pages")
+            dp = page_array(dst_pages, "dst_pages")
+            if dp.shape[0] != sp.shape[0]:
+                raise ValueError(f"src_pages has {sp.shape[0]} pages and dst_pages "
+                                 f"{dp.shape[0]}: give one destination page per source page")
+            pair = _address(sp), _address(dp), sp.shape[0]
+        g = self._paged_args
+        if not (src is g[0] and dst is g[1] and page_size is g[2] and src_base is g[3] and
+                dst_base is g[4] and src_stride is g[5] and dst_stride is g[6]):
+            self._paged_geometry(src, dst, page_size, src_base, dst_base, src_stride, dst_stride)
         p = self._pages
-        p.src = self._src(src)
-        p.dst = self._dst(dst)
-        # Plain ints in range skip _index: this call is on the hot path.
-        ps = page_size if type(page_size) is int and 0 < page_size <= U64_MAX \
-            else _index(page_size, "page_size")
-        if ps == 0:
-            raise ValueError("page_size is 0")
-        p.page_size = ps
-        p.src_base = src_base if type(src_base) is int and 0 <= src_base <= U64_MAX \
-            else _index(src_base, "src_base")
-        p.dst_base = dst_base if type(dst_base) is int and 0 <= dst_base <= U64_MAX \
-            else _index(dst_base, "dst_base")
-        p.src_stride = ps if src_stride is None else _index(src_stride, "src_stride")
-        p.dst_stride = ps if dst_stride is None else _index(dst_stride, "dst_stride")
-        p.src_pages = _address(sp)
-        p.dst_pages = _address(dp)
-        p.npages = n
-        ret = _lib_.mvc_write_paged(c, byref(p))
+        p.src_pages, p.dst_pages, p.npages = pair
+        ret = _write_paged(c, self._pages_ref)
         if ret < 0:
             raise self._fail(ret, "mvc_write_paged")
+
+    def _paged_geometry(self, src: Any, dst: Any, page_size: Any, src_base: Any, dst_base: Any,
+                        src_stride: Any, dst_stride: Any) -> None:
+        """Checks write_paged's arguments other than the arrays and stores
+        them in self._pages; the next call with the same (immutable) objects
+        skips this (_free forgets them when a region goes)."""
+        s, d = self._src(src), self._dst(dst)
+        ps = _index(page_size, "page_size")
+        if ps == 0:
+            raise ValueError("page_size is 0")
+        sb, db = _index(src_base, "src_base"), _index(dst_base, "dst_base")
+        ss = ps if src_stride is None else _index(src_stride, "src_stride")
+        ds = ps if dst_stride is None else _index(dst_stride, "dst_stride")
+        p = self._pages
+        p.src, p.dst, p.page_size = s, d, ps
+        p.src_base, p.dst_base, p.src_stride, p.dst_stride = sb, db, ss, ds
+        args = (src, dst, page_size, src_base, dst_base, src_stride, dst_stride)
+        # Only objects that cannot change behind the cache: not, say, a 0-d
+        # numpy array given as page_size and then assigned to.
+        immutable = type(src) in (Region, int) and type(dst) in (Import, int) and all(
+            type(v) is int or v is None for v in args[2:])
+        self._paged_args = args if immutable else _NO_ARGS
 
     def write_imm(self, dst: Import | int, imm: int) -> None:
         """After every write of the batch has landed, the client owning
@@ -527,14 +549,16 @@ class Client:
         """Hands the open batch to the mover (non-blocking); one BATCH event
         with this cookie reports it. Returns the cookie (a new one from a
         counter when None)."""
-        c = self._h()
-        if cookie is None:
-            ck = next(self._cookies)
-        elif type(cookie) is int and 0 <= cookie <= U64_MAX:
+        c = self._c
+        if c is None:
+            c = self._h()
+        if type(cookie) is int and 0 <= cookie <= U64_MAX:
             ck = cookie
+        elif cookie is None:
+            ck = next(self._cookies)
         else:
             ck = _index(cookie, "cookie")
-        ret = _lib_.mvc_submit(c, ck)
+        ret = _submit(c, ck)
         if ret < 0:
             raise self._fail(ret, "mvc_submit")
         return ck
