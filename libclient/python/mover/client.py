@@ -488,10 +488,10 @@ class Client:
         """Adds a paged write: page src_pages[i] of src goes to page
         dst_pages[i] of dst, page k starting at base + k * stride (stride
         defaults to page_size), page_size bytes each. The page arrays are
-        1-D integer arrays of equal length (C-contiguous uint32 numpy arrays
-        pass without a copy; others are range-checked and converted); they
-        are copied before the call returns. Pages past a region fail the
-        batch with the mover's words."""
+        1-D integer arrays of equal length (C-contiguous aligned native
+        uint32 numpy arrays pass without a copy or a numpy call; others are
+        range-checked and converted); libmvc copies them before the call
+        returns. Pages past a region fail the batch with the mover's words."""
         # The hot path of a server: the arrays' headers read once (u32_pair),
         # and the geometry checked and stored in self._pages only when an
         # argument is not the very object the last call passed.
