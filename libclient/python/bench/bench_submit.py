@@ -49,7 +49,12 @@ from typing import Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-import numpy as np  # noqa: E402
+try:
+    import numpy as np
+except ImportError as e:  # the binding needs numpy: no row, and the reason
+    print(f"bench_submit: skipped: {sys.executable} has no numpy ({e}); on Debian: "
+          f"apt install python3-numpy")
+    sys.exit(0)
 
 import mover  # noqa: E402
 from mover import _lib  # noqa: E402
