@@ -5,11 +5,11 @@ array or an (n, 3) uint64 segment array passes through untouched; other
 integer arrays are range-checked and converted; anything else is refused with
 TypeError (not integers) or ValueError (wrong shape, length or values).
 
-u32_pair() is write_paged's fast path for the common case, two page arrays
-that libmvc can take as they are. It reads the two arrays' headers where
-numpy's C ABI puts them instead of asking numpy (dtype comparison, flags
-object, buffer export), because after a wait those numpy code paths are
-cold and cost several times libmvc's own work on 65,536 pages
+write_paged's fast path takes two page arrays that libmvc can use as they
+are by reading their headers where numpy's C ABI puts them (head(), HEADED,
+U32_ID, C_ALIGNED below) instead of asking numpy (dtype comparison, flags
+object, buffer export): after a wait those numpy code paths are cold and
+cost several times libmvc's own work on 65,536 pages
 (libclient/python/bench/bench_submit.py measures it)."""
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ class _ArrayHead(ctypes.Structure):
                 ("base", c_void_p), ("descr", c_void_p), ("flags", c_int)]
 
 
-_C_ALIGNED = 0x0001 | 0x0100  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
-_U32_ID = id(U32)
-_head = _ArrayHead.from_address
+C_ALIGNED = 0x0001 | 0x0100  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
+U32_ID = id(U32)  # the descr of every native uint32 array but byte-swapped or with metadata
+head = _ArrayHead.from_address  # head(id(a)): a's header, for an a of type HEADED only
 
 
 def _head_reads_true() -> bool:
-    """Whether _ArrayHead at id(a) says what numpy says, for arrays on
-    either side of every test u32_pair makes: only CPython's id() is an
+    """Whether head(id(a)) says what numpy says, for arrays on either side
+    of every test write_paged makes of it: only CPython's id() is an
     address, and a numpy or CPython build with another layout (a
     free-threaded one, say) must not be read this way."""
     if sys.implementation.name != "cpython":
@@ -53,36 +53,19 @@ def _head_reads_true() -> bool:
         for a in (base, ro, base[::2], base.reshape(2, 4), base.reshape(2, 4).T,
                   base.astype(np.uint64), base.astype(">u4"),
                   np.frombuffer(bytearray(40), np.uint32, 8, 1)):  # unaligned
-            h = _head(id(a))
+            h = head(id(a))
             c_aligned = a.flags.c_contiguous and a.flags.aligned
-            if (h.data != a.ctypes.data or h.nd != a.ndim or (h.descr == _U32_ID) !=
-                    (a.dtype is U32) or ((h.flags & _C_ALIGNED) == _C_ALIGNED) != c_aligned):
+            if (h.data != a.ctypes.data or h.nd != a.ndim or (h.descr == U32_ID) !=
+                    (a.dtype is U32) or ((h.flags & C_ALIGNED) == C_ALIGNED) != c_aligned):
                 return False
     except (ValueError, TypeError, OverflowError):
         return False
     return True
 
 
-# The type u32_pair takes arrays of: None where the headers cannot be read,
+# The type whose headers write_paged reads: None where they cannot be read,
 # and then every array goes through page_array().
-_FAST = np.ndarray if _head_reads_true() else None
-
-
-def u32_pair(a: Any, b: Any) -> tuple[int, int, int] | None:
-    """(address of a, address of b, length) when a and b are numpy arrays
-    (not subclasses) of equal length from 1 to U32_MAX, 1-D, C-contiguous,
-    aligned, of native uint32: what libmvc takes without a copy. None for
-    anything else, which page_array() then converts or refuses."""
-    if type(a) is not _FAST or type(b) is not _FAST:
-        return None
-    ha, hb = _head(id(a)), _head(id(b))
-    if (ha.descr != _U32_ID or hb.descr != _U32_ID or ha.nd != 1 or hb.nd != 1 or
-            ha.flags & hb.flags & _C_ALIGNED != _C_ALIGNED):
-        return None
-    n = len(a)
-    if n != len(b) or not 0 < n <= U32_MAX:
-        return None
-    return ha.data, hb.data, n
+HEADED = np.ndarray if _head_reads_true() else None
 
 
 def _as_integer_array(a: Any, what: str) -> np.ndarray:
@@ -102,8 +85,9 @@ def _as_integer_array(a: Any, what: str) -> np.ndarray:
 
 
 def page_array(a: Any, what: str) -> np.ndarray:
-    """a as a 1-D C-contiguous uint32 array, without a copy when it is one."""
-    if type(a) is np.ndarray and a.dtype == U32 and a.ndim == 1 and a.flags.c_contiguous:
+    """a as a 1-D C-contiguous aligned uint32 array, without a copy when it is one."""
+    if (type(a) is np.ndarray and a.dtype == U32 and a.ndim == 1 and a.flags.c_contiguous and
+            a.flags.aligned):
         if a.size == 0:
             raise ValueError(f"{what} is empty")
         return a
@@ -117,7 +101,7 @@ def page_array(a: Any, what: str) -> np.ndarray:
         if lo < 0 or hi > U32_MAX:
             bad = lo if lo < 0 else hi
             raise ValueError(f"{what} holds page {bad}: page numbers are 0 to {U32_MAX}")
-    return np.ascontiguousarray(a, dtype=U32)
+    return np.require(a, U32, ["C", "A"])
 
 
 def segment_array(segs: Any) -> np.ndarray:

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
 """write_paged's fast path: page arrays libmvc can take as they are go by
-their headers (mover._arrays.u32_pair), every other array through numpy's
-checks and conversion, and the geometry of the last call is reused only for
-the very same immutable arguments. Each case is checked against numpy's own
-view of the array, and by the bytes that land on the receiver."""
+their headers (mover._arrays.head), every other array through numpy's checks
+and conversion (page_array), and the geometry of the last call is reused
+only for the very same immutable arguments. Each case is checked against
+numpy's own view of the array, and by the bytes that land on the receiver."""
 from __future__ import annotations
 
 import sys
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from mover import _arrays
+from mover import client as client_module
 
 from test_errors import refused_before_the_mover
 from test_transfer import fill, land
@@ -65,25 +66,52 @@ def test_the_fast_path_is_on_where_headers_can_be_read():
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
     if sys.implementation.name != "cpython" or not gil:
         pytest.skip(f"{sys.implementation.name}, GIL {gil}: the headers are not read here")
-    assert _arrays._FAST is np.ndarray
+    assert _arrays.HEADED is np.ndarray
 
 
-@pytest.mark.parametrize("name", list(KINDS) + list(REFUSED))
-def test_u32_pair_takes_exactly_what_libmvc_can_use(name):
-    a = {**KINDS, **REFUSED}[name](np.arange(64, dtype=np.int64))
-    b = np.arange(len(a) if a.ndim else 1, dtype=np.uint32)
-    takes = libmvc_takes(a) and _arrays._FAST is not None
-    assert takes == (name in ("uint32", "uint32 slice at an offset", "read-only uint32"))
-    want = (a.ctypes.data, b.ctypes.data, a.size) if takes else None
-    assert _arrays.u32_pair(a, b) == want
-    assert _arrays.u32_pair(b, a) == (None if want is None else (want[1], want[0], a.size))
+@pytest.fixture
+def checked(monkeypatch):
+    """The arrays write_paged hands to page_array (numpy's path), recorded;
+    page_array itself still does the work."""
+    seen: list[object] = []
+
+    def page_array(a, what):
+        seen.append(a)
+        return _arrays.page_array(a, what)
+
+    monkeypatch.setattr(client_module, "page_array", page_array)
+    return seen
 
 
-def test_u32_pair_refuses_unequal_lengths_and_non_arrays():
+@pytest.mark.parametrize("name", list(KINDS))
+def test_only_what_libmvc_can_use_skips_numpy(tcp_pair, checked, name):
+    p = tcp_pair
+    a = KINDS[name](np.arange(64, dtype=np.int64))
+    b = np.arange(64, dtype=np.uint32)
+    fast = libmvc_takes(a) and _arrays.HEADED is not None
+    assert fast == (name in ("uint32", "uint32 slice at an offset", "read-only uint32"))
+    for sp, dp in ((a, b), (b, a)):
+        checked.clear()
+        p.a.write_paged(p.src, p.imp, sp, dp, 64)
+        p.a.abort()
+        assert (checked == []) == fast, name
+        pages = p.a._pages  # what libmvc was handed
+        assert pages.npages == 64
+        if fast:
+            assert (pages.src_pages, pages.dst_pages) == (sp.ctypes.data, dp.ctypes.data)
+
+
+def test_unequal_lengths_and_other_sequences_take_numpys_path(tcp_pair, checked):
+    p = tcp_pair
     a = np.arange(8, dtype=np.uint32)
-    assert _arrays.u32_pair(a, a[:7]) is None
-    assert _arrays.u32_pair(list(range(8)), a) is None
-    assert _arrays.u32_pair(a, memoryview(a)) is None
+    refused_before_the_mover(p, ValueError, lambda: p.a.write_paged(p.src, p.imp, a, a[:7], 64),
+                             "one destination page")
+    assert len(checked) == 2
+    for other in (list(range(8)), memoryview(a), tuple(range(8))):
+        checked.clear()
+        p.a.write_paged(p.src, p.imp, a, other, 64)
+        p.a.abort()
+        assert len(checked) == 2
 
 
 def test_every_kind_of_page_array_lands_its_pages(pair):
