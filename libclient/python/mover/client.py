@@ -40,6 +40,7 @@ _lib_ = _lib.lib
 _write_paged = _lib_.mvc_write_paged
 _submit = _lib_.mvc_submit
 _NO_ARGS = (object(),) * 7  # matches no argument
+_INT_OR_NONE = (int, type(None))
 
 
 class Found(NamedTuple):
@@ -99,6 +100,10 @@ class Import:
 
     def __repr__(self) -> str:
         return f"Import(id={self.id}, peer={self.peer}{', removed' if self.removed else ''})"
+
+
+_SRC_TYPES = (Region, int)  # write_paged arguments the geometry cache may keep
+_DST_TYPES = (Import, int)
 
 
 def _u32(v: Any, what: str) -> int:
@@ -540,23 +545,38 @@ class Client:
                         src_stride: Any, dst_stride: Any) -> None:
         """Checks write_paged's arguments other than the arrays and stores
         them in self._pages; the next call with the same (immutable) objects
-        skips this (_free forgets them when a region goes)."""
-        s, d = self._src(src), self._dst(dst)
-        ps = _index(page_size, "page_size")
+        skips this (_free forgets them when a region goes). Plain ints in
+        range skip _index: a server writing each layer from its own base
+        comes here every call."""
+        s = self._src(src)
+        d = dst.id if type(dst) is Import else self._dst(dst)
+        ps = page_size if type(page_size) is int and 0 <= page_size <= U64_MAX else \
+            _index(page_size, "page_size")
         if ps == 0:
             raise ValueError("page_size is 0")
-        sb, db = _index(src_base, "src_base"), _index(dst_base, "dst_base")
+        sb = src_base if type(src_base) is int and 0 <= src_base <= U64_MAX else \
+            _index(src_base, "src_base")
+        db = dst_base if type(dst_base) is int and 0 <= dst_base <= U64_MAX else \
+            _index(dst_base, "dst_base")
         ss = ps if src_stride is None else _index(src_stride, "src_stride")
         ds = ps if dst_stride is None else _index(dst_stride, "dst_stride")
         p = self._pages
-        p.src, p.dst, p.page_size = s, d, ps
-        p.src_base, p.dst_base, p.src_stride, p.dst_stride = sb, db, ss, ds
-        args = (src, dst, page_size, src_base, dst_base, src_stride, dst_stride)
+        p.src = s
+        p.dst = d
+        p.page_size = ps
+        p.src_base = sb
+        p.dst_base = db
+        p.src_stride = ss
+        p.dst_stride = ds
         # Only objects that cannot change behind the cache: not, say, a 0-d
         # numpy array given as page_size and then assigned to.
-        immutable = type(src) in (Region, int) and type(dst) in (Import, int) and all(
-            type(v) is int or v is None for v in args[2:])
-        self._paged_args = args if immutable else _NO_ARGS
+        t = _INT_OR_NONE
+        if (type(page_size) is int and type(src_base) is int and type(dst_base) is int and
+                type(src_stride) in t and type(dst_stride) in t and type(src) in _SRC_TYPES and
+                type(dst) in _DST_TYPES):
+            self._paged_args = (src, dst, page_size, src_base, dst_base, src_stride, dst_stride)
+        else:
+            self._paged_args = _NO_ARGS
 
     def write_imm(self, dst: Import | int, imm: int) -> None:
         """After every write of the batch has landed, the client owning
