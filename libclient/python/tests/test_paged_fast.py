@@ -148,26 +148,31 @@ def test_refused_shapes_raise_value_error(tcp_pair, name):
 def test_the_geometry_follows_every_call(tcp_pair):
     """The same arrays with other geometry each call, in one batch: the
     reused geometry never outlives an argument that changed, even one that
-    changed in place (a 0-d array given as page_size)."""
+    changed in place (a 0-d array given as page_size or base)."""
     p = tcp_pair
     src = fill(p, 12)
     sp = np.array([3, 1, 4, 1, 5], dtype=np.uint32)
     dp = np.arange(5, dtype=np.uint32)
     dp_next = dp + 10  # for the second call with the 0-d page_size: bytes 2500 on
     size = np.array(100, dtype=np.int64)
-    # Destination bytes: [0, 320), [1000, 1320), [5000, 5576), [2000, 2500), [2500, 2750).
+    base = np.array(6000, dtype=np.int64)
+    # Destination bytes: [0, 320), [1000, 1320), [5000, 5576), [2000, 2500), [2500, 2750),
+    # [6000, 6320), [7000, 7320).
     calls = [(dp, dict(page_size=64)), (dp, dict(page_size=64)),  # the second reuses
              (dp, dict(page_size=64, dst_base=1000)),
              (dp, dict(page_size=64, dst_base=5000, src_stride=4096, dst_stride=128)),
              (dp, dict(page_size=size, dst_base=2000)),
-             (dp_next, dict(page_size=size, dst_base=2000))]
+             (dp_next, dict(page_size=size, dst_base=2000)),
+             (dp, dict(page_size=64, dst_base=base)), (dp, dict(page_size=64, dst_base=base))]
     want = []
     for i, (dpi, kw) in enumerate(calls):
         if i == 5:
             size[()] = 50  # the same objects as the call before, another page size
+        if i == 7:
+            base[()] = 7000  # the same objects as the call before, another base
         p.a.write_paged(p.src, p.imp, sp, dpi, **kw)
         ps = int(kw["page_size"])
-        want.append((dpi, ps, kw.get("dst_base", 0), kw.get("src_stride", ps),
+        want.append((dpi, ps, int(kw.get("dst_base", 0)), kw.get("src_stride", ps),
                      kw.get("dst_stride", ps)))
     land(p, 12)
     d = p.dst.numpy()
@@ -187,6 +192,11 @@ def test_reused_geometry_still_refuses_what_changed(tcp_pair):
     # The same objects as before but bool: refused as a bool always is.
     refused_before_the_mover(p, TypeError, lambda: p.a.write_paged(r, p.imp, a, a, True),
                              "integer")
+    p.a.write_paged(r, p.imp, a, a, 1)
+    p.a.abort()
+    for kw in (dict(src_base=False), dict(dst_base=1.0), dict(src_base=-1)):
+        refused_before_the_mover(p, TypeError if "-" not in repr(kw) else ValueError,
+                                 lambda: p.a.write_paged(r, p.imp, a, a, 1, **kw))
     p.a.write_paged(r, p.imp, a, a, 64)
     p.a.abort()
     r.free()
