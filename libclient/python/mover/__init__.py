@@ -20,11 +20,18 @@ from .errors import Cause, MoverError
 from .events import Event, EventType, Latency
 from .memory import GpuPath, Region
 
-__all__ = ["BLOB_MAX", "Cause", "Client", "Event", "EventType", "Found", "GpuPath", "Import", "Info",
-           "Latency", "MoverError", "Peer", "Region", "library_path"]
+__all__ = ["BLOB_MAX", "Cause", "Client", "Event", "EventType", "Found", "GpuPath", "Import",
+           "Info", "Latency", "MoverError", "Peer", "Region", "library_path", "library_version"]
 
 
 def library_path() -> str:
     """The libmvc this binding loaded."""
     from ._lib import lib
     return lib.path
+
+
+def library_version() -> str:
+    """The version of the libmvc this binding loaded, "MAJOR.MINOR.PATCH"
+    (mvc_version)."""
+    from ._lib import lib
+    return lib.mvc_version().decode()

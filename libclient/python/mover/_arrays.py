@@ -3,9 +3,19 @@
 vectorised in numpy (no per-element Python work): a C-contiguous uint32 page
 array or an (n, 3) uint64 segment array passes through untouched; other
 integer arrays are range-checked and converted; anything else is refused with
-TypeError (not integers) or ValueError (wrong shape, length or values)."""
+TypeError (not integers) or ValueError (wrong shape, length or values).
+
+write_paged's fast path takes two page arrays that libmvc can use as they
+are by reading their headers where numpy's C ABI puts them (head(), HEADED,
+U32_ID, C_ALIGNED below) instead of asking numpy (dtype comparison, flags
+object, buffer export): after a wait those numpy code paths are cold and
+cost several times libmvc's own work on 65,536 pages
+(libclient/python/bench/bench_submit.py measures it)."""
 from __future__ import annotations
 
+import ctypes
+import sys
+from ctypes import c_int, c_ssize_t, c_void_p
 from typing import Any
 
 import numpy as np
@@ -13,6 +23,49 @@ import numpy as np
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
 U32_MAX = 0xFFFFFFFF
+
+
+class _ArrayHead(ctypes.Structure):
+    """The start of a numpy array object: CPython's object header, then
+    numpy's PyArrayObject_fields (numpy/ndarraytypes.h, the same from numpy
+    1.7 through 2.x)."""
+    _fields_ = [("ob_refcnt", c_ssize_t), ("ob_type", c_void_p), ("data", c_void_p),
+                ("nd", c_int), ("dimensions", c_void_p), ("strides", c_void_p),
+                ("base", c_void_p), ("descr", c_void_p), ("flags", c_int)]
+
+
+C_ALIGNED = 0x0001 | 0x0100  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
+U32_ID = id(U32)  # the descr of every native uint32 array but byte-swapped or with metadata
+head = _ArrayHead.from_address  # head(id(a)): a's header, for an a of type HEADED only
+
+
+def _head_reads_true() -> bool:
+    """Whether head(id(a)) says what numpy says, for arrays on either side
+    of every test write_paged makes of it: only CPython's id() is an
+    address, and a numpy or CPython build with another layout (a
+    free-threaded one, say) must not be read this way."""
+    if sys.implementation.name != "cpython":
+        return False
+    base = np.arange(8, dtype=np.uint32)
+    ro = base.copy()
+    ro.flags.writeable = False
+    try:
+        for a in (base, ro, base[::2], base.reshape(2, 4), base.reshape(2, 4).T,
+                  base.astype(np.uint64), base.astype(">u4"),
+                  np.frombuffer(bytearray(40), np.uint32, 8, 1)):  # unaligned
+            h = head(id(a))
+            c_aligned = a.flags.c_contiguous and a.flags.aligned
+            if (h.data != a.ctypes.data or h.nd != a.ndim or (h.descr == U32_ID) !=
+                    (a.dtype is U32) or ((h.flags & C_ALIGNED) == C_ALIGNED) != c_aligned):
+                return False
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return True
+
+
+# The type whose headers write_paged reads: None where they cannot be read,
+# and then every array goes through page_array().
+HEADED = np.ndarray if _head_reads_true() else None
 
 
 def _as_integer_array(a: Any, what: str) -> np.ndarray:
@@ -32,8 +85,9 @@ def _as_integer_array(a: Any, what: str) -> np.ndarray:
 
 
 def page_array(a: Any, what: str) -> np.ndarray:
-    """a as a 1-D C-contiguous uint32 array, without a copy when it is one."""
-    if type(a) is np.ndarray and a.dtype == U32 and a.ndim == 1 and a.flags.c_contiguous:
+    """a as a 1-D C-contiguous aligned uint32 array, without a copy when it is one."""
+    if (type(a) is np.ndarray and a.dtype == U32 and a.ndim == 1 and a.flags.c_contiguous and
+            a.flags.aligned):
         if a.size == 0:
             raise ValueError(f"{what} is empty")
         return a
@@ -47,7 +101,7 @@ def page_array(a: Any, what: str) -> np.ndarray:
         if lo < 0 or hi > U32_MAX:
             bad = lo if lo < 0 else hi
             raise ValueError(f"{what} holds page {bad}: page numbers are 0 to {U32_MAX}")
-    return np.ascontiguousarray(a, dtype=U32)
+    return np.require(a, U32, ["C", "A"])
 
 
 def segment_array(segs: Any) -> np.ndarray:

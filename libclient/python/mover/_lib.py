@@ -74,6 +74,7 @@ for _s, _n in ((mvc_mem, 40), (mvc_event, 128), (mvc_pages, 72), (mvc_info, 56),
 
 _PROTOTYPES = {
     "mvc_connect_opts": (c_int, [POINTER(c_void_p), c_char_p, POINTER(mvc_opts)]),
+    "mvc_version": (c_char_p, []),
     "mvc_connect_error": (c_char_p, []),
     "mvc_disconnect": (None, [c_void_p]),
     "mvc_error": (c_char_p, [c_void_p]),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +23,15 @@ def test_connect_reports_the_movers_shards_and_provider(client):
     assert i.max_batches > 0 and i.mover_id != 0
     assert not client.closed
     assert "shards=2" in repr(client)
+
+
+def test_the_library_says_its_path_and_version():
+    # The version the header of this tree declares, read from mvc.h.
+    h = (Path(__file__).resolve().parents[2] / "mvc.h").read_text()
+    want = ".".join(re.search(rf"#define MVC_VERSION_{k} (\d+)", h).group(1)
+                    for k in ("MAJOR", "MINOR", "PATCH"))
+    assert mover.library_version() == want
+    assert os.path.exists(mover.library_path())
 
 
 def test_connect_to_a_missing_socket_names_the_path(tmp_path):

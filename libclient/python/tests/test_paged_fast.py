@@ -1,0 +1,207 @@
+# SPDX-License-Identifier: MIT
+"""write_paged's fast path: page arrays libmvc can take as they are go by
+their headers (mover._arrays.head), every other array through numpy's checks
+and conversion (page_array), and the geometry of the last call is reused
+only for the very same immutable arguments. Each case is checked against
+numpy's own view of the array, and by the bytes that land on the receiver."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from mover import _arrays
+from mover import client as client_module
+
+from test_errors import refused_before_the_mover
+from test_transfer import fill, land
+
+PAGE = 4096
+NPAGES = 256  # the pair's 1 MiB regions
+
+
+class Sub(np.ndarray):
+    """A subclass: its own behaviour may differ, so it takes numpy's path."""
+
+
+def read_only(v: np.ndarray) -> np.ndarray:
+    a = v.astype(np.uint32)
+    a.flags.writeable = False
+    return a
+
+
+# Page arrays of every kind holding the page numbers v (1-D int64).
+KINDS = {
+    "uint32": lambda v: v.astype(np.uint32),
+    "uint32 slice at an offset": lambda v: np.concatenate([[7, 7, 7], v]).astype(np.uint32)[3:],
+    "read-only uint32": read_only,
+    "strided": lambda v: np.repeat(v, 2).astype(np.uint32)[::2],
+    "reversed": lambda v: v[::-1].astype(np.uint32)[::-1],
+    "column of a 2-D": lambda v: np.stack([v, v + 1], axis=1).astype(np.uint32)[:, 0],
+    "big-endian uint32": lambda v: v.astype(">u4"),
+    "int32": lambda v: v.astype(np.int32),
+    "uint16": lambda v: v.astype(np.uint16),
+    "uint64": lambda v: v.astype(np.uint64),
+    "unaligned uint32": lambda v: np.frombuffer(b"\0" + v.astype(np.uint32).tobytes(),
+                                                np.uint32, v.size, 1),
+    "subclass": lambda v: v.astype(np.uint32).view(Sub),
+}
+# Shapes refused whatever the dtype.
+REFUSED = {
+    "2-D": lambda v: v.astype(np.uint32).reshape(2, -1),
+    "2-D transposed": lambda v: v.astype(np.uint32).reshape(2, -1).T,
+    "empty": lambda v: v[:0].astype(np.uint32),
+    "0-d": lambda v: np.array(v[0], dtype=np.uint32),
+}
+
+
+def libmvc_takes(a: np.ndarray) -> bool:
+    """numpy's word on a: a non-empty 1-D C-contiguous aligned native uint32 ndarray."""
+    return (type(a) is np.ndarray and a.dtype == np.dtype("=u4") and a.dtype.isnative and
+            a.ndim == 1 and a.flags.c_contiguous and a.flags.aligned and a.size > 0)
+
+
+def test_the_fast_path_is_on_where_headers_can_be_read():
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    if sys.implementation.name != "cpython" or not gil:
+        pytest.skip(f"{sys.implementation.name}, GIL {gil}: the headers are not read here")
+    assert _arrays.HEADED is np.ndarray
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """The arrays write_paged hands to page_array (numpy's path), recorded;
+    page_array itself still does the work."""
+    seen: list[object] = []
+
+    def page_array(a, what):
+        seen.append(a)
+        return _arrays.page_array(a, what)
+
+    monkeypatch.setattr(client_module, "page_array", page_array)
+    return seen
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_only_what_libmvc_can_use_skips_numpy(tcp_pair, checked, name):
+    p = tcp_pair
+    a = KINDS[name](np.arange(64, dtype=np.int64))
+    b = np.arange(64, dtype=np.uint32)
+    fast = libmvc_takes(a) and _arrays.HEADED is not None
+    assert fast == (name in ("uint32", "uint32 slice at an offset", "read-only uint32"))
+    for sp, dp in ((a, b), (b, a)):
+        checked.clear()
+        p.a.write_paged(p.src, p.imp, sp, dp, 64)
+        p.a.abort()
+        assert (checked == []) == fast, name
+        pages = p.a._pages  # what libmvc was handed
+        assert pages.npages == 64
+        if fast:
+            assert (pages.src_pages, pages.dst_pages) == (sp.ctypes.data, dp.ctypes.data)
+
+
+def test_unequal_lengths_and_other_sequences_take_numpys_path(tcp_pair, checked):
+    p = tcp_pair
+    a = np.arange(8, dtype=np.uint32)
+    refused_before_the_mover(p, ValueError, lambda: p.a.write_paged(p.src, p.imp, a, a[:7], 64),
+                             "one destination page")
+    assert len(checked) == 2
+    for other in (list(range(8)), memoryview(a), tuple(range(8))):
+        checked.clear()
+        p.a.write_paged(p.src, p.imp, a, other, 64)
+        p.a.abort()
+        assert len(checked) == 2
+
+
+def test_every_kind_of_page_array_lands_its_pages(pair):
+    """One batch of a write_paged per kind of array, each to its own
+    destination pages (of every kind too), then every page compared on the
+    receiver."""
+    src = fill(pair, 11)
+    s = src.reshape(NPAGES, PAGE)
+    rng = np.random.default_rng(11)
+    dst_order = rng.permutation(NPAGES)
+    per = NPAGES // len(KINDS)
+    kinds = list(KINDS.values())
+    sent = []
+    for i, kind in enumerate(kinds):
+        sp = rng.integers(0, NPAGES, per)
+        dp = dst_order[i * per:(i + 1) * per].astype(np.int64)
+        pair.a.write_paged(pair.src, pair.imp, kind(sp), kinds[-1 - i](dp), PAGE)
+        sent.append((sp, dp))
+    land(pair, 11)
+    d = pair.dst.numpy().reshape(NPAGES, PAGE)
+    for sp, dp in sent:
+        assert np.array_equal(d[dp], s[sp])
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_refused_shapes_raise_value_error(tcp_pair, name):
+    p = tcp_pair
+    bad = REFUSED[name](np.arange(64, dtype=np.int64))
+    good = np.arange(max(len(bad) if bad.ndim else 1, 1), dtype=np.uint32)
+    refused_before_the_mover(p, ValueError, lambda: p.a.write_paged(p.src, p.imp, bad, good, 64))
+    refused_before_the_mover(p, ValueError, lambda: p.a.write_paged(p.src, p.imp, good, bad, 64))
+
+
+def test_the_geometry_follows_every_call(tcp_pair):
+    """The same arrays with other geometry each call, in one batch: the
+    reused geometry never outlives an argument that changed, even one that
+    changed in place (a 0-d array given as page_size or base)."""
+    p = tcp_pair
+    src = fill(p, 12)
+    sp = np.array([3, 1, 4, 1, 5], dtype=np.uint32)
+    dp = np.arange(5, dtype=np.uint32)
+    dp_next = dp + 10  # for the second call with the 0-d page_size: bytes 2500 on
+    size = np.array(100, dtype=np.int64)
+    base = np.array(6000, dtype=np.int64)
+    # Destination bytes: [0, 320), [1000, 1320), [5000, 5576), [2000, 2500), [2500, 2750),
+    # [6000, 6320), [7000, 7320).
+    calls = [(dp, dict(page_size=64)), (dp, dict(page_size=64)),  # the second reuses
+             (dp, dict(page_size=64, dst_base=1000)),
+             (dp, dict(page_size=64, dst_base=5000, src_stride=4096, dst_stride=128)),
+             (dp, dict(page_size=size, dst_base=2000)),
+             (dp_next, dict(page_size=size, dst_base=2000)),
+             (dp, dict(page_size=64, dst_base=base)), (dp, dict(page_size=64, dst_base=base))]
+    want = []
+    for i, (dpi, kw) in enumerate(calls):
+        if i == 5:
+            size[()] = 50  # the same objects as the call before, another page size
+        if i == 7:
+            base[()] = 7000  # the same objects as the call before, another base
+        p.a.write_paged(p.src, p.imp, sp, dpi, **kw)
+        ps = int(kw["page_size"])
+        want.append((dpi, ps, int(kw.get("dst_base", 0)), kw.get("src_stride", ps),
+                     kw.get("dst_stride", ps)))
+    land(p, 12)
+    d = p.dst.numpy()
+    for dpi, ps, db, ss, ds in want:
+        for s_, d_ in zip(sp, dpi):
+            so, do = int(s_) * ss, db + int(d_) * ds
+            assert np.array_equal(d[do:do + ps], src[so:so + ps]), (ps, db, ss, ds)
+    assert not d[2750:5000].any()  # 50-byte pages after the change, not 100
+
+
+def test_reused_geometry_still_refuses_what_changed(tcp_pair):
+    p = tcp_pair
+    a = np.arange(4, dtype=np.uint32)
+    r = p.a.alloc(1 << 16)
+    p.a.write_paged(r, p.imp, a, a, 1)
+    p.a.abort()
+    # The same objects as before but bool: refused as a bool always is.
+    refused_before_the_mover(p, TypeError, lambda: p.a.write_paged(r, p.imp, a, a, True),
+                             "integer")
+    p.a.write_paged(r, p.imp, a, a, 1)
+    p.a.abort()
+    for kw in (dict(src_base=False), dict(dst_base=1.0), dict(src_base=-1)):
+        refused_before_the_mover(p, TypeError if "-" not in repr(kw) else ValueError,
+                                 lambda: p.a.write_paged(r, p.imp, a, a, 1, **kw))
+    p.a.write_paged(r, p.imp, a, a, 64)
+    p.a.abort()
+    r.free()
+    refused_before_the_mover(p, ValueError, lambda: p.a.write_paged(r, p.imp, a, a, 64),
+                             "freed")
+    p.a.close()
+    with pytest.raises(ValueError, match="closed"):
+        p.a.write_paged(p.src, p.imp, a, a, 64)
