@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Huge pages behind mvc_alloc's regions, end to end: with hugetlb pages
+ * reserved by the test a region is hugetlb-backed in the client and in both
+ * movers, and writes through two movers (shm and tcp) land byte for byte;
+ * with shmem THP allowed (and no pool) it is THP, mapped huge in the client
+ * and in the mover; with neither, the fallback to 4 KiB pages happens and
+ * says why, in mvc_mem_info() and the mover's log; "require" with neither
+ * is a clear error. And freeing a region while a peer streams writes into
+ * it: every batch completes once, both movers live on, and no byte lands
+ * in the region's memory after mvc_free returned.
+ *
+ * The kernel's knobs are the host's: the suite runs as root only, saves
+ * vm.nr_hugepages and shmem_enabled first and puts them back when it ends,
+ * on failure and on SIGINT/SIGTERM too. Skipped with the reason where it
+ * cannot change them.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "mvc.h"
+#include "mv_huge.h"
+
+#include "mvtest.h"
+
+#define NR_PATH   "/proc/sys/vm/nr_hugepages"
+#define THP_PATH  MV_THP_SYS "shmem_enabled"
+#define THP2_PATH MV_THP_SYS "hugepages-2048kB/shmem_enabled"
+
+static long saved_nr = -1;
+static char saved_thp[32], saved_thp2[32];
+
+static int knob_write(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? write(fd, val, strlen(val)) : -1;
+
+	if (fd >= 0)
+		close(fd);
+	return n == (ssize_t)strlen(val) ? 0 : -1;
+}
+
+static void knobs_restore(void)
+{
+	char v[32];
+
+	if (saved_nr >= 0) {
+		snprintf(v, sizeof(v), "%ld", saved_nr);
+		knob_write(NR_PATH, v);
+	}
+	if (saved_thp[0])
+		knob_write(THP_PATH, saved_thp);
+	if (saved_thp2[0])
+		knob_write(THP2_PATH, saved_thp2);
+}
+
+static void on_signal(int sig)
+{
+	knobs_restore();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* The pool at the host's own size plus pages 2 MiB pages; fails the test
+ * when the kernel gives fewer (memory too fragmented). */
+static void pool_add(long pages)
+{
+	char v[32];
+
+	snprintf(v, sizeof(v), "%ld", saved_nr + pages);
+	ck_assert_int_eq(knob_write(NR_PATH, v), 0);
+	long got = mv_huge_read_long(NR_PATH);
+	ck_assert_msg(got >= saved_nr + pages, "asked the kernel for %ld hugepages, it made %ld",
+	              saved_nr + pages, got);
+}
+
+static void thp_set(const char *mode)
+{
+	ck_assert_int_eq(knob_write(THP_PATH, mode), 0);
+	if (saved_thp2[0])
+		ck_assert_int_eq(knob_write(THP2_PATH, "inherit"), 0);
+}
+
+/* A field of the smaps entry of the mapping that holds addr, in kB; -1
+ * when the mapping is not there. */
+static long smaps_kb(pid_t pid, const void *addr, const char *field)
+{
+	char path[64], line[256];
+	uintptr_t a = (uintptr_t)addr;
+	int in = 0;
+	long v = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 &&
+		    strchr(line, '-') < strchr(line, ' ')) {
+			in = a >= lo && a < hi;
+			continue;
+		}
+		if (in && !strncmp(line, field, strlen(field))) {
+			v = strtol(line + strlen(field), NULL, 10);
+			break;
+		}
+	}
+	fclose(f);
+	return v;
+}
+
+/* The largest value of field over pid's mappings of mvc-region memfds. */
+static long smaps_region_max(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	int in = 0;
+	long best = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 &&
+		    strchr(line, '-') < strchr(line, ' ')) {
+			in = strstr(line, "mvc-region") != NULL;
+			continue;
+		}
+		if (in && !strncmp(line, field, strlen(field))) {
+			long v = strtol(line + strlen(field), NULL, 10);
+			best = v > best ? v : best;
+		}
+	}
+	fclose(f);
+	return best;
+}
+
+/* Scattered 4 KiB pages and one long contiguous write, every byte checked. */
+static void writes_land(struct pair *p, size_t n, uint64_t seed, uint64_t cookie)
+{
+	enum { NP = 512 };
+	static uint32_t sp[NP], dp[NP];
+	uint32_t pages = (uint32_t)(n / 2 / 4096);
+
+	fill(p->src.addr, n, seed);
+	memset(p->dst.addr, 0, n);
+	for (uint32_t i = 0; i < NP; i++) {
+		sp[i] = (uint32_t)((i * 2654435761u) % pages);
+		dp[i] =
+		    sp[i]; /* a permutation would do as well; the same index keeps it checkable */
+	}
+	/* Distinct pages: the multiplier is odd and pages a power of two. */
+	struct mvc_pages pg = {.src = p->src.region,
+	                       .dst = p->imp,
+	                       .src_stride = 4096,
+	                       .dst_stride = 4096,
+	                       .page_size = 4096,
+	                       .src_pages = sp,
+	                       .dst_pages = dp,
+	                       .npages = NP};
+	ck_assert_msg(mvc_write_paged(p->a, &pg) == 0, "%s", mvc_error(p->a));
+	ck_assert_int_eq(mvc_write(p->a, p->src.region, n / 2, p->imp, n / 2, n - n / 2), 0);
+	landed(p->a, p->imp, p->b, cookie);
+	for (uint32_t i = 0; i < NP; i++)
+		ck_assert_msg(!memcmp((uint8_t *)p->src.addr + (size_t)sp[i] * 4096,
+		                      (uint8_t *)p->dst.addr + (size_t)sp[i] * 4096, 4096),
+		              "page %u differs", sp[i]);
+	ck_assert_msg(
+	    !memcmp((uint8_t *)p->src.addr + n / 2, (uint8_t *)p->dst.addr + n / 2, n - n / 2),
+	    "the contiguous half differs");
+}
+
+static void info_of(struct mvc *c, const struct mvc_mem *m, struct mvc_mem_info *in)
+{
+	ck_assert_msg(mvc_mem_info(c, m, in) == 0, "%s", mvc_error(c));
+}
+
+/* ---- hugetlb ---- */
+
+static void hugetlb_round(void)
+{
+	const size_t n = 32u << 20;
+	struct mvc_mem_info in;
+	struct pair p;
+	char line[1024];
+
+	pool_add(2 * (long)(n / MV_HUGE_SIZE) + 4);
+	thp_set("never");
+	setenv("MVC_HUGEPAGES", "auto", 1);
+	pair_open(&p, n, n);
+	for (int side = 0; side < 2; side++) {
+		struct mvc_mem *m = side ? &p.dst : &p.src;
+		info_of(side ? p.b : p.a, m, &in);
+		ck_assert_msg(m->flags & MVC_MEM_HUGETLB, "side %d: flags %#x, why: %s", side,
+		              m->flags, in.why);
+		ck_assert_uint_eq(in.backing, MVC_BACKING_HUGETLB);
+		ck_assert_uint_eq(in.page_size, MV_HUGE_SIZE);
+		ck_assert_str_eq(in.why, "");
+		ck_assert_int_eq(smaps_kb(getpid(), m->addr, "KernelPageSize:"), 2048);
+	}
+	/* The movers map it on hugetlb pages too. */
+	ck_assert_int_eq(smaps_region_max(B.pid, "KernelPageSize:"), 2048);
+	ck_assert_int_gt(log_grep(&B, "on hugetlb 2 MiB pages", line, sizeof(line)), 0);
+	writes_land(&p, n, 7, 1);
+	writes_land(&p, n, 8, 2);
+	ck_assert_int_eq(mvc_free(p.a, &p.src), 0);
+	ck_assert_int_eq(mvc_free(p.b, &p.dst), 0);
+	pair_close(&p);
+}
+
+START_TEST(test_hugetlb_region_writes_land_on_shm)
+{
+	setup_shm();
+	hugetlb_round();
+	teardown();
+}
+END_TEST
+
+START_TEST(test_hugetlb_region_writes_land_on_tcp)
+{
+	setup_tcp();
+	hugetlb_round();
+	teardown();
+}
+END_TEST
+
+/* ---- THP ---- */
+
+START_TEST(test_thp_region_is_mapped_huge_and_writes_land)
+{
+	const size_t n = 16u << 20;
+	struct mvc_mem_info in;
+	struct pair p;
+	char line[1024];
+
+	pool_add(0);
+	thp_set("advise");
+	setenv("MVC_HUGEPAGES", "thp", 1);
+	setup_shm();
+	pair_open(&p, n, n);
+	info_of(p.b, &p.dst, &in);
+	ck_assert_msg(p.dst.flags & MVC_MEM_THP, "flags %#x, why: %s", p.dst.flags, in.why);
+	ck_assert_uint_eq(in.backing, MVC_BACKING_THP);
+	ck_assert_uint_eq((uintptr_t)p.dst.addr % MV_HUGE_SIZE, 0);
+	/* Huge in the client, and in the mover's mapping (MADV_HUGEPAGE there). */
+	ck_assert_int_gt(smaps_kb(getpid(), p.dst.addr, "ShmemPmdMapped:"), 0);
+	ck_assert_int_gt(smaps_region_max(B.pid, "ShmemPmdMapped:"), 0);
+	ck_assert_int_gt(log_grep(&B, "on shmem with transparent huge pages", line, sizeof(line)),
+	                 0);
+	writes_land(&p, n, 11, 1);
+	pair_close(&p);
+	teardown();
+}
+END_TEST
+
+/* ---- neither: the fallback, and require ---- */
+
+START_TEST(test_no_pool_no_thp_falls_back_and_says_why)
+{
+	struct mvc_mem_info in;
+	struct mvc_mem m;
+	struct mvc *c;
+	char line[1024];
+	struct mv_huge_state hs;
+
+	pool_add(0);
+	thp_set("never");
+	mv_huge_read(&hs);
+	/* Larger than what the host's pool has free. */
+	size_t n = (size_t)(mv_huge_avail(&hs) + 4) * MV_HUGE_SIZE;
+	unsetenv("MVC_HUGEPAGES");
+	setup_tcp();
+	ck_assert_int_eq(mvc_connect(&c, A.sock), 0);
+	ck_assert_msg(mvc_alloc(c, n, &m) == 0, "%s", mvc_error(c));
+	info_of(c, &m, &in);
+	ck_assert_uint_eq(m.flags & (MVC_MEM_HUGETLB | MVC_MEM_THP), 0);
+	ck_assert_uint_eq(in.backing, MVC_BACKING_4K);
+	ck_assert_msg(strstr(in.why, "hugetlb pool has") && strstr(in.why, "vm.nr_hugepages") &&
+	                  strstr(in.why, "shmem THP is never") && strstr(in.why, "shmem_enabled"),
+	              "why: %s", in.why);
+	ck_assert_int_gt(log_grep(&A, "on 4 KiB pages", line, sizeof(line)), 0);
+	ck_assert_msg(strstr(line, "not huge: the hugetlb pool has"), "log: %s", line);
+	/* The pages work: write them. */
+	memset(m.addr, 0x5a, n);
+	ck_assert_int_eq(mvc_free(c, &m), 0);
+	/* Asked for 4 KiB pages: says so. */
+	ck_assert_int_eq(mvc_alloc_huge(c, 4u << 20, MVC_HUGE_NEVER, &m), 0);
+	info_of(c, &m, &in);
+	ck_assert_msg(strstr(in.why, "asked for 4 KiB pages"), "why: %s", in.why);
+	ck_assert_int_eq(mvc_free(c, &m), 0);
+	mvc_disconnect(c);
+	teardown();
+}
+END_TEST
+
+START_TEST(test_require_without_huge_pages_is_a_clear_error)
+{
+	struct mvc_mem m;
+	struct mvc *c;
+	struct mv_huge_state hs;
+
+	pool_add(0);
+	thp_set("never");
+	mv_huge_read(&hs);
+	size_t n = (size_t)(mv_huge_avail(&hs) + 4) * MV_HUGE_SIZE;
+	setup_tcp();
+	setenv("MVC_HUGEPAGES", "require", 1);
+	ck_assert_int_eq(mvc_connect(&c, A.sock), 0);
+	ck_assert_int_eq(mvc_alloc(c, n, &m), -ENOMEM);
+	ck_assert_msg(strstr(mvc_error(c), "no huge pages") &&
+	                  strstr(mvc_error(c), "vm.nr_hugepages") &&
+	                  strstr(mvc_error(c), "shmem_enabled"),
+	              "error: %s", mvc_error(c));
+	ck_assert_ptr_null(m.addr);
+	ck_assert_int_eq(mvc_alloc_huge(c, n, MVC_HUGE_THP, &m), -ENOMEM);
+	ck_assert_int_eq(mvc_alloc_huge(c, n, MVC_HUGE_HUGETLB, &m), -ENOMEM);
+	mvc_disconnect(c);
+	/* A word the library does not know is refused at connect. */
+	setenv("MVC_HUGEPAGES", "sometimes", 1);
+	ck_assert_int_eq(mvc_connect(&c, A.sock), -EINVAL);
+	ck_assert_msg(strstr(mvc_connect_error(), "MVC_HUGEPAGES='sometimes'"), "%s",
+	              mvc_connect_error());
+	unsetenv("MVC_HUGEPAGES");
+	teardown();
+}
+END_TEST
+
+int main(void)
+{
+	if (geteuid() != 0) {
+		printf(
+		    "test_huge: SKIPPED: changing vm.nr_hugepages and shmem_enabled needs root\n");
+		return 0;
+	}
+	if (access(NR_PATH, W_OK) || access(THP_PATH, W_OK)) {
+		printf("test_huge: SKIPPED: %s or %s is not writable here\n", NR_PATH, THP_PATH);
+		return 0;
+	}
+	saved_nr = mv_huge_read_long(NR_PATH);
+	mv_huge_read_choice(THP_PATH, saved_thp, sizeof(saved_thp));
+	mv_huge_read_choice(THP2_PATH, saved_thp2, sizeof(saved_thp2));
+	if (!saved_thp[0]) {
+		printf("test_huge: SKIPPED: %s names no mode\n", THP_PATH);
+		return 0;
+	}
+	atexit(knobs_restore);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+
+	Suite *s = suite_create("huge");
+	TCase *tc = tcase_create("backing");
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_hugetlb_region_writes_land_on_shm);
+	tcase_add_test(tc, test_hugetlb_region_writes_land_on_tcp);
+	tcase_add_test(tc, test_thp_region_is_mapped_huge_and_writes_land);
+	tcase_add_test(tc, test_no_pool_no_thp_falls_back_and_says_why);
+	tcase_add_test(tc, test_require_without_huge_pages_is_a_clear_error);
+	suite_add_tcase(s, tc);
+
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	knobs_restore(); /* each test's settings go; the host's come back */
+	return failed ? 1 : 0;
+}
