@@ -154,6 +154,7 @@ struct mv_region {
 	int host_fd;      /* host memory: the client's memfd, for same-host peers; or -1 */
 	uint64_t fd_off;  /* where the region starts in it */
 	int handed;       /* its fd went to a peer mover: revoke at free */
+	int mr_kept;      /* freed, still registered until reaped (shm) */
 	uint32_t backing; /* host: enum mvc_backing of its pages */
 	uint64_t map_ns;  /* host: mapping it and its page tables took */
 	uint64_t mr_ns[MV_MAX_SHARDS]; /* fi_mr_reg on shard s took (written by shard s) */

@@ -95,7 +95,16 @@ static void region_free(struct mover *mv, struct mv_region *r)
 		return;
 	}
 	mv_host_revoke(mv, r); /* same-host peers copy into it no more */
-	mv_call_all(mv, MV_CMD_DEREG, r, why, sizeof(why));
+	/* libfabric 1.17's shm drops a write into a closed key without
+	 * answering its sender, whose endpoint then hangs for every client
+	 * (tests/test_huge.c, free while writes stream in): on shm the key
+	 * stays registered through the quarantine, over the overlay below,
+	 * where late bytes land harmlessly (shm writes by virtual address).
+	 * Providers that pin pages (verbs, efa) deregister now: late writes
+	 * must not reach the client's pages. */
+	r->mr_kept = !strcmp(mv->shards[0].fab.prov, "shm");
+	if (!r->mr_kept)
+		mv_call_all(mv, MV_CMD_DEREG, r, why, sizeof(why));
 	if (r->host_fd >= 0)
 		close(r->host_fd);
 	r->host_fd = -1;
@@ -130,6 +139,9 @@ void mv_region_reap(struct mover *mv, int all)
 				if (r->gpu_fd >= 0)
 					close(r->gpu_fd);
 			} else {
+				char why[MV_ERRLEN];
+				if (r->mr_kept && !all)
+					mv_call_all(mv, MV_CMD_DEREG, r, why, sizeof(why));
 				munmap(r->map, r->map_len);
 			}
 			free(r);
