@@ -92,7 +92,8 @@ MAN_SRC := $(wildcard man/*.[1-8])
 MAN_PAGES := $(MAN_SRC:man/%=$(B)/man/%)
 MAN_LINKS := mvc_connect_opts:mvc_connect mvc_disconnect:mvc_connect \
 	mvc_connect_error:mvc_connect mvc_error:mvc_connect mvc_info:mvc_connect \
-	mvc_register_fd:mvc_alloc mvc_free:mvc_alloc mvc_region_blob:mvc_address \
+	mvc_register_fd:mvc_alloc mvc_free:mvc_alloc mvc_alloc_huge:mvc_alloc \
+	mvc_mem_info:mvc_alloc mvc_region_blob:mvc_address \
 	mvc_peer_remove:mvc_peer_add mvc_import:mvc_peer_add mvc_unimport:mvc_peer_add \
 	mvc_writev:mvc_write mvc_write_imm:mvc_write mvc_abort:mvc_submit \
 	mvc_inflight:mvc_submit mvc_wait:mvc_poll mvc_shard_bytes:mvc_latency \
