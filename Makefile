@@ -142,7 +142,7 @@ $(B)/bin/mvgpubench: $(B)/tools/mvgpubench.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(B)/bin/mvstat: $(B)/tools/mvstat.o
+$(B)/bin/mvstat: $(B)/tools/mvstat.o $(B)/tools/mvstat_mem.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -155,6 +155,7 @@ struct mv_region {
 	uint64_t fd_off;  /* where the region starts in it */
 	int handed;       /* its fd went to a peer mover: revoke at free */
 	int mr_kept;      /* freed, still registered until reaped (shm) */
+	int counted;      /* in the stats segment's regions by pages */
 	uint32_t backing; /* host: enum mvc_backing of its pages */
 	uint64_t map_ns;  /* host: mapping it and its page tables took */
 	uint64_t mr_ns[MV_MAX_SHARDS]; /* fi_mr_reg on shard s took (written by shard s) */

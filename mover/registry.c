@@ -68,6 +68,23 @@ struct mv_region *mv_region_get(struct mover *mv, uint32_t id)
 	return r && r->id == id ? r : NULL;
 }
 
+/* The stats segment's count of host regions by their pages (main thread
+ * only: plain read, relaxed store). */
+static void region_count(struct mover *mv, struct mv_region *r, int delta)
+{
+	struct mv_stats_hdr *st = mv->stats;
+	uint32_t b = r->backing % 3;
+
+	if (r->is_gpu || r->counted == (delta > 0))
+		return;
+	r->counted = delta > 0;
+	atomic_store_explicit(&st->reg_now[b], st->reg_now[b] + (uint64_t)(int64_t)delta,
+	                      memory_order_relaxed);
+	atomic_store_explicit(&st->reg_bytes[b],
+	                      st->reg_bytes[b] + (uint64_t)(delta * (int64_t)r->len),
+	                      memory_order_relaxed);
+}
+
 /*
  * A remote mover may be in the middle of a write into the region (a
  * one-sided write is invisible to us), and a write we abandoned at its
@@ -94,6 +111,7 @@ static void region_free(struct mover *mv, struct mv_region *r)
 		mv->graveyard = r;
 		return;
 	}
+	region_count(mv, r, -1);
 	mv_host_revoke(mv, r); /* same-host peers copy into it no more */
 	/* libfabric 1.17's shm drops a write into a closed key without
 	 * answering its sender, whose endpoint then hangs for every client
@@ -192,7 +210,7 @@ static const char *const backing_name[] = {"4 KiB pages", "hugetlb 2 MiB pages",
 /* One line per registration: what backs it, what it cost, and on 4 KiB
  * pages why not huge ones (the client says which of its choices it was;
  * the numbers are this host's now). Regions under 2 MiB at debug level. */
-static void region_log(struct mover *mv, const struct mv_client *cl, const struct mv_region *r,
+static void region_log(struct mover *mv, const struct mv_client *cl, struct mv_region *r,
                        uint32_t why)
 {
 	uint64_t mr = 0;
@@ -202,11 +220,18 @@ static void region_log(struct mover *mv, const struct mv_client *cl, const struc
 		mr = r->mr_ns[s] > mr ? r->mr_ns[s] : mr;
 	if (r->backing == MVC_BACKING_4K && why != MV_HUGE_WHY_NONE) {
 		struct mv_huge_state h;
-		char t[224];
+		char t[192];
 		mv_huge_read(&h);
 		mv_huge_why_text(t, sizeof(t), why, r->len, &h);
 		snprintf(whytext, sizeof(whytext), ", not huge: %s", t);
+		if (r->len >= MV_HUGE_SIZE)
+			memcpy(mv->stats->reg_why, t, sizeof(mv->stats->reg_why));
 	}
+	struct mv_stats_hdr *st = mv->stats;
+	region_count(mv, r, 1);
+	atomic_store_explicit(&st->reg_total, st->reg_total + 1, memory_order_relaxed);
+	atomic_store_explicit(&st->reg_map_ns, st->reg_map_ns + r->map_ns, memory_order_relaxed);
+	atomic_store_explicit(&st->reg_mr_ns, st->reg_mr_ns + mr, memory_order_relaxed);
 	mv_logl(
 	    r->len >= MV_HUGE_SIZE ? MV_LOG_INFO : MV_LOG_DEBUG,
 	    "region %u of client %u: %.1f MiB on %s (mapped in %.1f ms, fi_mr_reg %.2f ms on the "

@@ -209,6 +209,9 @@ static void hugetlb_round(void)
 	/* The movers map it on hugetlb pages too. */
 	ck_assert_int_eq(smaps_region_max(B.pid, "KernelPageSize:"), 2048);
 	ck_assert_int_gt(log_grep(&B, "on hugetlb 2 MiB pages", line, sizeof(line)), 0);
+	/* And mvstat shows it. */
+	ck_assert_uint_eq(stat_sum(&B, "\"hugetlb\":{\"count\""), 1);
+	ck_assert_uint_eq(stat_sum(&B, "\"4k\":{\"count\""), 0);
 	writes_land(&p, n, 7, 1);
 	writes_land(&p, n, 8, 2);
 	ck_assert_int_eq(mvc_free(p.a, &p.src), 0);
