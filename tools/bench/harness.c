@@ -269,8 +269,10 @@ void print_bench(const struct row *r, double seconds)
 	       r->ratio_q1, r->ratio_q3);
 	printf(" backing=%s", backing_name(r->backing));
 	if (r->pages) {
-		printf(" pattern=scattered pages=%u vs_contig=%.4f direct_vs_contig=%.4f failed=%d",
-		       r->pages, r->vs_contig, r->d_vs_contig, r->failed);
+		printf(" pattern=scattered pages=%u vs_contig=%.4f direct_vs_contig=%.4f "
+		       "vs_contig_4k=%.4f direct_vs_contig_4k=%.4f failed=%d",
+		       r->pages, r->vs_contig, r->d_vs_contig, r->vs_contig_4k, r->d_vs_contig_4k,
+		       r->failed);
 		if (r->failed)
 			printf(" error=\"%s\"", r->err);
 	}
@@ -479,6 +481,20 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 		struct row *r = &rows[(*nrows)++];
 		sc_row(&x, o->pages[i], contig, r, o->nsizes == 0 && i == 0);
 		r->backing = backing;
+		/* Huge pages are held against the contiguous row on 4 KiB pages
+		 * too: what a user of 4 KiB pages gets now. */
+		for (int k = 0; k < *nrows && backing != MVC_BACKING_4K; k++) {
+			const struct row *q = &rows[k];
+			if (!q->pages && !q->failed && q->size == SC_PAGE && q->shards == n &&
+			    q->backing == MVC_BACKING_4K && !strcmp(q->prov, prov) && q->m_med > 0) {
+				r->vs_contig_4k = r->m_med / q->m_med;
+				r->d_vs_contig_4k = r->d_med / q->d_med;
+			}
+		}
+		if (r->vs_contig_4k > 0)
+			printf("   %u pg on %s pages over the 4 KiB row on 4k pages: mover %.3f, "
+			       "direct %.3f\n",
+			       r->pages, backing_name(backing), r->vs_contig_4k, r->d_vs_contig_4k);
 		print_row(r);
 		book_print(&book_mover, "mover");
 		book_print(&book_direct, "direct");

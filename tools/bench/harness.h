@@ -355,6 +355,9 @@ struct row {
 	uint32_t pages;     /* scattered rows: pages per batch; 0 on contiguous rows */
 	double vs_contig;   /* scattered: mover pages/s over the 4 KiB row's writes/s */
 	double d_vs_contig; /* the same for direct */
+	/* scattered on huge pages: over the 4 KiB row of the same provider
+	 * and shards on 4 KiB pages, where this run has one (else 0) */
+	double vs_contig_4k, d_vs_contig_4k;
 	int failed;         /* the row could not be measured: err says why */
 	char err[200];
 };
