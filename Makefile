@@ -73,7 +73,8 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 	tools/bench/rows_ext.c tools/bench/hops.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
-	test_trace test_gpu test_tenants test_fair test_liveness test_reconnect test_samehost
+	test_trace test_gpu test_tenants test_fair test_liveness test_reconnect test_samehost \
+	test_huge
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
 	tests/cluster.sh tests/fleet.sh
 TEST_HELPERS := shmring_peer soak_client soak_sum fleet_host
@@ -91,7 +92,8 @@ MAN_SRC := $(wildcard man/*.[1-8])
 MAN_PAGES := $(MAN_SRC:man/%=$(B)/man/%)
 MAN_LINKS := mvc_connect_opts:mvc_connect mvc_disconnect:mvc_connect \
 	mvc_connect_error:mvc_connect mvc_error:mvc_connect mvc_info:mvc_connect \
-	mvc_register_fd:mvc_alloc mvc_free:mvc_alloc mvc_region_blob:mvc_address \
+	mvc_register_fd:mvc_alloc mvc_free:mvc_alloc mvc_alloc_huge:mvc_alloc \
+	mvc_mem_info:mvc_alloc mvc_region_blob:mvc_address \
 	mvc_peer_remove:mvc_peer_add mvc_import:mvc_peer_add mvc_unimport:mvc_peer_add \
 	mvc_writev:mvc_write mvc_write_imm:mvc_write mvc_abort:mvc_submit \
 	mvc_inflight:mvc_submit mvc_wait:mvc_poll mvc_shard_bytes:mvc_latency \
@@ -140,7 +142,7 @@ $(B)/bin/mvgpubench: $(B)/tools/mvgpubench.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(B)/bin/mvstat: $(B)/tools/mvstat.o
+$(B)/bin/mvstat: $(B)/tools/mvstat.o $(B)/tools/mvstat_mem.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -211,6 +213,10 @@ $(B)/tests/test_liveness: $(B)/tests/test_liveness.o $(B)/mover/fabric.o $(CLIEN
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
 
 $(B)/tests/test_samehost: $(B)/tests/test_samehost.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+$(B)/tests/test_huge: $(B)/tests/test_huge.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 

@@ -370,6 +370,9 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 		goto err_free;
 	}
 	c->share_pct = opts && opts->share_pct ? opts->share_pct : MV_SHARE_FULL;
+	ret = mvc_huge_default(opts, &c->huge, c->err, sizeof(c->err));
+	if (ret)
+		goto err_free;
 	ret = mvc_rejoin_init(c, opts ? opts->flags : 0);
 	if (ret)
 		goto err_free;

@@ -139,10 +139,13 @@ struct mv_reg_gpu_req {
 struct mv_reg_req {
 	uint64_t offset; /* into the passed fd */
 	uint64_t len;
-	uint32_t flags;
-	uint32_t rsvd;
-	/* fd: a memfd or hugetlbfs file */
+	uint32_t flags; /* MV_REG_* */
+	uint32_t why;   /* on 4 KiB pages: enum mv_huge_why (mv_huge.h), for the log */
+	                /* fd: a memfd or hugetlbfs file */
 };
+/* The client mapped the memfd with MADV_HUGEPAGE (shmem THP): the mover's
+ * mapping asks for huge pages too, 2 MiB-aligned. */
+#define MV_REG_THP 1u
 
 #define MV_BLOB_GPU       1u /* the region is GPU memory (see gpu below) */
 #define MV_BLOB_NO_FABRIC 2u /* ... that the owner's provider could not register */
@@ -185,8 +188,12 @@ struct mv_reg_rep {
 	uint32_t blob_len;
 	uint64_t shard_mask; /* shards near the memory (GPU: hwloc); 0: any */
 	uint32_t path;       /* GPU: enum mv_gpu_path the mover can use here */
-	uint32_t rsvd;
+	uint32_t backing;    /* host: enum mvc_backing as the mover mapped it */
 	struct mv_region_blob blob;
+	/* Host regions: what the registration cost the mover (an older mover
+	 * of this protocol sends a shorter reply: zeros). */
+	uint64_t map_ns; /* mapping the fd and its page tables */
+	uint64_t mr_ns;  /* fi_mr_reg: the slowest shard's (they run at once) */
 };
 
 /* How GPU bytes move, chosen per transfer (reported by mvstat). */

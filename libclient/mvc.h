@@ -61,7 +61,9 @@ struct mvc_mem {
 	uint32_t path;  /* GPU: how the mover can move it: enum mvc_gpu_path */
 };
 
-#define MVC_MEM_GPU 1u /* CUDA device memory */
+#define MVC_MEM_GPU     1u /* CUDA device memory */
+#define MVC_MEM_HUGETLB 2u /* host memory on hugetlb pages (2 MiB) */
+#define MVC_MEM_THP     4u /* host memory on shmem asked for transparent huge pages */
 
 /* How GPU bytes move (chosen per transfer by the mover; see mvstat). */
 enum mvc_gpu_path {
@@ -168,7 +170,11 @@ struct mvc_opts {
 	 * weight (mover --weight-uid): a bulk sender can ask for less. */
 	uint32_t share_pct;
 	uint32_t flags; /* MVC_OPT_* */
-	uint64_t rsvd[6];
+	/* How mvc_alloc backs regions: enum mvc_huge (0: $MVC_HUGEPAGES,
+	 * "auto", "never", "require", "hugetlb" or "thp"; else auto). */
+	uint32_t hugepages;
+	uint32_t rsvd32;
+	uint64_t rsvd[5];
 };
 /* Do not reconnect when the mover goes: every call after the in-flight
  * batches failed returns -EPIPE for good (the behaviour before 0.2.0's
@@ -184,6 +190,51 @@ int mvc_info(const struct mvc *c, struct mvc_info *info);
  * range of an existing memfd or hugetlbfs file (mvc_register_fd; fd is
  * duplicated, the caller keeps its own). */
 int mvc_alloc(struct mvc *c, uint64_t len, struct mvc_mem *out);
+
+/*
+ * The pages behind a region of mvc_alloc. Huge pages make registration
+ * and the fabric's page walks cheaper (one 2 MiB page in place of 512):
+ *   AUTO     hugetlb pages when the hugetlb pool has enough free for the
+ *            region (vm.nr_hugepages), else shmem with transparent huge
+ *            pages when the kernel's shmem_enabled allows them (advise,
+ *            within_size, always, force), else 4 KiB pages; regions under
+ *            2 MiB take 4 KiB pages
+ *   NEVER    4 KiB pages
+ *   REQUIRE  hugetlb or THP as AUTO, else -ENOMEM saying why
+ *   HUGETLB  hugetlb only, THP only: else -ENOMEM saying why
+ * A hugetlb region's memfd is a whole number of 2 MiB pages (len stays
+ * what was asked). mvc_mem.flags says which it got (MVC_MEM_HUGETLB,
+ * MVC_MEM_THP); mvc_mem_info() says why not, and what it cost.
+ */
+enum mvc_huge {
+	MVC_HUGE_DEFAULT = 0, /* the connection's (mvc_opts.hugepages, else $MVC_HUGEPAGES) */
+	MVC_HUGE_AUTO = 1,
+	MVC_HUGE_NEVER = 2,
+	MVC_HUGE_REQUIRE = 3,
+	MVC_HUGE_HUGETLB = 4,
+	MVC_HUGE_THP = 5,
+};
+int mvc_alloc_huge(struct mvc *c, uint64_t len, enum mvc_huge huge, struct mvc_mem *out);
+
+/* What backs a region, and what registering it cost (see mvc_alloc(3)). */
+enum mvc_backing {
+	MVC_BACKING_4K = 0,      /* 4 KiB shmem pages (or a registered fd's own) */
+	MVC_BACKING_HUGETLB = 1, /* hugetlb pages */
+	MVC_BACKING_THP = 2,     /* shmem asked for transparent huge pages */
+	MVC_BACKING_GPU = 3,     /* CUDA device memory */
+};
+struct mvc_mem_info {
+	uint32_t backing;   /* enum mvc_backing */
+	uint32_t page_size; /* bytes of the pages mapped, as far as asked for */
+	uint64_t alloc_ns;  /* this process: memfd, mapping, pages allocated and zeroed */
+	uint64_t map_ns;    /* the mover: its mapping and page tables */
+	uint64_t mr_ns;     /* the mover: fi_mr_reg, the slowest shard (they run at once) */
+	char why[192];      /* 4 KiB pages: why not huge ones; else "" */
+};
+/* 0, or -ENOENT when m is not one of c's regions (the connection's
+ * regions only: a region restored after a reconnect reports its first
+ * registration's costs). */
+int mvc_mem_info(struct mvc *c, const struct mvc_mem *m, struct mvc_mem_info *info);
 int mvc_register_fd(struct mvc *c, int fd, uint64_t offset, uint64_t len, struct mvc_mem *out);
 int mvc_free(struct mvc *c, struct mvc_mem *m);
 

@@ -95,6 +95,8 @@ struct mvc_obj {
 	uint32_t blob_len;
 	uint8_t *blob; /* a peer's address blob, an import's region blob; named: the name */
 	int named;     /* found by mvc_lookup: restored by looking the name up again */
+	uint32_t reg_flags, reg_why; /* a host region's mv_reg_req flags and why */
+	struct mvc_mem_info info;    /* a region's backing and costs: mvc_mem_info() */
 };
 
 struct mvc {
@@ -156,6 +158,7 @@ struct mvc {
 	char path[108];      /* the mover's socket */
 	uint64_t arena_size; /* the list arena's, for every session */
 	uint32_t share_pct;  /* asked for in every session's rings */
+	uint32_t huge;       /* enum mvc_huge for mvc_alloc (never DEFAULT) */
 	int rejoin;          /* reconnect when the mover goes (not MVC_OPT_NO_RECONNECT) */
 	int ctl_timeout_ms;  /* receive timeout on the socket while reconnecting, or 0 */
 	int64_t retry_at;    /* CLOCK_MONOTONIC ns of the next try */
@@ -182,7 +185,11 @@ MVC_INTERNAL int mvc_call(struct mvc *c, uint16_t type, const void *payload, siz
 MVC_INTERNAL int mvc_id_call(struct mvc *c, uint16_t type, uint32_t id);
 MVC_INTERNAL int mvc_session_open(struct mvc *c);
 MVC_INTERNAL void mvc_session_close(struct mvc *c);
-MVC_INTERNAL int mvc_reg_fd(struct mvc *c, int fd, uint64_t off, uint64_t len, uint32_t *region);
+MVC_INTERNAL int mvc_reg_fd(struct mvc *c, int fd, uint64_t off, uint64_t len, uint32_t flags,
+                            uint32_t why, uint32_t *region, struct mv_reg_rep *rep);
+/* memory.c: the connection's enum mvc_huge, from opts or $MVC_HUGEPAGES. */
+MVC_INTERNAL int mvc_huge_default(const struct mvc_opts *o, uint32_t *out, char *why,
+                                  size_t whylen);
 #ifdef MV_HAVE_CUDA
 MVC_INTERNAL int mvc_cuda_reg(struct mvc *c, void *dptr, uint64_t len, struct mv_reg_rep *rep);
 #endif
@@ -192,6 +199,7 @@ MVC_INTERNAL int mvc_rejoin_init(struct mvc *c, uint32_t flags);
 MVC_INTERNAL int mvc_obj_add(struct mvc *c, const struct mvc_obj *o, const void *blob,
                              uint32_t blob_len, uint32_t *app);
 MVC_INTERNAL uint32_t mvc_obj_del(struct mvc *c, uint32_t kind, uint32_t app);
+MVC_INTERNAL struct mvc_obj *mvc_obj_find(const struct mvc *c, uint32_t kind, uint32_t app);
 MVC_INTERNAL void mvc_obj_del_imports_of(struct mvc *c, uint32_t peer);
 MVC_INTERNAL int mvc_obj_has_cur(const struct mvc *c, uint32_t kind, uint32_t cur);
 MVC_INTERNAL void mvc_objs_free(struct mvc *c);

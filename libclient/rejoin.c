@@ -57,6 +57,11 @@ static struct mvc_obj *find_app(const struct mvc *c, uint32_t kind, uint32_t app
 	return NULL;
 }
 
+struct mvc_obj *mvc_obj_find(const struct mvc *c, uint32_t kind, uint32_t app)
+{
+	return find_app(c, kind, app);
+}
+
 uint32_t mvc_cur_slow(const struct mvc *c, uint32_t kind, uint32_t app)
 {
 	const struct mvc_obj *o = find_app(c, kind, app);
@@ -283,7 +288,8 @@ static int restore(struct mvc *c, struct mvc_obj *o)
 	if (o->named)
 		return restore_named(c, o);
 	if (o->kind == MVC_OBJ_REGION)
-		return o->fd >= 0 ? mvc_reg_fd(c, o->fd, o->off, o->len, &o->cur)
+		return o->fd >= 0 ? mvc_reg_fd(c, o->fd, o->off, o->len, o->reg_flags, o->reg_why,
+		                               &o->cur, NULL)
 		                  : restore_cuda(c, o);
 	if (o->kind == MVC_OBJ_PEER) {
 		ret = mvc_call(c, MV_MSG_PEER_ADD, o->blob, o->blob_len, NULL, 0, &rep, sizeof(rep),

@@ -224,6 +224,10 @@ static int reply_region(struct mover *mv, struct mv_client *cl, const struct mv_
 	rep.region = r->id;
 	rep.shard_mask = r->shard_mask;
 	rep.path = !r->is_gpu ? MV_PATH_HOST : mv->hmem ? MV_PATH_HMEM : MV_PATH_STAGED;
+	rep.backing = r->backing;
+	rep.map_ns = r->map_ns;
+	for (uint32_t s = 0; s < mv->nshards; s++)
+		rep.mr_ns = r->mr_ns[s] > rep.mr_ns ? r->mr_ns[s] : rep.mr_ns;
 	mv_region_blob(mv, r, &rep.blob);
 	rep.blob_len = (uint32_t)MV_REGION_BLOB_SIZE(mv->nshards);
 	return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
@@ -276,7 +280,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 
 		if ((ret = mv_msg_need(m, mv->nshards, why, whylen)))
 			return ret;
-		ret = mv_region_add(mv, cl, m->fds[0], req->offset, req->len, &r, why, whylen);
+		ret = mv_region_add(mv, cl, m->fds[0], req, &r, why, whylen);
 		if (ret)
 			return ret;
 		return reply_region(mv, cl, m, r);

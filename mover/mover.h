@@ -151,9 +151,14 @@ struct mv_region {
 	int by_dmabuf;              /* the fabric registered it by dma-buf fd (shard 0) */
 	_Atomic int fabric_refused; /* GPU: a shard's provider refused it: staged */
 	uint64_t secret;            /* random, in its blob: proves a blob came from us */
-	int host_fd;     /* host memory: the client's memfd, for same-host peers; or -1 */
-	uint64_t fd_off; /* where the region starts in it */
-	int handed;      /* its fd went to a peer mover: revoke at free */
+	int host_fd;      /* host memory: the client's memfd, for same-host peers; or -1 */
+	uint64_t fd_off;  /* where the region starts in it */
+	int handed;       /* its fd went to a peer mover: revoke at free */
+	int mr_kept;      /* freed, still registered until reaped (shm) */
+	int counted;      /* in the stats segment's regions by pages */
+	uint32_t backing; /* host: enum mvc_backing of its pages */
+	uint64_t map_ns;  /* host: mapping it and its page tables took */
+	uint64_t mr_ns[MV_MAX_SHARDS]; /* fi_mr_reg on shard s took (written by shard s) */
 };
 
 struct mv_wake_page;
@@ -668,7 +673,7 @@ void mv_shard_post(struct mv_shard *s, struct mv_cmd *c);
 void *mv_shard_main(void *arg);
 
 /* registry.c */
-int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, uint64_t len,
+int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, const struct mv_reg_req *req,
                   struct mv_region **out, char *why, size_t whylen);
 int mv_region_add_gpu(struct mover *mv, struct mv_client *cl, const struct mv_gpu_desc *g, int fd,
                       uint64_t len, struct mv_region **out, char *why, size_t whylen);

@@ -8,6 +8,8 @@
  */
 #include "mover.h"
 
+#include "mv_huge.h"
+
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +68,23 @@ struct mv_region *mv_region_get(struct mover *mv, uint32_t id)
 	return r && r->id == id ? r : NULL;
 }
 
+/* The stats segment's count of host regions by their pages (main thread
+ * only: plain read, relaxed store). */
+static void region_count(struct mover *mv, struct mv_region *r, int delta)
+{
+	struct mv_stats_hdr *st = mv->stats;
+	uint32_t b = r->backing % 3;
+
+	if (r->is_gpu || r->counted == (delta > 0))
+		return;
+	r->counted = delta > 0;
+	atomic_store_explicit(&st->reg_now[b], st->reg_now[b] + (uint64_t)(int64_t)delta,
+	                      memory_order_relaxed);
+	atomic_store_explicit(&st->reg_bytes[b],
+	                      st->reg_bytes[b] + (uint64_t)(delta * (int64_t)r->len),
+	                      memory_order_relaxed);
+}
+
 /*
  * A remote mover may be in the middle of a write into the region (a
  * one-sided write is invisible to us), and a write we abandoned at its
@@ -92,8 +111,18 @@ static void region_free(struct mover *mv, struct mv_region *r)
 		mv->graveyard = r;
 		return;
 	}
+	region_count(mv, r, -1);
 	mv_host_revoke(mv, r); /* same-host peers copy into it no more */
-	mv_call_all(mv, MV_CMD_DEREG, r, why, sizeof(why));
+	/* libfabric 1.17's shm drops a write into a closed key without
+	 * answering its sender, whose endpoint then hangs for every client
+	 * (tests/test_huge.c, free while writes stream in): on shm the key
+	 * stays registered through the quarantine, over the overlay below,
+	 * where late bytes land harmlessly (shm writes by virtual address).
+	 * Providers that pin pages (verbs, efa) deregister now: late writes
+	 * must not reach the client's pages. */
+	r->mr_kept = !strcmp(mv->shards[0].fab.prov, "shm");
+	if (!r->mr_kept)
+		mv_call_all(mv, MV_CMD_DEREG, r, why, sizeof(why));
 	if (r->host_fd >= 0)
 		close(r->host_fd);
 	r->host_fd = -1;
@@ -128,6 +157,9 @@ void mv_region_reap(struct mover *mv, int all)
 				if (r->gpu_fd >= 0)
 					close(r->gpu_fd);
 			} else {
+				char why[MV_ERRLEN];
+				if (r->mr_kept && !all)
+					mv_call_all(mv, MV_CMD_DEREG, r, why, sizeof(why));
 				munmap(r->map, r->map_len);
 			}
 			free(r);
@@ -172,11 +204,47 @@ static int region_publish(struct mover *mv, struct mv_client *cl, struct mv_regi
 	return 0;
 }
 
-int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, uint64_t len,
+static const char *const backing_name[] = {"4 KiB pages", "hugetlb 2 MiB pages",
+                                           "shmem with transparent huge pages"};
+
+/* One line per registration: what backs it, what it cost, and on 4 KiB
+ * pages why not huge ones (the client says which of its choices it was;
+ * the numbers are this host's now). Regions under 2 MiB at debug level. */
+static void region_log(struct mover *mv, const struct mv_client *cl, struct mv_region *r,
+                       uint32_t why)
+{
+	uint64_t mr = 0;
+	char whytext[256] = "";
+
+	for (uint32_t s = 0; s < mv->nshards; s++)
+		mr = r->mr_ns[s] > mr ? r->mr_ns[s] : mr;
+	if (r->backing == MVC_BACKING_4K && why != MV_HUGE_WHY_NONE) {
+		struct mv_huge_state h;
+		char t[192];
+		mv_huge_read(&h);
+		mv_huge_why_text(t, sizeof(t), why, r->len, &h);
+		snprintf(whytext, sizeof(whytext), ", not huge: %s", t);
+		if (r->len >= MV_HUGE_SIZE)
+			memcpy(mv->stats->reg_why, t, sizeof(mv->stats->reg_why));
+	}
+	struct mv_stats_hdr *st = mv->stats;
+	region_count(mv, r, 1);
+	atomic_store_explicit(&st->reg_total, st->reg_total + 1, memory_order_relaxed);
+	atomic_store_explicit(&st->reg_map_ns, st->reg_map_ns + r->map_ns, memory_order_relaxed);
+	atomic_store_explicit(&st->reg_mr_ns, st->reg_mr_ns + mr, memory_order_relaxed);
+	mv_logl(
+	    r->len >= MV_HUGE_SIZE ? MV_LOG_INFO : MV_LOG_DEBUG,
+	    "region %u of client %u: %.1f MiB on %s (mapped in %.1f ms, fi_mr_reg %.2f ms on the "
+	    "slowest of %u shards)%s",
+	    r->id, cl->id, (double)r->len / (1 << 20), backing_name[r->backing % 3],
+	    (double)r->map_ns / 1e6, (double)mr / 1e6, mv->nshards, whytext);
+}
+
+int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, const struct mv_reg_req *req,
                   struct mv_region **out, char *why, size_t whylen)
 {
+	uint64_t off = req->offset, len = req->len;
 	struct stat st;
-	long page = sysconf(_SC_PAGESIZE);
 	uint32_t idx;
 	int ret;
 
@@ -214,23 +282,34 @@ int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, uint64_t off, 
 	struct mv_region *r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	uint64_t moff = off & ~(uint64_t)(page - 1);
-	r->map_len = (size_t)(len + (off - moff));
-	r->map = mmap(NULL, r->map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
-	              (off_t)moff);
-	if (r->map == MAP_FAILED) {
+	/* A hugetlbfs file maps in whole huge pages; shmem asked for THP maps
+	 * 2 MiB-aligned with MADV_HUGEPAGE, as the client's mapping does, so
+	 * that its huge pages map huge here too. */
+	int thp = (req->flags & MV_REG_THP) != 0;
+	r->backing = mv_huge_fd_page(fd) > (uint64_t)sysconf(_SC_PAGESIZE) ? MVC_BACKING_HUGETLB
+	             : thp                                                 ? MVC_BACKING_THP
+	                                                                   : MVC_BACKING_4K;
+	int64_t t0 = mv_now_ns();
+	r->base = mv_huge_map(fd, off, len, r->backing == MVC_BACKING_THP, 1, &r->map, &r->map_len);
+	if (!r->base) {
 		ret = -errno;
-		snprintf(why, whylen, "mapping the region: %s", strerror(errno));
+		snprintf(why, whylen,
+		         "mapping the region (%llu bytes at %llu of the fd, on %s): %s",
+		         (unsigned long long)len, (unsigned long long)off, backing_name[r->backing],
+		         strerror(errno));
 		goto err_free;
 	}
-	r->base = r->map + (off - moff);
+	r->map_ns = (uint64_t)(mv_now_ns() - t0);
 	r->len = len;
 	r->owner = cl->id;
 	/* Kept to hand to same-host peer movers (HOST_FD), who copy into it;
 	 * without an fd to spare the region is written through the fabric. */
 	r->host_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
 	r->fd_off = off;
-	return region_publish(mv, cl, r, idx, out, why, whylen);
+	ret = region_publish(mv, cl, r, idx, out, why, whylen);
+	if (!ret)
+		region_log(mv, cl, r, req->why);
+	return ret;
 
 err_free:
 	free(r);

@@ -20,6 +20,8 @@
  */
 #include "shard_int.h"
 
+#include "mv_huge.h"
+
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <stdio.h>
@@ -289,7 +291,6 @@ static int host_open(struct mover *mv, struct mv_host_remote *hr, struct mv_peer
 	struct mv_host_fd_rep rep = {0};
 	struct ucred cred = {0};
 	char sock[sizeof(b->sock) + 1];
-	long page = sysconf(_SC_PAGESIZE);
 	int fds[2], ret;
 
 	memcpy(sock, b->sock, sizeof(b->sock));
@@ -325,16 +326,16 @@ static int host_open(struct mover *mv, struct mv_host_remote *hr, struct mv_peer
 		close(fds[0]);
 		return ret;
 	}
-	uint64_t moff = rep.offset & ~(uint64_t)(page - 1);
-	hr->map_len = (size_t)(rep.len + (rep.offset - moff));
-	hr->map = mmap(NULL, hr->map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fds[0],
-	               (off_t)moff);
+	/* Whole pages of a hugetlbfs file; a large shmem region 2 MiB-aligned
+	 * with MADV_HUGEPAGE, so that huge pages its owner got map huge here
+	 * too (on 4 KiB pages that costs nothing: they exist already). */
+	hr->base = mv_huge_map(fds[0], rep.offset, rep.len, rep.len >= MV_HUGE_SIZE, 1, &hr->map,
+	                       &hr->map_len);
 	close(fds[0]);
-	if (hr->map == MAP_FAILED) {
+	if (!hr->base) {
 		snprintf(why, whylen, "mapping the region: %s", strerror(errno));
 		return -ENOMEM;
 	}
-	hr->base = hr->map + (rep.offset - moff);
 	hr->len = rep.len;
 	hr->fence = p->fence;
 	hr->slot = rep.slot;

@@ -187,9 +187,12 @@ static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 				r->mr[s->id] = NULL;
 				ret = 0;
 			}
-		} else
+		} else {
+			int64_t t0 = mv_now_ns();
 			ret = mv_fabric_reg(&s->fab, r->base, r->len, want, &r->mr[s->id],
 			                    &r->desc[s->id], &key, c->msg, sizeof(c->msg));
+			r->mr_ns[s->id] = (uint64_t)(mv_now_ns() - t0);
+		}
 		r->key[s->id] = key;
 		break;
 	}

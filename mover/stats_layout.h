@@ -64,8 +64,18 @@ struct mv_stats_hdr {
 	                        * GPU->host; CUDA D2H, H2D, D2D (MB/s) */
 	uint8_t gpu_path[8];   /* [src GPU * 4 + dst GPU * 2 + same host]: MV_PATH_* */
 	char gpu_why[8][120];  /* why that path, as the log says it */
+	/* Host regions by their pages (enum mvc_backing: 4 KiB, hugetlb,
+	 * THP), written by the main thread as clients register and free
+	 * them. Movers before 0.3 end the header above (hdr_size says). */
+	alignas(8) _Atomic uint64_t reg_now[3]; /* regions registered now */
+	_Atomic uint64_t reg_bytes[3];          /* ... and their bytes */
+	_Atomic uint64_t reg_total;             /* registrations since start */
+	_Atomic uint64_t reg_map_ns;            /* ... their mapping, summed */
+	_Atomic uint64_t reg_mr_ns;             /* ... their fi_mr_reg (slowest shard), summed */
+	char reg_why[192]; /* why the last region of 2 MiB or more got 4 KiB pages */
 };
 #define MV_STATS_HDR_GPU_END (offsetof(struct mv_stats_hdr, gpu_why) + 8 * 120)
+#define MV_STATS_HDR_REG_END (offsetof(struct mv_stats_hdr, reg_why) + 192)
 static_assert(offsetof(struct mv_stats_hdr, heartbeat_ns) == 256,
               "the release took padding: ABI 4 and 5 keep its offsets");
 

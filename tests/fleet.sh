@@ -28,7 +28,9 @@ tag=${MV_TAG:-$$}
 tag=${tag:0:6}
 pre=h18f$tag
 nse=${pre}e
-net=10.118.$((tag % 200 + 20))
+# A tag need not be a number (MV_TAG=huge): its checksum picks the subnet.
+num=$(printf '%s' "$tag" | cksum | cut -d' ' -f1)
+net=10.118.$((num % 200 + 20))
 etcd_url=http://$net.254:2379
 
 skip() {

@@ -31,6 +31,7 @@
 #include "mv_wire.h"
 #include "stats_layout.h"
 #include "stats_view.h"
+#include "mvstat_mem.h"
 
 struct snap {
 	uint64_t t_ns;
@@ -98,23 +99,6 @@ static const char *state(const struct view *v)
 	return "running";
 }
 
-/* Text from the segment is someone else's writing: up to n bytes of src
- * into buf, printable and needing no JSON escape (spaces kept if asked),
- * anything else as '?'. Returns buf. */
-static char *shown(const char *src, size_t n, char *buf, size_t len, int spaces)
-{
-	size_t i = 0;
-
-	for (; i < n && i + 1 < len && src[i]; i++) {
-		char ch = src[i];
-		buf[i] = (ch > ' ' || (spaces && ch == ' ')) && ch < 127 && ch != '"' && ch != '\\'
-		             ? ch
-		             : '?';
-	}
-	buf[i] = 0;
-	return buf;
-}
-
 /* The mover's release; "?" from a mover before 0.2.0, which had none. */
 static const char *release(const struct view *v, char *buf, size_t len)
 {
@@ -125,79 +109,6 @@ static const char *release(const struct view *v, char *buf, size_t len)
 static double rate(uint64_t a, uint64_t b, double secs)
 {
 	return secs > 0 ? (double)(b - a) / secs : 0;
-}
-
-/* The GPU path table, when this mover's header has one and a GPU. */
-static int has_gpu_paths(const struct mv_stats_hdr *h)
-{
-	return h->hdr_size >= MV_STATS_HDR_GPU_END && h->gpu;
-}
-
-static const char *const gpu_rate_names[7] = {
-    "fabric_host_host", "fabric_gpu_gpu", "fabric_host_gpu", "fabric_gpu_host",
-    "cuda_d2h",         "cuda_h2d",       "cuda_d2d"};
-
-static void print_gpu_paths_text(FILE *f, const struct mv_stats_hdr *h)
-{
-	if (!has_gpu_paths(h))
-		return;
-	if (h->gpu_measured)
-		fprintf(
-		    f,
-		    "GPU paths, measured at start (GB/s): fabric host->host %.1f, GPU->GPU %.1f, "
-		    "host->GPU %.1f, GPU->host %.1f; CUDA D2H %.1f, H2D %.1f, D2D %.1f\n",
-		    h->gpu_mbps[0] / 1e3, h->gpu_mbps[1] / 1e3, h->gpu_mbps[2] / 1e3,
-		    h->gpu_mbps[3] / 1e3, h->gpu_mbps[4] / 1e3, h->gpu_mbps[5] / 1e3,
-		    h->gpu_mbps[6] / 1e3);
-	for (int i = 2; i < 8; i++)
-		fprintf(f, "GPU path %-4s -> %-4s %-10s %-7s %.*s\n", i & 4 ? "GPU" : "host",
-		        i & 2 ? "GPU" : "host", i & 1 ? "same host" : "other host",
-		        mv_path_name(h->gpu_path[i]), (int)sizeof(h->gpu_why[i]), h->gpu_why[i]);
-}
-
-static void print_gpu_paths_json(FILE *f, const struct mv_stats_hdr *h)
-{
-	if (!has_gpu_paths(h))
-		return;
-	fprintf(f, ",\"gpu\":{\"measured\":%s,\"forced\":\"%s\",\"rates_GBps\":{",
-	        h->gpu_measured ? "true" : "false",
-	        h->gpu_forced < 0 ? "auto" : mv_path_name((unsigned)h->gpu_forced));
-	for (int i = 0; i < 7; i++)
-		fprintf(f, "%s\"%s\":%.3f", i ? "," : "", gpu_rate_names[i], h->gpu_mbps[i] / 1e3);
-	fprintf(f, "},\"paths\":[");
-	for (int i = 2; i < 8; i++) {
-		char why[sizeof(h->gpu_why[i]) + 1];
-		shown(h->gpu_why[i], sizeof(h->gpu_why[i]), why, sizeof(why), 1);
-		fprintf(f,
-		        "%s{\"src\":\"%s\",\"dst\":\"%s\",\"same_host\":%s,\"path\":\"%s\","
-		        "\"why\":\"%s\"}",
-		        i > 2 ? "," : "", i & 4 ? "gpu" : "host", i & 2 ? "gpu" : "host",
-		        i & 1 ? "true" : "false", mv_path_name(h->gpu_path[i]), why);
-	}
-	fprintf(f, "]}");
-}
-
-static void print_gpu_paths_prom(FILE *f, const struct mv_stats_hdr *h)
-{
-	if (!has_gpu_paths(h))
-		return;
-	fprintf(f, "# HELP mover_gpu_path the path each kind of GPU write takes (always 1)\n"
-	           "# TYPE mover_gpu_path gauge\n");
-	for (int i = 2; i < 8; i++)
-		fprintf(f,
-		        "mover_gpu_path{mover=\"%016" PRIx64
-		        "\",src=\"%s\",dst=\"%s\",same_host=\"%s\",path=\"%s\"} 1\n",
-		        h->mover_id, i & 4 ? "gpu" : "host", i & 2 ? "gpu" : "host",
-		        i & 1 ? "yes" : "no", mv_path_name(h->gpu_path[i]));
-	if (!h->gpu_measured)
-		return;
-	fprintf(f, "# HELP mover_gpu_rate_bytes_per_second what GPU paths are made of, measured "
-	           "at start\n# TYPE mover_gpu_rate_bytes_per_second gauge\n");
-	for (int i = 0; i < 7; i++)
-		fprintf(f,
-		        "mover_gpu_rate_bytes_per_second{mover=\"%016" PRIx64
-		        "\",what=\"%s\"} %.0f\n",
-		        h->mover_id, gpu_rate_names[i], h->gpu_mbps[i] * 1e6);
 }
 
 /* Re-posts per write: posts the provider refused (-FI_EAGAIN, a full
@@ -255,7 +166,7 @@ static void print_text(FILE *f, const struct view *v, const struct snap *a, cons
 			        GET(b->shard[s].path_bytes[2]), GET(b->shard[s].path_bytes[3]),
 			        GET(b->shard[s].samehost_bytes));
 	}
-	print_gpu_paths_text(f, h);
+	mvstat_mem_text(f, h);
 	int any = 0;
 	for (uint32_t s = 0; s < h->nshards; s++)
 		for (uint32_t i = 0; i < h->nrings; i++) {
@@ -382,7 +293,7 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 		        GET(y->path_bytes[2]), GET(y->path_bytes[3]), GET(y->samehost_bytes));
 	}
 	fprintf(f, "]");
-	print_gpu_paths_json(f, h);
+	mvstat_mem_json(f, h);
 	fprintf(f, ",\"hops\":[");
 	int any = 0;
 	for (uint32_t s = 0; s < h->nshards; s++)
@@ -472,7 +383,7 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 	           "# TYPE mover_build_info gauge\n");
 	fprintf(f, "mover_build_info{mover=\"%016" PRIx64 "\",version=\"%s\",provider=\"%s\"} 1\n",
 	        h->mover_id, release(v, rel, sizeof(rel)), h->provider);
-	print_gpu_paths_prom(f, h);
+	mvstat_mem_prom(f, h);
 	fprintf(f, "# HELP mover_up 1 while the mover runs and beats\n# TYPE mover_up gauge\n");
 	fprintf(f, "mover_up{mover=\"%016" PRIx64 "\",state=\"%s\"} %d\n", h->mover_id, state(v),
 	        !strcmp(state(v), "running"));

@@ -17,6 +17,8 @@
 
 #include "harness.h"
 
+#include "mv_huge.h"
+
 uint64_t window_bytes = WINDOW_BYTES;
 
 const char *size_str(uint64_t s, char *buf, size_t len)
@@ -265,9 +267,12 @@ void print_bench(const struct row *r, double seconds)
 	       r->bar, r->pass, r->m_min * 8 / 1e9, r->m_max * 8 / 1e9, r->d_min * 8 / 1e9,
 	       r->d_max * 8 / 1e9, r->cut, r->f_med * 8 / 1e9, r->f_ratio, r->ratio_med,
 	       r->ratio_q1, r->ratio_q3);
+	printf(" backing=%s", backing_name(r->backing));
 	if (r->pages) {
-		printf(" pattern=scattered pages=%u vs_contig=%.4f direct_vs_contig=%.4f failed=%d",
-		       r->pages, r->vs_contig, r->d_vs_contig, r->failed);
+		printf(" pattern=scattered pages=%u vs_contig=%.4f direct_vs_contig=%.4f "
+		       "vs_contig_4k=%.4f direct_vs_contig_4k=%.4f failed=%d",
+		       r->pages, r->vs_contig, r->d_vs_contig, r->vs_contig_4k, r->d_vs_contig_4k,
+		       r->failed);
 		if (r->failed)
 			printf(" error=\"%s\"", r->err);
 	}
@@ -282,13 +287,13 @@ static void csv_row(FILE *f, const struct row *r, double seconds)
 		return;
 	fprintf(f,
 	        "%s,%u,%" PRIu64 ",%d,%.2f,%.4f,%.4f,%.6f,%.4f,%.4f,%.6f,%.4f,%.2f,%d,%.4f,%.4f,"
-	        "%.4f,%.4f,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%u,%.4f,%.4f,%d\n",
+	        "%.4f,%.4f,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%s,%u,%.4f,%.4f,%d,%s\n",
 	        r->prov, r->shards, r->size, r->reps, seconds, r->m_med * 8 / 1e9, r->m_med / 1e9,
 	        r->m_med / s / 1e6, r->d_med * 8 / 1e9, r->d_med / 1e9, r->d_med / s / 1e6,
 	        r->ratio, r->bar, r->pass, r->m_min * 8 / 1e9, r->m_max * 8 / 1e9,
 	        r->d_min * 8 / 1e9, r->d_max * 8 / 1e9, r->cut, r->f_med * 8 / 1e9, r->f_ratio,
 	        r->ratio_med, r->ratio_q1, r->ratio_q3, r->pages ? "scattered" : "contig", r->pages,
-	        r->vs_contig, r->d_vs_contig, r->failed);
+	        r->vs_contig, r->d_vs_contig, r->failed, backing_name(r->backing));
 	fflush(f);
 }
 
@@ -301,13 +306,46 @@ void csv_head(FILE *f)
 	           "direct_gbps,direct_GBps,direct_mmsgs,ratio,bar,pass,mover_min_gbps,"
 	           "mover_max_gbps,direct_min_gbps,direct_max_gbps,cut,uncoupled_gbps,"
 	           "uncoupled_ratio,ratio_of_medians,ratio_q1,ratio_q3,pattern,pages,vs_contig,"
-	           "direct_vs_contig,failed\n");
+	           "direct_vs_contig,failed,backing\n");
 }
 
 /* Starts both movers and both clients, opens the direct endpoints, runs
  * every size, and undoes it all in reverse. */
+const char *backing_name(uint32_t b)
+{
+	return b == MVC_BACKING_HUGETLB ? "hugetlb" : b == MVC_BACKING_THP ? "thp" : "4k";
+}
+
+enum mvc_huge backing_huge(uint32_t b)
+{
+	return b == MVC_BACKING_HUGETLB ? MVC_HUGE_HUGETLB
+	       : b == MVC_BACKING_THP   ? MVC_HUGE_THP
+	                                : MVC_HUGE_NEVER;
+}
+
+int backing_check(uint32_t b, uint64_t bytes, char *why, size_t whylen)
+{
+	struct mv_huge_state h;
+	uint64_t need = (bytes + MV_HUGE_SIZE - 1) / MV_HUGE_SIZE;
+
+	mv_huge_read(&h);
+	if (b == MVC_BACKING_HUGETLB && (uint64_t)mv_huge_avail(&h) < need) {
+		snprintf(why, whylen,
+		         "hugetlb: %ld of %ld 2 MiB pages free, %" PRIu64 " needed (sysctl "
+		         "vm.nr_hugepages=%" PRIu64 " or more)",
+		         mv_huge_avail(&h), h.total, need, (uint64_t)h.total + need);
+		return -ENOMEM;
+	}
+	if (b == MVC_BACKING_THP && !h.thp_ok) {
+		snprintf(why, whylen,
+		         "thp: shmem THP is %s (echo advise > " MV_THP_SYS "shmem_enabled)", h.thp);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t n,
-               struct row *rows, int *nrows, FILE *csv, int first)
+               uint32_t backing, struct row *rows, int *nrows, FILE *csv, int first)
 {
 	static struct cfg x;
 	static struct trep rep;
@@ -319,6 +357,7 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 	memset(&x, 0, sizeof(x));
 	x.o = o;
 	x.prov = prov;
+	x.backing = backing;
 	x.host_copy = !strcmp(prov, "samehost");
 	x.fab = x.host_copy ? "shm" : prov;
 	x.n = n;
@@ -342,12 +381,20 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 			x.region_len = x.pool_len;
 	}
 
+	/* Both pools on the pages asked for, or none of this run. */
+	char why[200];
+	if (backing_check(backing, 2 * x.region_len, why, sizeof(why))) {
+		printf("\n== mvbench %s, %u shard%s, pools on %s pages: SKIPPED: %s\n", prov, n,
+		       n > 1 ? "s" : "", backing_name(backing), why);
+		return 0;
+	}
 	mover_start(&mover_a, bin, "a", x.fab, x.iface, n, x.cpu.alist, x.host_copy);
 	mover_start(&mover_b, bin, "b", x.fab, x.iface, n, x.cpu.blist, x.host_copy);
 
 	memset(&c, 0, sizeof(c));
 	c.op = T_MOVER_UP;
 	c.a = x.region_len;
+	c.b = backing_huge(backing);
 	snprintf(c.path, sizeof(c.path), "%s", mover_b.sock);
 	tcall(&c, &rep);
 
@@ -359,7 +406,7 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 	if (info.nshards != n)
 		die("mover A runs %u shards; asked for %u", info.nshards, n);
 	snprintf(x.mover_prov, sizeof(x.mover_prov), "%s", info.provider);
-	ret = mvc_alloc(x.c, x.region_len, &x.src);
+	ret = mvc_alloc_huge(x.c, x.region_len, backing_huge(backing), &x.src);
 	if (!ret)
 		ret = mvc_peer_add(x.c, rep.addr, rep.alen, &peer);
 	if (!ret)
@@ -407,6 +454,7 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 	}
 	if (strcmp(f->prov, x.mover_prov))
 		die("the mover runs %s but the direct endpoints opened %s", x.mover_prov, f->prov);
+	printf("   (pools on %s pages, both sides)\n", backing_name(backing));
 	if (x.cpu.pinned)
 		printf("   (%u shard%s: mover A / direct senders on CPUs %s, mover B / direct "
 		       "receivers on %s, client on %d)\n",
@@ -421,6 +469,7 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 	for (int i = 0; i < o->nsizes; i++) {
 		struct row *r = &rows[(*nrows)++];
 		bw_row(&x, o->sizes[i], r, i == 0);
+		r->backing = backing;
 		print_row(r);
 		book_print(&book_mover, "mover");
 		book_print(&book_direct, "direct");
@@ -431,6 +480,21 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 	for (int i = 0; o->scattered && i < o->npages; i++) {
 		struct row *r = &rows[(*nrows)++];
 		sc_row(&x, o->pages[i], contig, r, o->nsizes == 0 && i == 0);
+		r->backing = backing;
+		/* Huge pages are held against the contiguous row on 4 KiB pages
+		 * too: what a user of 4 KiB pages gets now. */
+		for (int k = 0; k < *nrows && backing != MVC_BACKING_4K; k++) {
+			const struct row *q = &rows[k];
+			if (!q->pages && !q->failed && q->size == SC_PAGE && q->shards == n &&
+			    q->backing == MVC_BACKING_4K && !strcmp(q->prov, prov) && q->m_med > 0) {
+				r->vs_contig_4k = r->m_med / q->m_med;
+				r->d_vs_contig_4k = r->d_med / q->d_med;
+			}
+		}
+		if (r->vs_contig_4k > 0)
+			printf("   %u pg on %s pages over the 4 KiB row on 4k pages: mover %.3f, "
+			       "direct %.3f\n",
+			       r->pages, backing_name(backing), r->vs_contig_4k, r->d_vs_contig_4k);
 		print_row(r);
 		book_print(&book_mover, "mover");
 		book_print(&book_direct, "direct");

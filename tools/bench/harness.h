@@ -72,7 +72,8 @@ struct meas {
 /* ---- the receiver process and its commands ---- */
 
 enum tcmd_op {
-	T_MOVER_UP = 1, /* connect to mover B, allocate the region, return blobs */
+	T_MOVER_UP = 1, /* connect to mover B, allocate the region (a bytes, b: enum mvc_huge),
+	                   return blobs */
 	T_MOVER_DOWN,
 	T_DIRECT_UP, /* N endpoints registering the same region, parked */
 	T_DIRECT_GO, /* endpoints poll their CQs */
@@ -312,7 +313,22 @@ struct opts {
 	int fairness; /* a client's small batches, alone and beside a flood */
 	int reg;      /* registering memory (mvc_alloc) beside a memset of as much */
 	int external; /* fi_rma_bw and ucx_perftest beside the mover (rows_ext.c) */
+	/* The pages of the pools, per run (enum mvc_backing: 4k, hugetlb,
+	 * thp): every row family runs once per backing; register rows take
+	 * reg_backings (default all three) in the same run. */
+	uint32_t backings[3];
+	int nbackings;
+	uint32_t reg_backings[3];
+	int nreg_backings;
+	uint64_t reg_size; /* register rows: bytes per region (default 1G, 256M quick) */
 };
+
+/* "4k", "hugetlb", "thp" */
+const char *backing_name(uint32_t b);
+/* The mvc_alloc_huge mode that asks for backing b and nothing else. */
+enum mvc_huge backing_huge(uint32_t b);
+/* 0 when the kernel can back bytes of memory on b now; else why not. */
+int backing_check(uint32_t b, uint64_t bytes, char *why, size_t whylen);
 
 struct plan {
 	int a[MV_MAX_SHARDS], b[MV_MAX_SHARDS]; /* movers' shard CPUs, -1 unpinned */
@@ -323,6 +339,7 @@ struct plan {
 
 struct row {
 	const char *prov;
+	uint32_t backing; /* enum mvc_backing of the pools */
 	uint32_t shards;
 	uint64_t size;
 	int reps;
@@ -338,6 +355,9 @@ struct row {
 	uint32_t pages;     /* scattered rows: pages per batch; 0 on contiguous rows */
 	double vs_contig;   /* scattered: mover pages/s over the 4 KiB row's writes/s */
 	double d_vs_contig; /* the same for direct */
+	/* scattered on huge pages: over the 4 KiB row of the same provider
+	 * and shards on 4 KiB pages, where this run has one (else 0) */
+	double vs_contig_4k, d_vs_contig_4k;
 	int failed;         /* the row could not be measured: err says why */
 	char err[200];
 };
@@ -345,6 +365,7 @@ struct row {
 struct cfg {
 	const struct opts *o;
 	const char *prov, *iface;
+	uint32_t backing; /* of both pools (enum mvc_backing) */
 	/* The fabric both movers and the direct baseline open: prov, except
 	 * for "samehost", shm movers that copy host memory between them
 	 * (mover/samehost.c). Every other configuration keeps its movers on
@@ -381,7 +402,7 @@ extern int avail_cpus[1024], navail;
 
 /* harness.c */
 int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t n,
-               struct row *rows, int *nrows, FILE *csv, int first);
+               uint32_t backing, struct row *rows, int *nrows, FILE *csv, int first);
 void pairs_run(struct cfg *x, const struct rowkind *rk, const struct geom *g, struct row *r,
                int first);
 void csv_head(FILE *f);
@@ -536,15 +557,22 @@ void fair_print_bench(const struct frow *r);
 struct rrow {
 	const char *prov;
 	uint32_t shards;
+	uint32_t backing; /* enum mvc_backing asked for and got */
 	uint64_t size;
+	uint64_t memset_size; /* the memset baseline's bytes (at most REG_MEMSET_MAX) */
 	int reps;
 	double gbps, memset_gbps, ratio, free_ms; /* medians over the reps */
+	double alloc_ms, map_ms, mr_ms; /* medians: client pages, mover mapping, fi_mr_reg */
+	double free_stream_ms;          /* mvc_free while a peer streams writes into it */
+	uint32_t stream_batches, stream_failed; /* that stream's batches, and failed ones */
 	int pass;
 	int failed;
+	int skipped; /* the kernel could not back it: err says why */
 	char err[200];
 };
-#define REG_ROWS_MAX 64
-#define REG_BAR      0.5 /* registration at least half a memset's rate */
+#define REG_MEMSET_MAX (4ull << 30) /* larger regions are compared with a memset of this */
+#define REG_ROWS_MAX   96
+#define REG_BAR        0.5 /* registration at least half a memset's rate */
 extern struct rrow reg_done[REG_ROWS_MAX];
 extern int nreg_done;
 /* The register row of configuration x (its client of mover A); appends to

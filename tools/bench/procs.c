@@ -70,7 +70,7 @@ static int target_cmd(struct target *tg, const struct tcmd *c, struct trep *rep)
 			return ret;
 		}
 		rep->alen = rep->rlen = MVC_BLOB_MAX;
-		ret = mvc_alloc(tg->c, c->a, &tg->pool);
+		ret = mvc_alloc_huge(tg->c, c->a, (enum mvc_huge)c->b, &tg->pool);
 		if (!ret)
 			ret = mvc_address(tg->c, rep->addr, &rep->alen);
 		if (!ret)

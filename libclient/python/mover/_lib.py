@@ -50,7 +50,12 @@ class mvc_info(Structure):
 
 class mvc_opts(Structure):
     _fields_ = [("list_arena", c_uint64), ("share_pct", c_uint32), ("flags", c_uint32),
-                ("rsvd", c_uint64 * 6)]
+                ("hugepages", c_uint32), ("rsvd32", c_uint32), ("rsvd", c_uint64 * 5)]
+
+
+class mvc_mem_info(Structure):
+    _fields_ = [("backing", c_uint32), ("page_size", c_uint32), ("alloc_ns", c_uint64),
+                ("map_ns", c_uint64), ("mr_ns", c_uint64), ("why", c_char * 192)]
 
 
 OPT_NO_RECONNECT = 1  # mvc.h MVC_OPT_NO_RECONNECT
@@ -67,7 +72,7 @@ class mvc_found(Structure):
 # The sizes mvc.h gives these structs on 64-bit Linux: a mismatch means the
 # header changed and this file must follow it.
 for _s, _n in ((mvc_mem, 40), (mvc_event, 128), (mvc_pages, 72), (mvc_info, 56), (mvc_opts, 64),
-               (mvc_latency, 272), (mvc_seg, 24), (mvc_found, 24)):
+               (mvc_latency, 272), (mvc_seg, 24), (mvc_found, 24), (mvc_mem_info, 224)):
     if ctypes.sizeof(_s) != _n:
         raise ImportError(f"mover: struct {_s.__name__} is {ctypes.sizeof(_s)} bytes here and "
                           f"{_n} in mvc.h: update mover/_lib.py to the header")
@@ -82,6 +87,8 @@ _PROTOTYPES = {
     "mvc_alloc": (c_int, [c_void_p, c_uint64, POINTER(mvc_mem)]),
     "mvc_register_fd": (c_int, [c_void_p, c_int, c_uint64, c_uint64, POINTER(mvc_mem)]),
     "mvc_free": (c_int, [c_void_p, POINTER(mvc_mem)]),
+    "mvc_alloc_huge": (c_int, [c_void_p, c_uint64, c_int, POINTER(mvc_mem)]),
+    "mvc_mem_info": (c_int, [c_void_p, POINTER(mvc_mem), POINTER(mvc_mem_info)]),
     "mvc_register_cuda": (c_int, [c_void_p, c_void_p, c_uint64, POINTER(mvc_mem)]),
     "mvc_address": (c_int, [c_void_p, c_void_p, POINTER(c_size_t)]),
     "mvc_region_blob": (c_int, [c_void_p, c_uint32, c_void_p, POINTER(c_size_t)]),

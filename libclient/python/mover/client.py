@@ -235,14 +235,19 @@ class Client:
         self._regions[r.id] = r
         return r
 
-    def alloc(self, nbytes: int) -> Region:
-        """A new region of nbytes (a sealed memfd) the mover can reach."""
+    def alloc(self, nbytes: int, hugepages: str | None = None) -> Region:
+        """A new region of nbytes (a sealed memfd) the mover can reach.
+        hugepages: 'auto', 'never', 'require', 'hugetlb' or 'thp' (None: the
+        connection's, see mvc_alloc(3)); region.info() says what it got."""
         c = self._h()
         nbytes = _index(nbytes, "nbytes")
         if nbytes == 0:
             raise ValueError("cannot allocate an empty region")
+        modes = (None, "auto", "never", "require", "hugetlb", "thp")
+        if hugepages not in modes:
+            raise ValueError(f"hugepages must be one of {modes[1:]} or None, not {hugepages!r}")
         mem = _lib.mvc_mem()
-        ret = _lib_.mvc_alloc(c, nbytes, byref(mem))
+        ret = _lib_.mvc_alloc_huge(c, nbytes, modes.index(hugepages), byref(mem))
         if ret < 0:
             raise self._fail(ret, "mvc_alloc")
         return self._track(mem)

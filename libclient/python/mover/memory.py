@@ -10,6 +10,7 @@ unmapped memory. GPU regions (register_cuda) have no host views.
 """
 from __future__ import annotations
 
+import ctypes
 import enum
 import mmap
 from typing import TYPE_CHECKING, Any, Sequence
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from .client import Client
 
 MEM_GPU = 1  # MVC_MEM_GPU
+MEM_HUGETLB = 2  # MVC_MEM_HUGETLB
+MEM_THP = 4  # MVC_MEM_THP
+HUGE_PAGE = 2 << 20
 
 
 class GpuPath(enum.IntEnum):
@@ -82,10 +86,13 @@ class Region:
             raise TypeError(f"region {self.id} is GPU memory and has no host view; use the "
                             f"tensor it was registered from")
         if self._map is None:
-            base = self._offset - self._offset % mmap.ALLOCATIONGRANULARITY
+            # A hugetlb file maps (and unmaps) in whole 2 MiB pages only.
+            unit = HUGE_PAGE if self.flags & MEM_HUGETLB else mmap.ALLOCATIONGRANULARITY
+            base = self._offset - self._offset % unit
+            length = -(-(self.nbytes + self._offset - base) // unit) * unit
             # Populating the page tables of resident pages runs at several
             # GB/s; faulting them in one by one on first touch is slower.
-            self._map = mmap.mmap(self._mem.fd, self.nbytes + self._offset - base,
+            self._map = mmap.mmap(self._mem.fd, length,
                                   flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                                   prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=base)
             self._skip = self._offset - base
@@ -95,7 +102,21 @@ class Region:
     def memory(self) -> memoryview:
         """The region's bytes as a writable memoryview (format 'B')."""
         mv = memoryview(self._mapping())
-        return mv[self._skip:] if self._skip else mv
+        return mv[self._skip:self._skip + self.nbytes]
+
+    def info(self) -> dict[str, Any]:
+        """What backs the region and what registering it cost
+        (mvc_mem_info(3)): backing ('4k', 'hugetlb', 'thp' or 'gpu'),
+        page_size, alloc_ns, map_ns, mr_ns, and why (not huge pages)."""
+        self._live()
+        inf = _lib.mvc_mem_info()
+        ret = _lib.lib.mvc_mem_info(self._client._h(), ctypes.byref(self._mem),
+                                       ctypes.byref(inf))
+        if ret < 0:
+            raise self._client._fail(ret, "mvc_mem_info")
+        return {"backing": ("4k", "hugetlb", "thp", "gpu")[inf.backing % 4],
+                "page_size": inf.page_size, "alloc_ns": inf.alloc_ns, "map_ns": inf.map_ns,
+                "mr_ns": inf.mr_ns, "why": inf.why.decode(errors="replace")}
 
     def numpy(self, dtype: Any = np.uint8, shape: int | Sequence[int] | None = None,
               offset: int = 0) -> np.ndarray:

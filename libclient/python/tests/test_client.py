@@ -98,6 +98,17 @@ def test_alloc_views_share_the_regions_memory(client):
         del mv, a
 
 
+def test_alloc_says_what_backs_a_region(client):
+    with client.alloc(4 << 20, hugepages="never") as r:
+        i = r.info()
+        assert i["backing"] == "4k" and i["page_size"] == 4096
+        assert "asked for 4 KiB pages" in i["why"]
+        assert i["alloc_ns"] > 0 and i["map_ns"] > 0
+        r.memory[-1] = 7
+    with pytest.raises(ValueError, match="hugepages must be one of"):
+        client.alloc(4096, hugepages="sometimes")
+
+
 def test_torch_views_share_the_regions_memory(client):
     torch = pytest.importorskip("torch")
     with client.alloc(1 << 16) as r:
