@@ -111,9 +111,6 @@ while [ $SECONDS -lt $((end - 4)) ] && [ ${#kinds[@]} -gt 0 ]; do
 		which=A sig=KILL
 		[ $((RANDOM % 2)) = 1 ] && which=B
 		[ $((RANDOM % 3)) = 0 ] && sig=TERM
-		# shm: a sender killed holding its receiver's queue lock leaves
-		# it held (test_reconnect.c says more): restarts drain there.
-		[ "$prov" = shm ] && sig=TERM
 		tools/mvhosts.sh restart "$dir" $which $sig || fail "mover $which did not come back"
 		n_restart=$((n_restart + 1))
 		eval "rs_$which=\$((rs_$which + 1))"

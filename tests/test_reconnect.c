@@ -6,7 +6,7 @@
  * the import, and the application's region id and import handle keep
  * working; one MVC_EV_MOVER_BACK says so. Every batch gets exactly one
  * event, and every one that succeeded wrote its stamped slot at the target.
- * Over tcp by SIGKILL and SIGTERM, over shm by SIGTERM (see below). Also:
+ * Over tcp and shm, by SIGKILL and SIGTERM. Also:
  * MVC_OPT_NO_RECONNECT keeps the old behaviour.
  */
 #include <check.h>
@@ -151,13 +151,25 @@ START_TEST(test_sigterm_drains_then_reconnects)
 END_TEST
 
 /*
- * On shm a restart by SIGTERM. A sender mover killed with SIGKILL while it
- * holds the receiver's command-queue spinlock (shm 1.17 keeps it in shared
- * memory, with no owner) leaves it held, and the new mover's first write to
- * that receiver spins in fi_writemsg for ever: seen with gdb in about 1 run
- * in 6 of a kill -9 here. The mover can release such a lock only where the
- * dead process owned the region (see README, Providers).
+ * On shm a restart by SIGKILL, over the fabric and over same-host copies.
+ * A sender mover killed while it holds the receiver's command-queue lock
+ * used to leave it held, and the new mover's first write spun for ever;
+ * the receiver now frees a lock whose holder exited (mover/shm_lock.c,
+ * and test_shm_restart for 30 kills in a row).
  */
+START_TEST(test_shm_kill9_reconnects)
+{
+	uint32_t failed;
+
+	prov = "shm";
+	mover_extra = _i ? NULL : "--no-host-copy";
+	mover_start(&A, "a", 2);
+	mover_start(&B, "b", 2);
+	run_across_restart(SIGKILL, 50, &failed);
+	mover_extra = NULL;
+}
+END_TEST
+
 START_TEST(test_shm_sigterm_reconnects)
 {
 	uint32_t failed;
@@ -396,6 +408,7 @@ int main(void)
 	tc = tcase_create("shm");
 	tcase_add_checked_fixture(tc, NULL, teardown);
 	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_shm_kill9_reconnects, 0, 2);
 	tcase_add_test(tc, test_shm_sigterm_reconnects);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
