@@ -185,6 +185,10 @@ void mvc_objs_free(struct mvc *c)
  * comes REJOIN_FIRST_NS from now. */
 void mvc_gone(struct mvc *c)
 {
+	if (!c->expects_failed) {
+		c->expects_failed = 1;
+		mvc_expects_gone(c);
+	}
 	c->dead = 1;
 	if (!c->backoff) {
 		c->backoff = REJOIN_FIRST_NS;
