@@ -215,7 +215,6 @@ int mvc_session_open(struct mvc *c)
 	}
 	c->arena.fd = -1;
 	c->dead = 0;
-	c->expects_failed = 0;
 	if (strlen(c->path) >= sizeof(a.sun_path))
 		return mvc_fail(c, -ENAMETOOLONG, "socket path %s is too long", c->path);
 	strcpy(a.sun_path, c->path);

@@ -138,7 +138,7 @@ struct mvc {
 	uint32_t ndue, due_cap;
 	struct mvc_peer_state *peers; /* MVC_MAX_PEERS entries, made on first use */
 	int peer_scan;                /* expectations failed by a peer going down wait */
-	int expects_failed;           /* this session's loss failed the open expectations */
+	int expects_failed;           /* the mover's loss failed the open expectations */
 
 	/* GPU regions and the shards near them (hwloc, via the mover). */
 	struct {

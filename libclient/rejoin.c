@@ -379,6 +379,7 @@ static int rejoin(struct mvc *c)
 	c->back_ev = ev;
 	c->back = 1;
 	c->backoff = 0;
+	c->expects_failed = 0; /* the next loss fails what is open then */
 	return 0;
 }
 
