@@ -41,9 +41,12 @@
  *
  * A word that names no process (a writer without the override) or a live
  * one is left alone; after 5 s it is logged once, naming what holds it.
- * Only regions of version 4 that name our pid are touched, only with
- * libfabric 1.17, and pids are compared in our pid namespace, which shm
- * 1.17 already requires of its peers (it copies into them by pid).
+ * Only regions of version 4 that name our pid are touched, and only with
+ * libfabric 1.17. The holder's pid is looked up in our pid namespace: a
+ * writer in another one (possible where /dev/shm is shared across pid
+ * namespaces; shm 1.17 then cannot copy by pid and falls back to its
+ * bounce buffers) could be taken for dead while it holds the lock. Movers
+ * that talk shm to each other are expected in one pid namespace.
  */
 #include "mover.h"
 #include "shm_lock.h"
