@@ -554,8 +554,8 @@ int mv_fabric_hmem_probe(const char *prov, const char *iface, const struct mv_gp
                          size_t len, int *by_dmabuf, char *why, size_t whylen);
 
 /* shm_lock.c: the main thread frees our shards' shm queue locks that
- * exited processes left held */
-void mv_shm_locks_check(struct mover *mv);
+ * exited processes left held; every 100 ms at most unless at_once */
+void mv_shm_locks_check(struct mover *mv, int at_once);
 
 /* gpu.c */
 int mv_gpu_region_open(struct mover *mv, struct mv_region *r, const struct mv_gpu_desc *g, int fd,

@@ -20,7 +20,9 @@
  * place for the libfabric in this process, and write the holder's pid into
  * the lock word (shm_lock.h: the word stays "held" to glibc's own code, and
  * unlocking is glibc's, which writes "free"). The main thread then looks at
- * its shards' own regions every 100 ms (mv_shm_locks_check): a word that
+ * its shards' own regions every 100 ms, also while it waits for the shards
+ * to answer a command (one may be stuck on this very lock), and at once
+ * when a same-host peer it watches exits (mv_shm_locks_check): a word that
  * names another process that has exited (no such pid, or a zombie) is a
  * lock nobody will release. While that holder is dead and everyone else
  * spins on the word, the queue cannot change, so it is repaired first:
@@ -53,6 +55,7 @@
 
 #include <pthread.h>
 #include <rdma/fabric.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -141,20 +144,25 @@ static double mono_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* 1 if pid has exited (no such process, or a zombie not yet reaped). */
+/* 1 if pid has exited (no such process, or a zombie not yet reaped). Its
+ * parent may reap it while we look: a stat that cannot be read is asked
+ * again of kill(). */
 static int pid_exited(pid_t pid)
 {
 	char path[64], buf[512];
 
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return 1;
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	FILE *f = fopen(path, "re");
-	if (!f)
-		return errno == ENOENT;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
 	buf[n] = 0;
 	const char *p = strrchr(buf, ')'); /* the name may hold anything */
-	return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+	if (!p || p[1] != ' ')
+		return kill(pid, 0) < 0 && errno == ESRCH;
+	return p[2] == 'Z' || p[2] == 'X';
 }
 
 static uint64_t rd64(const uint8_t *p)
@@ -290,12 +298,13 @@ static void check_one(struct mover *mv, uint32_t s, double now)
 		    s, now - own[s].since);
 }
 
-void mv_shm_locks_check(struct mover *mv)
+void mv_shm_locks_check(struct mover *mv, int at_once)
 {
 	static double last;
 	double now = mono_s();
 
-	if (strncmp(mv->prov, "shm", 3) || fi_version() != FI_VERSION(1, 17) || now - last < 0.1)
+	if (strncmp(mv->prov, "shm", 3) || fi_version() != FI_VERSION(1, 17) ||
+	    (!at_once && now - last < 0.1))
 		return;
 	last = now;
 	for (uint32_t s = 0; s < mv->nshards && s < MV_MAX_SHARDS; s++)

@@ -145,6 +145,15 @@ static void print_locks(pid_t pid)
 			       g.gl_pathv[i], w[1], w[6], (unsigned long long)*(uint64_t *)(r + 48),
 			       (unsigned long long)q[0], (unsigned long long)q[2],
 			       (unsigned long long)q[3]);
+			pid_t h = mv_shm_lock_holder(w[6]);
+			char path[64], st[256] = "(none: exited)";
+			snprintf(path, sizeof(path), "/proc/%d/stat", (int)h);
+			FILE *sf = h > 0 ? fopen(path, "r") : NULL;
+			if (sf && !fgets(st, sizeof(st), sf))
+				st[0] = 0;
+			if (sf)
+				fclose(sf);
+			printf("  its holder, pid %d: %.120s\n", (int)h, st);
 			for (uint64_t k = q[3] - 6; k != q[3] + 2; k++) {
 				uint8_t *c = r + off + 32 + (k & q[1]) * 256;
 				uint32_t op;
@@ -213,6 +222,17 @@ START_TEST(test_shm_sender_killed_under_a_stream_never_wedges_the_receiver)
 	fill(p.src.addr, SRCLEN, 9);
 	srand(7);
 	for (unsigned k = 0; k < n; k++) {
+		if (k % 2) {
+			/* Every other round the receiver's client holds the
+			 * sender's mover as a peer, so its mover watches that
+			 * pid and looks at its lock the moment it exits; in the
+			 * others the receiver knows nothing of the sender. */
+			uint8_t blob[MVC_BLOB_MAX];
+			size_t len = sizeof(blob);
+			uint32_t pa;
+			ck_assert_int_eq(mvc_address(p.a, blob, &len), 0);
+			ck_assert_msg(mvc_peer_add(p.b, blob, len, &pa) == 0, "%s", mvc_error(p.b));
+		}
 		stream_then_kill(&p, &cookie, 0.05 + (rand() % 200) / 1000.0);
 		if (lands(&p, cookie++))
 			continue;
@@ -220,6 +240,11 @@ START_TEST(test_shm_sender_killed_under_a_stream_never_wedges_the_receiver)
 		printf("kill %u of %u: the write after the restart did not land in 10 s\n", k + 1,
 		       n);
 		print_locks(B.pid);
+		char keep[200], cmd[512];
+		snprintf(keep, sizeof(keep), "%s.wedge%u", B.log, k + 1);
+		snprintf(cmd, sizeof(cmd), "cp %s %s", B.log, keep);
+		if (system(cmd) == 0)
+			printf("  the receiver's log: %s\n", keep);
 		/* Both movers again, and a new pair, for the next rounds. */
 		pair_close(&p);
 		kill(B.pid, SIGKILL);
@@ -239,6 +264,21 @@ START_TEST(test_shm_sender_killed_under_a_stream_never_wedges_the_receiver)
 	       n, wedged, released, now_s() - t0);
 	if (released)
 		printf("  %s\n", first);
+	/* A release on the watched peer's exit comes in the same turn of the
+	 * main loop as the exit's own log line. */
+	FILE *f = fopen(B.log, "r");
+	char line[1024], exit_at[32] = "";
+	int at_once = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		if (strstr(line, ") exited: failing the writes"))
+			snprintf(exit_at, sizeof(exit_at), "%.23s", line);
+		else if (strstr(line, "exited holding our shm queue lock") && exit_at[0] &&
+		         !strncmp(line, exit_at, 21)) /* the same 10 ms */
+			at_once++;
+	}
+	if (f)
+		fclose(f);
+	printf("  %d of the releases came with a watched peer's exit, at once\n", at_once);
 	/* The receiver's free command slots: those of commands whose
 	 * responses a dead sender never read are not given back. */
 	uint8_t *r = b_region();
