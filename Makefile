@@ -66,7 +66,8 @@ MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_c
 	mover/access.c mover/quota.c mover/etcd.c mover/cluster.c mover/cluster_keys.c \
 	mover/names.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/gpu_calib.c mover/land.c \
-	mover/post.c mover/complete.c mover/batch.c mover/idle.c mover/heartbeat.c mover/samehost.c
+	mover/post.c mover/complete.c mover/batch.c mover/idle.c mover/heartbeat.c mover/samehost.c \
+	mover/shm_lock.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
 	tools/bench/direct.c tools/bench/rows_bw.c tools/bench/rows_scatter.c \
 	tools/bench/rows_lat.c tools/bench/lat_direct.c tools/bench/rows_fair.c tools/bench/rows_reg.c \
@@ -74,7 +75,7 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
 	test_trace test_gpu test_tenants test_fair test_liveness test_reconnect test_samehost \
-	test_huge
+	test_huge test_shm_restart
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
 	tests/cluster.sh tests/fleet.sh
 TEST_HELPERS := shmring_peer soak_client soak_sum fleet_host
@@ -199,9 +200,10 @@ $(B)/tests/test_hostile: $(B)/tests/test_hostile.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
-$(B)/tests/test_gpu: $(B)/tests/test_gpu.o $(CLIENT_LIB)
+# test_gpu is also a raw libfabric peer (bad landing headers), with the mover's fabric code.
+$(B)/tests/test_gpu: $(B)/tests/test_gpu.o $(B)/mover/fabric.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
 
 $(B)/tests/test_mover: $(B)/tests/test_mover.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
@@ -226,6 +228,10 @@ $(B)/tests/test_tenants: $(B)/tests/test_tenants.o $(B)/mover/fabric.o $(CLIENT_
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
 
 $(B)/tests/test_reconnect: $(B)/tests/test_reconnect.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+$(B)/tests/test_shm_restart: $(B)/tests/test_shm_restart.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 

@@ -59,7 +59,11 @@ static int imm_ready(struct mvc *c, struct imm_ent *e, struct mvc_event *ev)
 		                         .imm = e->value,
 		                         .count = e->count,
 		                         .cause = (int)e->cause};
-		if (c->peers && e->from)
+		if (e->cause == MVC_CAUSE_MOVER_GONE)
+			snprintf(ev->msg, sizeof(ev->msg),
+			         "the mover exited with %u of %u immediates of %u arrived",
+			         e->count, e->want, e->value);
+		else if (c->peers && e->from)
 			snprintf(ev->msg, sizeof(ev->msg), "%s", c->peers[e->from - 1].msg);
 		e->count = 0;
 		e->want = 0;
@@ -203,7 +207,27 @@ static void peer_told(struct mvc *c, const struct mv_cqe *e)
 	              msg);
 }
 
-/* Expectations failed by their peer, up to max events. */
+/*
+ * The mover is gone, and the immediates it had received and not handed
+ * over went with it: a count it was still short of might never be met, so
+ * every open expectation fails, once, with what had arrived (mvc_poll
+ * reports them, before the mover's return). One already failed by its
+ * peer keeps that cause.
+ */
+void mvc_expects_gone(struct mvc *c)
+{
+	for (uint32_t i = 0; i < c->imm_cap; i++) {
+		struct imm_ent *e = &c->imm_tab[i];
+		if (!e->used || !e->want || e->fail || e->count >= e->want)
+			continue;
+		e->fail = -EPIPE;
+		e->cause = MVC_CAUSE_MOVER_GONE;
+		c->peer_scan = 1;
+	}
+}
+
+/* Expectations failed by their peer or by the mover's loss, up to max
+ * events. */
 static int peer_failures(struct mvc *c, struct mvc_event *ev, int max)
 {
 	int n = 0;
@@ -332,6 +356,8 @@ static int mover_gone(struct mvc *c, struct mvc_event *ev, int max)
 	mvc_gone(c);
 	int n = fail_inflight(c, ev, max, -EPIPE, MVC_CAUSE_MOVER_GONE,
 	                      "the mover exited before the batch completed");
+	if (c->peer_scan && n < max)
+		n += peer_failures(c, ev + n, max - n);
 	if (n)
 		return n;
 	if (mvc_rejoin_due(c)) {
@@ -383,7 +409,10 @@ int mvc_poll(struct mvc *c, struct mvc_event *ev, int max)
 		return n ? n
 		         : mvc_fail(c, -EPROTO, "the mover cut this connection off: %s", c->cut);
 	}
-	if (c->back && max > 0) {
+	/* Expectations the mover's loss failed go before its return. */
+	if (c->peer_scan && max > 0)
+		n += peer_failures(c, ev, max);
+	if (c->back && n < max) {
 		ev[n++] = c->back_ev;
 		c->back = 0;
 	}

@@ -328,7 +328,10 @@ int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms);
 
 /* Ask for one MVC_EV_IMM_COUNT event once count immediates of value imm
  * have arrived (counting those already here). Immediates of a value being
- * counted are not reported one by one. */
+ * counted are not reported one by one. If this connection's mover goes
+ * first, the event comes then, once: status -EPIPE, cause
+ * MVC_CAUSE_MOVER_GONE, count = how many had arrived (the same for
+ * mvc_imm_expect_from). */
 int mvc_imm_expect(struct mvc *c, uint32_t imm, uint32_t count, uint64_t cookie);
 
 /*

@@ -140,6 +140,7 @@ struct mvc {
 	uint32_t ndue, due_cap;
 	struct mvc_peer_state *peers; /* MVC_MAX_PEERS entries, made on first use */
 	int peer_scan;                /* expectations failed by a peer going down wait */
+	int expects_failed;           /* the mover's loss failed the open expectations */
 
 	/* GPU regions and the shards near them (hwloc, via the mover). */
 	struct {
@@ -206,6 +207,7 @@ MVC_INTERNAL void mvc_objs_free(struct mvc *c);
 MVC_INTERNAL uint32_t mvc_cur_slow(const struct mvc *c, uint32_t kind, uint32_t app);
 MVC_INTERNAL uint32_t mvc_app_slow(const struct mvc *c, uint32_t kind, uint32_t cur);
 MVC_INTERNAL void mvc_gone(struct mvc *c);
+MVC_INTERNAL void mvc_expects_gone(struct mvc *c);
 MVC_INTERNAL int mvc_rejoin_due(struct mvc *c);
 MVC_INTERNAL int64_t mvc_rejoin_wait_ns(const struct mvc *c);
 

@@ -190,6 +190,10 @@ void mvc_objs_free(struct mvc *c)
  * comes REJOIN_FIRST_NS from now. */
 void mvc_gone(struct mvc *c)
 {
+	if (!c->expects_failed) {
+		c->expects_failed = 1;
+		mvc_expects_gone(c);
+	}
 	c->dead = 1;
 	if (!c->backoff) {
 		c->backoff = REJOIN_FIRST_NS;
@@ -381,6 +385,7 @@ static int rejoin(struct mvc *c)
 	c->back_ev = ev;
 	c->back = 1;
 	c->backoff = 0;
+	c->expects_failed = 0; /* the next loss fails what is open then */
 	return 0;
 }
 

@@ -701,6 +701,7 @@ int mv_control_run(struct mover *mv)
 		reap_clients(mv);
 		mv_names_tick(mv);
 		mv_region_reap(mv, 0);
+		mv_shm_locks_check(mv, 0);
 		uint32_t ncl = 0;
 		for (uint32_t i = 0; i < MV_MAX_CLIENTS; i++)
 			ncl += mv->clients[i] && mv->clients[i]->state == MV_CL_READY;

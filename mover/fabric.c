@@ -416,15 +416,22 @@ int mv_fabric_av_insert(struct mv_fabric *f, const void *addr, fi_addr_t *out)
 #define SHM_OFF_PID        4
 #define SHM_OFF_LOCK       24
 
-static void *shm_mapping(const char *name)
+/* This process's mapping of the shm region an address names (fi_shm://NAME
+ * or NAME), or NULL; the file may be unlinked by now. */
+void *mv_fabric_shm_mapping(const void *addr, size_t addrlen)
 {
-	char line[512], want[128];
+	char line[512], want[MV_MAX_ADDRLEN + 16], name[MV_MAX_ADDRLEN + 1];
 	void *found = NULL;
-	FILE *f = fopen("/proc/self/maps", "re");
 
+	if (addrlen > MV_MAX_ADDRLEN)
+		addrlen = MV_MAX_ADDRLEN;
+	memcpy(name, addr, addrlen);
+	name[addrlen] = 0;
+	const char *sep = strstr(name, "://"); /* fi_shm://NAME, fi_ns://NAME */
+	FILE *f = fopen("/proc/self/maps", "re");
 	if (!f)
 		return NULL;
-	snprintf(want, sizeof(want), "/dev/shm/%s", name);
+	snprintf(want, sizeof(want), "/dev/shm/%s", sep ? sep + 3 : name);
 	while (!found && fgets(line, sizeof(line), f)) {
 		unsigned long start, end, off;
 		int path = 0;
@@ -443,8 +450,6 @@ static void *shm_mapping(const char *name)
 
 int mv_fabric_shm_release(const void *addr, size_t addrlen, pid_t pid, char *why, size_t whylen)
 {
-	char name[MV_MAX_ADDRLEN + 1];
-	const char *sep;
 	uint8_t *region;
 
 	if (fi_version() != MV_FI_VERSION) {
@@ -452,22 +457,19 @@ int mv_fabric_shm_release(const void *addr, size_t addrlen, pid_t pid, char *why
 		         FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
 		return -ENOTSUP;
 	}
-	if (addrlen > MV_MAX_ADDRLEN)
-		addrlen = MV_MAX_ADDRLEN;
-	memcpy(name, addr, addrlen);
-	name[addrlen] = 0;
-	sep = strstr(name, "://"); /* fi_shm://NAME, fi_ns://NAME */
-	region = shm_mapping(sep ? sep + 3 : name);
+	region = mv_fabric_shm_mapping(addr, addrlen);
 	if (!region) {
-		snprintf(why, whylen, "no mapping of shm region '%s'", sep ? sep + 3 : name);
+		snprintf(why, whylen, "no mapping of shm region '%.*s'", (int)addrlen,
+		         (const char *)addr);
 		return -ENOENT;
 	}
 	int owner;
 	memcpy(&owner, region + SHM_OFF_PID, sizeof(owner));
 	if (region[0] != SHM_REGION_VERSION || owner != pid) {
 		snprintf(why, whylen,
-		         "shm region '%s' is version %u of pid %d, not version %u of pid %d", name,
-		         region[0], owner, SHM_REGION_VERSION, (int)pid);
+		         "shm region '%.*s' is version %u of pid %d, not version %u of pid %d",
+		         (int)addrlen, (const char *)addr, region[0], owner, SHM_REGION_VERSION,
+		         (int)pid);
 		return -ENOTSUP;
 	}
 	/* A live writer holds the lock for microseconds; the dead owner for

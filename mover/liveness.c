@@ -89,6 +89,8 @@ void mv_peer_exited(struct mover *mv, struct mv_peer *p)
 	if (strncmp(mv->prov, "shm", 3))
 		return;
 	shm_release(mv, p);
+	/* It may have died posting to us, holding our own queue's lock. */
+	mv_shm_locks_check(mv, 1);
 	/* Its wake files went with it, and the peer stays (its AV entries may
 	 * still be named): close them, or a peer restarted N times leaves
 	 * N x shards fds here. Once every shard has passed a turn none is in a

@@ -555,8 +555,13 @@ int mv_fabric_reg_hmem(struct mv_fabric *f, const struct mv_gpu_map *m, size_t l
                        struct fid_mr **mr, void **desc, uint64_t *out_key, int *by_dmabuf,
                        char *why, size_t whylen);
 int mv_fabric_shm_release(const void *addr, size_t addrlen, pid_t pid, char *why, size_t whylen);
+void *mv_fabric_shm_mapping(const void *addr, size_t addrlen);
 int mv_fabric_hmem_probe(const char *prov, const char *iface, const struct mv_gpu_map *m,
                          size_t len, int *by_dmabuf, char *why, size_t whylen);
+
+/* shm_lock.c: the main thread frees our shards' shm queue locks that
+ * exited processes left held; every 100 ms at most unless at_once */
+void mv_shm_locks_check(struct mover *mv, int at_once);
 
 /* gpu.c */
 int mv_gpu_region_open(struct mover *mv, struct mv_region *r, const struct mv_gpu_desc *g, int fd,

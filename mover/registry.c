@@ -35,10 +35,25 @@ int mv_call_all(struct mover *mv, enum mv_cmd_type type, void *arg, char *why, s
 		cmds[s].done = &done;
 		mv_shard_post(&mv->shards[s], &cmds[s]);
 	}
-	/* Shards answer at their next loop turn; they never block on us. */
+	/* Shards answer at their next loop turn; they never block on us. One
+	 * may be stuck inside the provider, though, on a shm queue lock of ours
+	 * that a dead sender left held, which only this thread frees
+	 * (shm_lock.c): so the wait looks at those locks every 100 ms, but not
+	 * for STOP (a stopping shard closes its endpoint before it answers). */
 	for (uint32_t s = 0; s < mv->nshards; s++)
-		while (sem_wait(&done) < 0)
-			;
+		for (;;) {
+			struct timespec at;
+			clock_gettime(CLOCK_REALTIME, &at);
+			at.tv_nsec += 100000000;
+			if (at.tv_nsec >= 1000000000) {
+				at.tv_sec++;
+				at.tv_nsec -= 1000000000;
+			}
+			if (sem_timedwait(&done, &at) == 0)
+				break;
+			if (errno == ETIMEDOUT && type != MV_CMD_STOP)
+				mv_shm_locks_check(mv, 0);
+		}
 	for (uint32_t s = 0; s < mv->nshards; s++)
 		if (cmds[s].status && !ret) {
 			ret = cmds[s].status;

@@ -317,12 +317,65 @@ static void receiver_events(struct soak *k)
 	}
 }
 
+/* Errors that say the mover went (or is not back yet) while we started. */
+static int transient(int ret)
+{
+	return ret == -EPIPE || ret == -ECONNREFUSED || ret == -ENOENT || ret == -ECONNRESET ||
+	       ret == -ETIMEDOUT;
+}
+
+#define START_WAIT_S 60.0 /* start-up tries, at most */
+
+/*
+ * Start-up: both connections and a region on each, then the receiver
+ * added and imported. A client started just before a fault restarts one of
+ * its movers (they come 1-4 s apart, and eight clients starting at once on
+ * two cores take that long) saw the mover go in the middle of it and
+ * exited ("client N exited"); an application would try again, and so does
+ * this, from the start, for up to START_WAIT_S. A receiver that cannot be
+ * imported yet is left to the main loop, which links it again every 50 ms
+ * (as after a restart of the receiver's mover). Other errors end the soak.
+ */
+static void start(struct soak *k, const char *ssock, const char *rsock, uint64_t len)
+{
+	const char *what = "";
+	int ret = 0;
+
+	for (double end = now_s() + START_WAIT_S; !stopping; usleep(100000)) {
+		struct mvc *bad = NULL;
+		k->s = k->r = NULL;
+		if ((ret = mvc_connect(&k->s, ssock)))
+			what = "connecting the sender";
+		else if ((ret = mvc_connect(&k->r, rsock)))
+			what = "connecting the receiver";
+		else if ((ret = mvc_alloc(k->s, len, &k->src)))
+			what = "source region", bad = k->s;
+		else if ((ret = mvc_alloc(k->r, len, &k->dst)))
+			what = "destination region", bad = k->r;
+		if (!ret) {
+			if (link_peer(k))
+				k->imp = UINT32_MAX; /* the main loop tries again */
+			return;
+		}
+		if (!transient(ret) || now_s() > end)
+			die(what, bad, ret);
+		fprintf(stderr, "soak_client %d: %s: %s (%s); starting again\n", getpid(), what,
+		        bad ? mvc_error(bad) : mvc_connect_error(), strerror(-ret));
+		if (k->s)
+			mvc_disconnect(k->s);
+		if (k->r)
+			mvc_disconnect(k->r);
+	}
+	k->n->clean_exit = 1; /* told to stop before it started: nothing to count */
+	exit(0);
+}
+
 int main(int argc, char **argv)
 {
 	struct soak k = {.window = 8, .pages = 64, .page_size = 1024};
 	const char *ssock = NULL, *rsock = NULL, *stats = NULL;
 	uint64_t seed = (uint64_t)getpid();
-	int o, ret;
+	int o;
 
 	while ((o = getopt(argc, argv, "s:r:o:w:p:b:x:")) != -1) {
 		switch (o) {
@@ -366,17 +419,7 @@ int main(int argc, char **argv)
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
 
-	if ((ret = mvc_connect(&k.s, ssock)))
-		die("connecting the sender", NULL, ret);
-	if ((ret = mvc_connect(&k.r, rsock)))
-		die("connecting the receiver", NULL, ret);
-	uint64_t len = (uint64_t)k.window * k.pages * k.page_size;
-	if ((ret = mvc_alloc(k.s, len, &k.src)))
-		die("source region", k.s, ret);
-	if ((ret = mvc_alloc(k.r, len, &k.dst)))
-		die("destination region", k.r, ret);
-	if ((ret = link_peer(&k)))
-		die("adding the receiver", k.s, ret);
+	start(&k, ssock, rsock, (uint64_t)k.window * k.pages * k.page_size);
 	k.slot = calloc(k.window, sizeof(*k.slot));
 	for (uint32_t i = 0; i < k.window; i++) {
 		k.slot[i].src_pages = calloc(k.pages, sizeof(uint32_t));

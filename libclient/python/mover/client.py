@@ -699,7 +699,10 @@ class Client:
     def imm_expect(self, imm: int, count: int, cookie: int = 0) -> None:
         """Asks for one IMM_COUNT event (with cookie) once count immediates
         of value imm have arrived, counting those already here; immediates of
-        a value being counted are not reported one by one."""
+        a value being counted are not reported one by one. If this client's
+        own mover goes first, the event comes then, once, with cause
+        MOVER_GONE and the count that had arrived (ask again once it is back;
+        the same for imm_expect_from)."""
         c = self._h()
         imm, count = _u32(imm, "imm"), _u32(count, "count")
         if count == 0:

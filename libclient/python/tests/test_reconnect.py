@@ -74,3 +74,32 @@ def test_no_reconnect_stays_gone(start_mover):
         c.poll()
     assert ei.value.errno == errno.EPIPE
     c.close()
+
+
+@pytest.mark.parametrize("crash", [True, False], ids=["kill9", "sigterm"])
+def test_receivers_restart_fails_its_expectations_once(start_mover, crash):
+    """The receiver's own mover goes while it counts: each open expectation
+    (imm_expect and imm_expect_from) ends once, with Cause.MOVER_GONE and the
+    count that had arrived, before the MOVER_BACK event; none comes again."""
+    ma, mb = start_mover("tcp"), start_mover("tcp")
+    a, b = ma.client(), mb.client()
+    src, dst = a.alloc(1 << 16), b.alloc(1 << 16)
+    imp = a.import_region(a.peer_add(b.address()), dst.blob())
+    sender = b.peer_add(a.address())
+    b.imm_expect(77, 2, cookie=5)
+    b.imm_expect_from(sender, 78, 1, cookie=6)
+    a.write(src, 0, imp, 0, 4096)
+    a.write_imm(imp, 77)
+    a.wait_batch(a.submit(), timeout=20).raise_for_status()
+    assert b.wait(timeout=0.3) == []  # the first of two is counted, not reported
+    mb.restart(crash=crash)
+    evs = events_until(b, lambda e: any(x.type == EventType.MOVER_BACK for x in e))
+    back = next(i for i, e in enumerate(evs) if e.type == EventType.MOVER_BACK)
+    counts = [e for e in evs if e.type == EventType.IMM_COUNT]
+    assert sorted(e.cookie for e in counts) == [5, 6], evs
+    assert all(not e.ok and e.cause == Cause.MOVER_GONE for e in counts), counts
+    assert {e.cookie: e.count for e in counts} == {5: 1, 6: 0}
+    assert all(evs.index(e) < back for e in counts)
+    assert all(e.type != EventType.IMM_COUNT for e in b.wait(timeout=0.3))
+    a.close()
+    b.close()
