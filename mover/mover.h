@@ -68,6 +68,7 @@ static_assert(MV_MAX_WRITE / MV_CHUNK + 1 + MV_IOV_MAX < MV_OPS_PER_SHARD, "a WR
 /* log.c: mv_log (info), mv_dbg, mv_warn, mv_error, mv_log_client */
 
 #include "gpu.h"
+#include "samehost.h"
 
 /* One shard's fabric objects: fabric.c. */
 struct mv_fabric {
@@ -88,29 +89,6 @@ struct mv_fabric {
 	size_t addrlen;
 	char prov[32];
 	char iface[64];
-};
-
-/* A same-host peer's host region, its memfd mapped here: shards copy into
- * it (samehost.c). Freed only after the quarantine of a dropped import. */
-struct mv_fence;
-struct mv_host_remote {
-	struct mv_host_remote *next; /* live list, then the quarantine */
-	uint64_t mover_id;
-	uint32_t region;
-	int refs;
-	uint8_t *map;
-	size_t map_len;
-	uint8_t *base; /* the region's first byte, in our mapping */
-	uint64_t len;
-	struct mv_fence *fence; /* its owner's (samehost_layout.h) */
-	uint32_t slot;          /* our shard k's busy word there: slot + k */
-	int64_t expires;
-};
-
-/* The fence slots this mover gave a peer mover (samehost.c). */
-struct mv_fence_peer {
-	uint64_t mover_id;
-	uint32_t slot, n;
 };
 
 /* Bytes from which a same-host copy uses non-temporal stores where the L3's
@@ -204,7 +182,10 @@ struct mv_import {
 	uint32_t flags;               /* MV_BLOB_* of the peer's region */
 	struct mv_gpu_remote *remote; /* same-host GPU region, opened here (path 2) */
 	_Atomic uint32_t told;        /* bit per source kind: its GPU path was logged */
-	struct mv_host_remote *host;  /* same-host host region, mapped here (samehost.c) */
+	/* Same-host host region, mapped here (samehost.c), or NULL: the fabric.
+	 * Set by the main thread when the peer's memfd arrives, which may be
+	 * after the import was published; R9 pairs with A9 in take.c. */
+	_Atomic(struct mv_host_remote *) host;
 	uint64_t len;
 	uint64_t addr[MV_MAX_SHARDS];
 	uint64_t key[MV_MAX_SHARDS];
@@ -528,13 +509,12 @@ struct mover {
 	char prov[32];
 	struct mv_cluster *cluster; /* --etcd: membership and names (cluster.c), or NULL */
 	struct mv_names *names;     /* the main thread's side of them (names.c) */
-	/* The same-host path (samehost.c, main thread): our fence segment and
-	 * the peers given slots in it; peers' regions mapped here. */
-	struct mv_fence *fence;
-	int fence_fd;
-	struct mv_fence_peer fence_peers[64];
-	uint32_t nfence_peers, fence_next;
+	/* The same-host path (main thread): the peers copying into our regions,
+	 * each with its fence segment (samehost_owner.c); peers' regions mapped
+	 * here and the HOST_FD requests in flight (samehost.c). */
+	struct mv_fence_peer *fence_peers[MV_FENCE_PEERS];
 	struct mv_host_remote *host_remote, *host_dead;
+	struct mv_host_fetch *host_fetch;
 };
 
 /* fabric.c */
@@ -580,22 +560,10 @@ void mv_gpu_path_tell(struct mv_shard *s, const struct mv_region *src, struct mv
                       uint8_t path, const struct mv_gpu_choice *c);
 int mv_gpu_path_parse(const char *v);
 
-/* samehost.c: copies into same-host peers' host regions */
-/* HOST_FD from a peer mover: the region's memfd and our fence in fds
- * (borrowed: the caller sends them); -errno with why. Main thread. */
-int mv_host_fd_serve(struct mover *mv, struct mv_client *cl, const struct mv_host_fd_req *req,
-                     struct mv_host_fd_rep *rep, int fds[2], char *why, size_t whylen);
-/* Before r is overlaid: no peer shard copies into it once this returns. */
-void mv_host_revoke(struct mover *mv, struct mv_region *r);
-/* Maps p's region b for imp when it is host memory on this host; a refused
- * fd is logged once and leaves imp on the fabric. Main thread. */
-void mv_host_import_open(struct mover *mv, struct mv_import *imp, struct mv_peer *p,
-                         const struct mv_region_blob *b);
-void mv_host_import_close(struct mover *mv, struct mv_import *imp);
-void mv_host_reap(struct mover *mv, int all);
-
 /* Main-thread epoll tags besides client slots: | a peer index. */
-#define MV_TAG_PEER 0x02000000u
+#define MV_TAG_PEER   0x02000000u
+#define MV_TAG_FENCE  0x04000000u /* | a fence peer's index: its process exited */
+#define MV_TAG_HOSTFD 0xffffff10u /* a HOST_FD answer came (any request in flight) */
 
 /* liveness.c */
 int mv_peer_watch(struct mover *mv, struct mv_peer *p, char *why, size_t whylen);

@@ -66,8 +66,10 @@ void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 	}
 	/* Host memory into a same-host peer's host region the peer handed us:
 	 * the shard copies it there itself (samehost.c); an op's remote
-	 * address is then our mapping's. */
-	struct mv_host_remote *hr = !src->is_gpu ? dst->host : NULL;
+	 * address is then our mapping's. A9 pairs with R9 in samehost.c:
+	 * the mapping may come after the import. */
+	struct mv_host_remote *hr =
+	    !src->is_gpu ? atomic_load_explicit(&dst->host, memory_order_acquire) : NULL;
 	if (hr)
 		path = MV_PATH_SAMEHOST;
 	while (off < d->len) {
