@@ -41,7 +41,11 @@
 #define MV_CLIENT_MAX_IMPORTS 4096u
 #define MV_CLIENT_MAX_PEERS   1024u
 #define MV_MAX_PEERS          4096u
-#define MV_IOV_MAX            4u
+/* iovs one fabric write carries at most (shm and tcp here offer 4) */
+#define MV_FAB_IOV_MAX 4u
+/* iovs one op holds: a same-host copy, which no provider limits, merges up
+ * to this many writes, so that a batch of small writes is a few ops */
+#define MV_IOV_MAX 16u
 #define MV_SUB_CAPACITY       8192u
 #define MV_COMP_CAPACITY      4096u
 #define MV_MAX_BATCHES        1024u
@@ -82,7 +86,7 @@ struct mv_fabric {
 	int cq_fd;                /* wait fd of the CQ, or -1 when the provider has none */
 	int virt_addr;            /* FI_MR_VIRT_ADDR: remote addresses are virtual */
 	uint64_t dc_flag;         /* FI_DELIVERY_COMPLETE where the provider honours it, else 0 */
-	size_t iov_limit;         /* min(iov_limit, rma_iov_limit, MV_IOV_MAX) */
+	size_t iov_limit;         /* min(iov_limit, rma_iov_limit, MV_FAB_IOV_MAX) */
 	size_t tx_size;
 	size_t key_size;
 	uint8_t addr[MV_MAX_ADDRLEN];
