@@ -251,7 +251,9 @@ void mv_host_fence_exited(struct mover *mv, uint32_t index)
 {
 	struct mv_fence_peer *fp = index < MV_FENCE_PEERS ? mv->fence_peers[index] : NULL;
 
-	if (!fp)
+	/* An event of this index's previous holder, freed and the index
+	 * given again within one epoll batch, must not end a live peer. */
+	if (!fp || !fence_dead(fp))
 		return;
 	mv_log("same-host peer mover %016llx (pid %d) exited: its fence segment is reclaimed",
 	       (unsigned long long)fp->mover_id, (int)fp->pid);
