@@ -45,13 +45,13 @@
 #define MV_FAB_IOV_MAX 4u
 /* iovs one op holds: a same-host copy, which no provider limits, merges up
  * to this many writes, so that a batch of small writes is a few ops */
-#define MV_IOV_MAX 16u
-#define MV_SUB_CAPACITY       8192u
-#define MV_COMP_CAPACITY      4096u
-#define MV_MAX_BATCHES        1024u
-#define MV_OPS_PER_SHARD      4096u
-#define MV_CHUNK              (4u << 20)   /* bytes one fabric write carries at most */
-#define MV_MAX_WRITE          (1ull << 30) /* bytes one WRITE descriptor carries at most */
+#define MV_IOV_MAX       16u
+#define MV_SUB_CAPACITY  8192u
+#define MV_COMP_CAPACITY 4096u
+#define MV_MAX_BATCHES   1024u
+#define MV_OPS_PER_SHARD 4096u
+#define MV_CHUNK         (4u << 20)   /* bytes one fabric write carries at most */
+#define MV_MAX_WRITE     (1ull << 30) /* bytes one WRITE descriptor carries at most */
 /* A checked WRITE always fits an idle shard's op pool, so none waits for ever. */
 static_assert(MV_MAX_WRITE / MV_CHUNK + 1 + MV_IOV_MAX < MV_OPS_PER_SHARD, "a WRITE fits the pool");
 /*
@@ -163,6 +163,7 @@ struct mv_peer {
 	int wake_fd[MV_MAX_SHARDS]; /* and their FIFOs */
 	struct mv_addr_blob blob;
 	struct mv_fence *fence; /* its fence segment, once it handed us a memfd */
+	int host_told;          /* logged why its host regions are not copied into */
 	/* Per local shard, written by that shard once (PEER_ADD) and read on
 	 * every post. Nothing here is written per op: shards would share it. */
 	fi_addr_t fiaddr[MV_MAX_SHARDS];

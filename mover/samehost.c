@@ -362,11 +362,23 @@ void mv_host_import_open(struct mover *mv, struct mv_import *imp, struct mv_peer
 	char why[MV_ERRLEN];
 	int ret;
 
-	/* Same host and pid namespace only (p->pid), host memory its mover
-	 * shares, and not switched off. */
-	if (mv->cfg.no_host_copy || !p->pid || !(b->flags & MV_BLOB_HOST_FD) ||
-	    (b->flags & MV_BLOB_GPU) || b->mover_id == mv->mover_id)
+	/* Host memory of another mover of this host, and not switched off. */
+	if (mv->cfg.no_host_copy || (b->flags & MV_BLOB_GPU) || b->mover_id == mv->mover_id ||
+	    memcmp(b->host, mv->host_id, sizeof(b->host)))
 		return;
+	/* Same host, yet no copies: said once per peer mover, never silent. */
+	if (!p->pid || !(b->flags & MV_BLOB_HOST_FD)) {
+		if (!p->host_told++)
+			mv_log(
+			    "peer mover %016llx is on this host, but %s: its regions are written "
+			    "through the fabric",
+			    (unsigned long long)b->mover_id,
+			    !p->pid ? "not in this pid namespace (or its pidfd could not be "
+			              "opened), and same-host copies need its process"
+			            : "it hands out no memfd for its host regions (MV_BLOB_HOST_FD "
+			              "unset)");
+		return;
+	}
 	/* One mapping per peer region, shared by every import of it. */
 	for (struct mv_host_remote *h = mv->host_remote; h; h = h->next)
 		if (h->mover_id == b->mover_id && h->region == b->region) {

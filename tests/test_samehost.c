@@ -498,6 +498,62 @@ START_TEST(test_import_from_a_stopped_owner_goes_on_and_switches_to_copies)
 }
 END_TEST
 
+/*
+ * A peer mover on this host but in a pid namespace of its own (a
+ * container): its pid means nothing here, so no copies; its regions are
+ * written through the fabric, and the log says why, once for the peer.
+ */
+START_TEST(test_peer_in_another_pid_namespace_is_written_through_the_fabric_with_why)
+{
+	const char *bdir = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
+	const size_t n = 1u << 20;
+	char bin[256];
+	struct mvc_mem d2;
+	struct pair p;
+
+	if (system("unshare --pid --fork true 2>/dev/null") != 0) {
+		printf("skipped: no rights to make a pid namespace (unshare --pid)\n");
+		return;
+	}
+	prov = "tcp";
+	mover_start(&A, "a", 1);
+	snprintf(B.sock, sizeof(B.sock), "/tmp/mvt.%d.b.sock", getpid());
+	snprintf(B.log, sizeof(B.log), "/tmp/mvt.%d.b.log", getpid());
+	snprintf(bin, sizeof(bin), "%s/bin/mover", bdir);
+	const char *argv[] = {"/usr/bin/unshare",
+	                      "--pid",
+	                      "--fork",
+	                      "--kill-child=SIGTERM",
+	                      bin,
+	                      "--provider",
+	                      "tcp",
+	                      "--iface",
+	                      "lo",
+	                      "--shards",
+	                      "1",
+	                      "--op-timeout",
+	                      "3",
+	                      "--socket",
+	                      B.sock,
+	                      "--no-config",
+	                      NULL};
+	mover_spawn(&B, argv);
+	mover_listening(&B, "b", 30);
+	pair_open(&p, n, n);
+	contiguous_round(&p, n, 61, 1);
+	ck_assert_int_eq(mvc_alloc(p.b, n, &d2), 0);
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+	uint32_t imp2;
+	ck_assert_int_eq(mvc_region_blob(p.b, d2.region, blob, &len), 0);
+	ck_assert_msg(mvc_import(p.a, p.peer, blob, len, &imp2) == 0, "%s", mvc_error(p.a));
+	ck_assert_uint_eq(stat_sum(&A, "\"samehost_bytes\""), 0);
+	ck_assert_uint_eq(stat_sum(&A, "\"host_bytes\""), n);
+	ck_assert_int_eq(log_grep(&A, "not in this pid namespace", NULL, 0), 1);
+	pair_close(&p);
+}
+END_TEST
+
 static TCase *copies(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -524,6 +580,12 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup_shm_fabric, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_no_host_copy_keeps_writes_on_the_fabric);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("pidns");
+	tcase_add_checked_fixture(tc, NULL, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc,
+	               test_peer_in_another_pid_namespace_is_written_through_the_fabric_with_why);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("fence");
 	tcase_add_checked_fixture(tc, NULL, teardown);
