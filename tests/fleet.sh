@@ -28,7 +28,8 @@ tag=${MV_TAG:-$$}
 tag=${tag:0:6}
 pre=h18f$tag
 nse=${pre}e
-net=10.118.$((tag % 200 + 20))
+# The subnet from the tag, which may be a word (MV_TAG=name), not only a pid.
+net=10.118.$(($(printf '%s' "$tag" | cksum | cut -d' ' -f1) % 200 + 20))
 etcd_url=http://$net.254:2379
 
 skip() {
