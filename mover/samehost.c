@@ -187,8 +187,8 @@ static int fence_map(struct mv_peer *p, int fd, char *why, size_t whylen)
 	return 0;
 }
 
-/* Reads the answer (n bytes in, fds taken), checks it against the blob
- * and the peer, and maps the region into hr. */
+/* Reads hf's answer if it came (1 if not yet), checks it against the blob
+ * and the peer, and maps the region into hr; -errno with why. */
 static int fetch_open(struct mover *mv, struct mv_host_fetch *hf, struct mv_host_remote *hr,
                       char *why, size_t whylen)
 {
