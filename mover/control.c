@@ -402,6 +402,9 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 		ret = mv_import_add(mv, cl, req.peer, &req.blob, blen, &rep.id, why, whylen);
 		if (ret)
 			return ret;
+		/* A same-host peer's memfd on its way: answered when it came. */
+		if (mv_host_import_park(mv, cl, m->h.seq, rep.id))
+			return 1;
 		return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
 	}
 	case MV_MSG_PUBLISH:
@@ -680,6 +683,10 @@ int mv_control_run(struct mover *mv)
 				mv_peer_cut_check(mv);
 			} else if (tag == TAG_CLUSTER) {
 				mv_names_events(mv);
+			} else if (tag == MV_TAG_HOSTFD) {
+				mv_host_fetch_events(mv);
+			} else if (tag & MV_TAG_FENCE) {
+				mv_host_fence_exited(mv, tag & ~MV_TAG_FENCE);
 			} else if (tag & MV_TAG_PEER) {
 				struct mv_peer *p = mv->peers[(tag & ~MV_TAG_PEER) % MV_MAX_PEERS];
 				if (p)
@@ -700,6 +707,8 @@ int mv_control_run(struct mover *mv)
 		}
 		reap_clients(mv);
 		mv_names_tick(mv);
+		mv_host_fetch_tick(mv);
+		mv_host_fence_tick(mv);
 		mv_region_reap(mv, 0);
 		mv_shm_locks_check(mv, 0);
 		uint32_t ncl = 0;

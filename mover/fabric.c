@@ -217,8 +217,8 @@ int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int
 	f->iov_limit = info->tx_attr->iov_limit;
 	if (info->tx_attr->rma_iov_limit < f->iov_limit)
 		f->iov_limit = info->tx_attr->rma_iov_limit;
-	if (f->iov_limit > MV_IOV_MAX)
-		f->iov_limit = MV_IOV_MAX;
+	if (f->iov_limit > MV_FAB_IOV_MAX)
+		f->iov_limit = MV_FAB_IOV_MAX;
 	if (f->iov_limit == 0)
 		f->iov_limit = 1;
 	/* shm 1.17 never completes writes sent FI_DELIVERY_COMPLETE (its

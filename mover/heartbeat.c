@@ -384,6 +384,8 @@ void mv_peer_cut_check(struct mover *mv)
 		mv_peer_unwatch(mv, p); /* its exit is not ours to handle now */
 		mv_warn("peer mover %016llx sent garbage and is cut off: %s",
 		        (unsigned long long)p->mover_id, p->cut_why);
+		/* And it copies into none of our regions from now. */
+		mv_host_fence_cut(mv, p->mover_id, "sent garbage");
 		/* R1 again, as for an exit: shards fail its posted writes now. */
 		atomic_store_explicit(&p->gone, MV_PEER_CUT, memory_order_relaxed);
 		atomic_fetch_add_explicit(&mv->peer_deaths, 1, memory_order_release);

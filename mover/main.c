@@ -253,12 +253,7 @@ int main(int argc, char **argv)
 		}
 	}
 	mv_region_reap(mv, 1);
-	while (mv->host_remote) {
-		struct mv_import imp = {.host = mv->host_remote};
-		mv->host_remote->refs = 1;
-		mv_host_import_close(mv, &imp);
-	}
-	mv_host_reap(mv, 1);
+	mv_host_close_all(mv);
 	for (uint32_t i = 0; i < MV_MAX_PEERS; i++) {
 		if (mv->peers[i] && mv->peers[i]->pidfd >= 0)
 			close(mv->peers[i]->pidfd);

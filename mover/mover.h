@@ -41,13 +41,17 @@
 #define MV_CLIENT_MAX_IMPORTS 4096u
 #define MV_CLIENT_MAX_PEERS   1024u
 #define MV_MAX_PEERS          4096u
-#define MV_IOV_MAX            4u
-#define MV_SUB_CAPACITY       8192u
-#define MV_COMP_CAPACITY      4096u
-#define MV_MAX_BATCHES        1024u
-#define MV_OPS_PER_SHARD      4096u
-#define MV_CHUNK              (4u << 20)   /* bytes one fabric write carries at most */
-#define MV_MAX_WRITE          (1ull << 30) /* bytes one WRITE descriptor carries at most */
+/* iovs one fabric write carries at most (shm and tcp here offer 4) */
+#define MV_FAB_IOV_MAX 4u
+/* iovs one op holds: a same-host copy, which no provider limits, merges up
+ * to this many writes, so that a batch of small writes is a few ops */
+#define MV_IOV_MAX       16u
+#define MV_SUB_CAPACITY  8192u
+#define MV_COMP_CAPACITY 4096u
+#define MV_MAX_BATCHES   1024u
+#define MV_OPS_PER_SHARD 4096u
+#define MV_CHUNK         (4u << 20)   /* bytes one fabric write carries at most */
+#define MV_MAX_WRITE     (1ull << 30) /* bytes one WRITE descriptor carries at most */
 /* A checked WRITE always fits an idle shard's op pool, so none waits for ever. */
 static_assert(MV_MAX_WRITE / MV_CHUNK + 1 + MV_IOV_MAX < MV_OPS_PER_SHARD, "a WRITE fits the pool");
 /*
@@ -68,6 +72,7 @@ static_assert(MV_MAX_WRITE / MV_CHUNK + 1 + MV_IOV_MAX < MV_OPS_PER_SHARD, "a WR
 /* log.c: mv_log (info), mv_dbg, mv_warn, mv_error, mv_log_client */
 
 #include "gpu.h"
+#include "samehost.h"
 
 /* One shard's fabric objects: fabric.c. */
 struct mv_fabric {
@@ -81,36 +86,13 @@ struct mv_fabric {
 	int cq_fd;                /* wait fd of the CQ, or -1 when the provider has none */
 	int virt_addr;            /* FI_MR_VIRT_ADDR: remote addresses are virtual */
 	uint64_t dc_flag;         /* FI_DELIVERY_COMPLETE where the provider honours it, else 0 */
-	size_t iov_limit;         /* min(iov_limit, rma_iov_limit, MV_IOV_MAX) */
+	size_t iov_limit;         /* min(iov_limit, rma_iov_limit, MV_FAB_IOV_MAX) */
 	size_t tx_size;
 	size_t key_size;
 	uint8_t addr[MV_MAX_ADDRLEN];
 	size_t addrlen;
 	char prov[32];
 	char iface[64];
-};
-
-/* A same-host peer's host region, its memfd mapped here: shards copy into
- * it (samehost.c). Freed only after the quarantine of a dropped import. */
-struct mv_fence;
-struct mv_host_remote {
-	struct mv_host_remote *next; /* live list, then the quarantine */
-	uint64_t mover_id;
-	uint32_t region;
-	int refs;
-	uint8_t *map;
-	size_t map_len;
-	uint8_t *base; /* the region's first byte, in our mapping */
-	uint64_t len;
-	struct mv_fence *fence; /* its owner's (samehost_layout.h) */
-	uint32_t slot;          /* our shard k's busy word there: slot + k */
-	int64_t expires;
-};
-
-/* The fence slots this mover gave a peer mover (samehost.c). */
-struct mv_fence_peer {
-	uint64_t mover_id;
-	uint32_t slot, n;
 };
 
 /* Bytes from which a same-host copy uses non-temporal stores where the L3's
@@ -186,6 +168,7 @@ struct mv_peer {
 	int wake_fd[MV_MAX_SHARDS]; /* and their FIFOs */
 	struct mv_addr_blob blob;
 	struct mv_fence *fence; /* its fence segment, once it handed us a memfd */
+	int host_told;          /* logged why its host regions are not copied into */
 	/* Per local shard, written by that shard once (PEER_ADD) and read on
 	 * every post. Nothing here is written per op: shards would share it. */
 	fi_addr_t fiaddr[MV_MAX_SHARDS];
@@ -209,7 +192,10 @@ struct mv_import {
 	uint32_t flags;               /* MV_BLOB_* of the peer's region */
 	struct mv_gpu_remote *remote; /* same-host GPU region, opened here (path 2) */
 	_Atomic uint32_t told;        /* bit per source kind: its GPU path was logged */
-	struct mv_host_remote *host;  /* same-host host region, mapped here (samehost.c) */
+	/* Same-host host region, mapped here (samehost.c), or NULL: the fabric.
+	 * Set by the main thread when the peer's memfd arrives, which may be
+	 * after the import was published; R9 pairs with A9 in take.c. */
+	_Atomic(struct mv_host_remote *) host;
 	uint64_t len;
 	uint64_t addr[MV_MAX_SHARDS];
 	uint64_t key[MV_MAX_SHARDS];
@@ -534,13 +520,12 @@ struct mover {
 	char prov[32];
 	struct mv_cluster *cluster; /* --etcd: membership and names (cluster.c), or NULL */
 	struct mv_names *names;     /* the main thread's side of them (names.c) */
-	/* The same-host path (samehost.c, main thread): our fence segment and
-	 * the peers given slots in it; peers' regions mapped here. */
-	struct mv_fence *fence;
-	int fence_fd;
-	struct mv_fence_peer fence_peers[64];
-	uint32_t nfence_peers, fence_next;
+	/* The same-host path (main thread): the peers copying into our regions,
+	 * each with its fence segment (samehost_owner.c); peers' regions mapped
+	 * here and the HOST_FD requests in flight (samehost.c). */
+	struct mv_fence_peer *fence_peers[MV_FENCE_PEERS];
 	struct mv_host_remote *host_remote, *host_dead;
+	struct mv_host_fetch *host_fetch;
 };
 
 /* fabric.c */
@@ -591,22 +576,10 @@ void mv_gpu_path_tell(struct mv_shard *s, const struct mv_region *src, struct mv
                       uint8_t path, const struct mv_gpu_choice *c);
 int mv_gpu_path_parse(const char *v);
 
-/* samehost.c: copies into same-host peers' host regions */
-/* HOST_FD from a peer mover: the region's memfd and our fence in fds
- * (borrowed: the caller sends them); -errno with why. Main thread. */
-int mv_host_fd_serve(struct mover *mv, struct mv_client *cl, const struct mv_host_fd_req *req,
-                     struct mv_host_fd_rep *rep, int fds[2], char *why, size_t whylen);
-/* Before r is overlaid: no peer shard copies into it once this returns. */
-void mv_host_revoke(struct mover *mv, struct mv_region *r);
-/* Maps p's region b for imp when it is host memory on this host; a refused
- * fd is logged once and leaves imp on the fabric. Main thread. */
-void mv_host_import_open(struct mover *mv, struct mv_import *imp, struct mv_peer *p,
-                         const struct mv_region_blob *b);
-void mv_host_import_close(struct mover *mv, struct mv_import *imp);
-void mv_host_reap(struct mover *mv, int all);
-
 /* Main-thread epoll tags besides client slots: | a peer index. */
-#define MV_TAG_PEER 0x02000000u
+#define MV_TAG_PEER   0x02000000u
+#define MV_TAG_FENCE  0x04000000u /* | a fence peer's index: its process exited */
+#define MV_TAG_HOSTFD 0xffffff10u /* a HOST_FD answer came (any request in flight) */
 
 /* liveness.c */
 int mv_peer_watch(struct mover *mv, struct mv_peer *p, char *why, size_t whylen);

@@ -66,8 +66,14 @@ void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 	}
 	/* Host memory into a same-host peer's host region the peer handed us:
 	 * the shard copies it there itself (samehost.c); an op's remote
-	 * address is then our mapping's. */
-	struct mv_host_remote *hr = !src->is_gpu ? dst->host : NULL;
+	 * address is then our mapping's. A9 pairs with R9 in samehost.c:
+	 * the mapping may come after the import. */
+	struct mv_host_remote *hr =
+	    !src->is_gpu ? atomic_load_explicit(&dst->host, memory_order_acquire) : NULL;
+	/* A copy is bounded by no provider: up to MV_IOV_MAX writes merge
+	 * into one op, whose per-op costs (the fence words, the bookkeeping)
+	 * a batch of 64 KiB writes then pays per MiB, not per 256 KiB. */
+	uint32_t iov_max = hr ? MV_IOV_MAX : (uint32_t)s->fab.iov_limit;
 	if (hr)
 		path = MV_PATH_SAMEHOST;
 	while (off < d->len) {
@@ -94,7 +100,7 @@ void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 				off += n;
 				continue;
 			}
-			if (tail->niov < s->fab.iov_limit) {
+			if (tail->niov < iov_max) {
 				tail->iov[tail->niov] = (struct iovec){la, n};
 				tail->desc[tail->niov] = src->desc[s->id];
 				tail->riov[tail->niov] =

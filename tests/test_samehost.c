@@ -11,6 +11,9 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,6 +280,280 @@ START_TEST(test_mismatched_fd_is_refused_and_writes_go_by_fabric)
 }
 END_TEST
 
+/* ---- fence segments: one per copying peer mover, reclaimed when it goes ---- */
+
+/*
+ * The copier restarts more times than the owner serves copying peers at
+ * once (MV_FENCE_PEERS): each restart is an exit the owner reclaims the
+ * old segment on, so every incarnation still copies. Alternately killed
+ * and stopped with SIGTERM.
+ */
+START_TEST(test_copier_restarts_beyond_the_fence_peers_still_copy)
+{
+	const int rounds = 70; /* > MV_FENCE_PEERS (64) */
+	const size_t n = 64u << 10;
+	struct mvc *b;
+	struct mvc_mem dst;
+	uint8_t addr[MVC_BLOB_MAX], rblob[MVC_BLOB_MAX];
+	size_t alen = sizeof(addr), rlen = sizeof(rblob);
+
+	prov = "tcp";
+	mover_start(&B, "b", 1);
+	ck_assert_int_eq(mvc_connect(&b, B.sock), 0);
+	ck_assert_int_eq(mvc_alloc(b, n, &dst), 0);
+	ck_assert_int_eq(mvc_address(b, addr, &alen), 0);
+	ck_assert_int_eq(mvc_region_blob(b, dst.region, rblob, &rlen), 0);
+	for (int r = 0; r < rounds; r++) {
+		struct mvc *a;
+		struct mvc_mem src;
+		uint32_t peer, imp;
+
+		mover_start(&A, "a", 1);
+		ck_assert_int_eq(mvc_connect(&a, A.sock), 0);
+		ck_assert_int_eq(mvc_alloc(a, n, &src), 0);
+		ck_assert_msg(mvc_peer_add(a, addr, alen, &peer) == 0, "%s", mvc_error(a));
+		ck_assert_msg(mvc_import(a, peer, rblob, rlen, &imp) == 0, "%s", mvc_error(a));
+		fill(src.addr, n, 300 + (uint64_t)r);
+		ck_assert_int_eq(mvc_write(a, src.region, 0, imp, 0, n), 0);
+		landed(a, imp, b, 1 + (uint64_t)r);
+		ck_assert_msg(!memcmp(src.addr, dst.addr, n), "round %d: bytes differ", r);
+		ck_assert_msg(log_grep(&A, "refused", NULL, 0) == 0, "round %d: see %s", r, A.log);
+		if (r == rounds - 1) /* the last incarnation copied, not the fabric */
+			ck_assert_uint_eq(stat_sum(&A, "\"samehost_bytes\""), n);
+		mvc_disconnect(a);
+		if (r % 2) {
+			ck_assert_int_eq(mover_stop(&A), 0);
+		} else {
+			kill(A.pid, SIGKILL);
+			waitpid(A.pid, NULL, 0);
+			A.pid = 0;
+		}
+	}
+	/* The owner reclaimed a segment per exit it has seen (the last one
+	 * may not be seen yet). */
+	for (double t0 = now_s(); now_s() - t0 < 5;) {
+		if (log_grep(&B, "its fence segment is reclaimed", NULL, 0) >= rounds)
+			break;
+		usleep(20000);
+	}
+	ck_assert_int_eq(log_grep(&B, "its fence segment is reclaimed", NULL, 0), rounds);
+	ck_assert_int_eq(log_grep(&B, "the most it serves", NULL, 0), 0);
+	mvc_disconnect(b);
+}
+END_TEST
+
+/* ---- HOST_FD without blocking: the control loop keeps serving ---- */
+
+struct importer {
+	struct mvc *c;
+	uint32_t peer, imp;
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len;
+	int ret;
+	double took;
+	_Atomic int done;
+};
+
+static void *import_thread(void *arg)
+{
+	struct importer *im = arg;
+	double t0 = now_s();
+
+	im->ret = mvc_import(im->c, im->peer, im->blob, im->len, &im->imp);
+	im->took = now_s() - t0;
+	atomic_store(&im->done, 1);
+	return NULL;
+}
+
+/* A client of mover m with a region of n bytes, peer of mover o's client. */
+static void side_open(struct mvc **c, struct mvc_mem *mem, struct mvproc *m, size_t n)
+{
+	ck_assert_int_eq(mvc_connect(c, m->sock), 0);
+	ck_assert_int_eq(mvc_alloc(*c, n, mem), 0);
+}
+
+static void importer_for(struct importer *im, struct mvc *c, struct mvc *owner,
+                         const struct mvc_mem *mem)
+{
+	uint8_t addr[MVC_BLOB_MAX];
+	size_t alen = sizeof(addr);
+
+	memset(im, 0, sizeof(*im));
+	im->c = c;
+	im->len = sizeof(im->blob);
+	ck_assert_int_eq(mvc_address(owner, addr, &alen), 0);
+	ck_assert_msg(mvc_peer_add(c, addr, alen, &im->peer) == 0, "%s", mvc_error(c));
+	ck_assert_int_eq(mvc_region_blob(owner, mem->region, im->blob, &im->len), 0);
+}
+
+/*
+ * Two movers whose clients import each other's regions at the same moment:
+ * both movers are stopped while the two IMPORTs are sent, and continued
+ * together, so each reads its client's IMPORT and asks the other for the
+ * memfd at once. Each control loop answers the other's HOST_FD while its
+ * own waits: both imports succeed and both directions copy. (A mover that
+ * waited for its answer on the main thread made each wait for the other
+ * until its time ran out, and both wrote through the fabric.)
+ */
+START_TEST(test_movers_importing_each_other_at_once_both_copy)
+{
+	const size_t n = 1u << 20;
+	struct mvc *a, *b;
+	struct mvc_mem ma, mb;
+	struct importer ia, ib;
+	pthread_t ta, tb;
+
+	side_open(&a, &ma, &A, n);
+	side_open(&b, &mb, &B, n);
+	importer_for(&ia, a, b, &mb);
+	importer_for(&ib, b, a, &ma);
+	kill(A.pid, SIGSTOP);
+	kill(B.pid, SIGSTOP);
+	ck_assert_int_eq(pthread_create(&ta, NULL, import_thread, &ia), 0);
+	ck_assert_int_eq(pthread_create(&tb, NULL, import_thread, &ib), 0);
+	usleep(100000); /* both IMPORTs wait in the movers' sockets */
+	kill(A.pid, SIGCONT);
+	kill(B.pid, SIGCONT);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	ck_assert_msg(ia.ret == 0, "A's import: %s", mvc_error(a));
+	ck_assert_msg(ib.ret == 0, "B's import: %s", mvc_error(b));
+	ck_assert_int_eq(log_grep(&A, "refused", NULL, 0) + log_grep(&B, "refused", NULL, 0), 0);
+	ck_assert_int_eq(log_grep(&A, "no HOST_FD answer", NULL, 0) +
+	                     log_grep(&B, "no HOST_FD answer", NULL, 0),
+	                 0);
+	fill(ma.addr, n, 71);
+	fill(mb.addr, n, 72);
+	/* Both ways at once, each checked. */
+	ck_assert_int_eq(mvc_write(a, ma.region, 0, ia.imp, 0, n / 2), 0);
+	ck_assert_int_eq(mvc_write(b, mb.region, n / 2, ib.imp, n / 2, n / 2), 0);
+	landed(a, ia.imp, b, 1);
+	landed(b, ib.imp, a, 2);
+	ck_assert(!memcmp(ma.addr, mb.addr, n / 2));
+	ck_assert(!memcmp((uint8_t *)ma.addr + n / 2, (uint8_t *)mb.addr + n / 2, n / 2));
+	ck_assert_uint_eq(stat_sum(&A, "\"samehost_bytes\""), n / 2);
+	ck_assert_uint_eq(stat_sum(&B, "\"samehost_bytes\""), n / 2);
+	ck_assert_uint_eq(stat_sum(&A, "\"host_bytes\"") + stat_sum(&B, "\"host_bytes\""), 0);
+	mvc_disconnect(a);
+	mvc_disconnect(b);
+}
+END_TEST
+
+/*
+ * The owner is stopped when a client imports its region: the importing
+ * mover's control loop serves another client meanwhile, the IMPORT is
+ * answered after MV_HOST_PARK_MS on the fabric (its writes land), and once
+ * the owner answers, the import switches to copies.
+ */
+START_TEST(test_import_from_a_stopped_owner_goes_on_and_switches_to_copies)
+{
+	const size_t n = 1u << 20;
+	struct mvc *a, *b, *other;
+	struct mvc_mem ma, mb, om;
+	struct importer ia;
+	pthread_t ta;
+
+	side_open(&a, &ma, &A, n);
+	side_open(&b, &mb, &B, n);
+	ck_assert_int_eq(mvc_connect(&other, A.sock), 0);
+	importer_for(&ia, a, b, &mb);
+	kill(B.pid, SIGSTOP);
+	ck_assert_int_eq(pthread_create(&ta, NULL, import_thread, &ia), 0);
+	usleep(100000);
+	/* A's control loop is not held by the import that waits. */
+	ck_assert_msg(mvc_alloc(other, 4096, &om) == 0, "%s", mvc_error(other));
+	ck_assert_msg(!atomic_load(&ia.done), "the import returned before B answered");
+	pthread_join(ta, NULL);
+	ck_assert_msg(ia.ret == 0, "import: %s", mvc_error(a));
+	ck_assert_int_eq(log_grep(&A, "no HOST_FD answer in", NULL, 0), 1);
+	/* The fabric, while B sleeps: the write waits for it. */
+	fill(ma.addr, n, 81);
+	ck_assert_int_eq(mvc_write(a, ma.region, 0, ia.imp, 0, n), 0);
+	uint64_t descs = stat_sum(&A, "\"descs\"");
+	ck_assert_int_eq(mvc_submit(a, 1), 0);
+	/* Taken (its path chosen) before B runs again. */
+	for (double t0 = now_s(); now_s() - t0 < 10 && stat_sum(&A, "\"descs\"") == descs;)
+		usleep(10000);
+	kill(B.pid, SIGCONT);
+	struct mvc_event e = wait_batch(a, 1, 20);
+	ck_assert_msg(e.status == 0, "%s", e.msg);
+	ck_assert_uint_eq(stat_sum(&A, "\"host_bytes\""), n);
+	/* B answers once it runs: later writes are copies. */
+	for (double t0 = now_s(); now_s() - t0 < 5 && !stat_sum(&A, "\"samehost_bytes\"");) {
+		ck_assert_int_eq(mvc_write(a, ma.region, 0, ia.imp, 0, 4096), 0);
+		submit_ok(a, 2);
+		usleep(20000);
+	}
+	fill(ma.addr, n, 82);
+	uint64_t copied = stat_sum(&A, "\"samehost_bytes\"");
+	ck_assert_msg(copied > 0, "no copy after B answered; see %s", A.log);
+	ck_assert_int_eq(mvc_write(a, ma.region, 0, ia.imp, 0, n), 0);
+	landed(a, ia.imp, b, 3);
+	ck_assert(!memcmp(ma.addr, mb.addr, n));
+	ck_assert_uint_eq(stat_sum(&A, "\"samehost_bytes\"") - copied, n);
+	ck_assert_int_eq(log_grep(&A, "refused", NULL, 0), 0);
+	mvc_disconnect(other);
+	mvc_disconnect(a);
+	mvc_disconnect(b);
+}
+END_TEST
+
+/*
+ * A peer mover on this host but in a pid namespace of its own (a
+ * container): its pid means nothing here, so no copies; its regions are
+ * written through the fabric, and the log says why, once for the peer.
+ */
+START_TEST(test_peer_in_another_pid_namespace_is_written_through_the_fabric_with_why)
+{
+	const char *bdir = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
+	const size_t n = 1u << 20;
+	char bin[256];
+	struct mvc_mem d2;
+	struct pair p;
+
+	if (system("unshare --pid --fork true 2>/dev/null") != 0) {
+		printf("skipped: no rights to make a pid namespace (unshare --pid)\n");
+		return;
+	}
+	prov = "tcp";
+	mover_start(&A, "a", 1);
+	snprintf(B.sock, sizeof(B.sock), "/tmp/mvt.%d.b.sock", getpid());
+	snprintf(B.log, sizeof(B.log), "/tmp/mvt.%d.b.log", getpid());
+	snprintf(bin, sizeof(bin), "%s/bin/mover", bdir);
+	const char *argv[] = {"/usr/bin/unshare",
+	                      "--pid",
+	                      "--fork",
+	                      "--kill-child=SIGTERM",
+	                      bin,
+	                      "--provider",
+	                      "tcp",
+	                      "--iface",
+	                      "lo",
+	                      "--shards",
+	                      "1",
+	                      "--op-timeout",
+	                      "3",
+	                      "--socket",
+	                      B.sock,
+	                      "--no-config",
+	                      NULL};
+	mover_spawn(&B, argv);
+	mover_listening(&B, "b", 30);
+	pair_open(&p, n, n);
+	contiguous_round(&p, n, 61, 1);
+	ck_assert_int_eq(mvc_alloc(p.b, n, &d2), 0);
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+	uint32_t imp2;
+	ck_assert_int_eq(mvc_region_blob(p.b, d2.region, blob, &len), 0);
+	ck_assert_msg(mvc_import(p.a, p.peer, blob, len, &imp2) == 0, "%s", mvc_error(p.a));
+	ck_assert_uint_eq(stat_sum(&A, "\"samehost_bytes\""), 0);
+	ck_assert_uint_eq(stat_sum(&A, "\"host_bytes\""), n);
+	ck_assert_int_eq(log_grep(&A, "not in this pid namespace", NULL, 0), 1);
+	pair_close(&p);
+}
+END_TEST
+
 static TCase *copies(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -288,6 +565,8 @@ static TCase *copies(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_freed_region_takes_no_more_copies);
 	tcase_add_test(tc, test_dead_peer_fails_copies_once_its_death_is_seen);
 	tcase_add_test(tc, test_mismatched_fd_is_refused_and_writes_go_by_fabric);
+	tcase_add_test(tc, test_movers_importing_each_other_at_once_both_copy);
+	tcase_add_test(tc, test_import_from_a_stopped_owner_goes_on_and_switches_to_copies);
 	return tc;
 }
 
@@ -301,6 +580,17 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup_shm_fabric, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_no_host_copy_keeps_writes_on_the_fabric);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("pidns");
+	tcase_add_checked_fixture(tc, NULL, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc,
+	               test_peer_in_another_pid_namespace_is_written_through_the_fabric_with_why);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("fence");
+	tcase_add_checked_fixture(tc, NULL, teardown);
+	tcase_set_timeout(tc, 240);
+	tcase_add_test(tc, test_copier_restarts_beyond_the_fence_peers_still_copy);
 	suite_add_tcase(s, tc);
 
 	SRunner *sr = srunner_create(s);
