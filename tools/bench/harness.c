@@ -486,7 +486,8 @@ int config_run(const struct opts *o, const char *bin, const char *prov, uint32_t
 		for (int k = 0; k < *nrows && backing != MVC_BACKING_4K; k++) {
 			const struct row *q = &rows[k];
 			if (!q->pages && !q->failed && q->size == SC_PAGE && q->shards == n &&
-			    q->backing == MVC_BACKING_4K && !strcmp(q->prov, prov) && q->m_med > 0) {
+			    q->backing == MVC_BACKING_4K && !strcmp(q->prov, prov) &&
+			    q->m_med > 0) {
 				r->vs_contig_4k = r->m_med / q->m_med;
 				r->d_vs_contig_4k = r->d_med / q->d_med;
 			}

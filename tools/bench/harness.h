@@ -358,7 +358,7 @@ struct row {
 	/* scattered on huge pages: over the 4 KiB row of the same provider
 	 * and shards on 4 KiB pages, where this run has one (else 0) */
 	double vs_contig_4k, d_vs_contig_4k;
-	int failed;         /* the row could not be measured: err says why */
+	int failed; /* the row could not be measured: err says why */
 	char err[200];
 };
 

@@ -48,7 +48,7 @@ struct lat {
 	struct pong dping;  /* the direct ping's endpoint (its thread is ours) */
 	uint64_t seq;
 	struct movers_stats ms; /* the movers' hop histograms */
-	struct mvc *stalled; /* a client of A that never polls (the stalled row) */
+	struct mvc *stalled;    /* a client of A that never polls (the stalled row) */
 	struct mvc_mem smem;
 	uint32_t sto;
 };
