@@ -29,7 +29,6 @@
 #include "mv_huge.h"
 
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +36,6 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -135,7 +133,6 @@ static int fetch_send(struct mover *mv, struct mv_host_fetch *hf, char *why, siz
 static int check_file(int fd, uint64_t need, const char *what, char *why, size_t whylen)
 {
 	struct stat st;
-	struct statfs sf;
 	int seals;
 
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -147,10 +144,10 @@ static int check_file(int fd, uint64_t need, const char *what, char *why, size_t
 		         (long long)st.st_size, (unsigned long long)need);
 		return -ERANGE;
 	}
+	/* Sealed, as the owner demanded at registration (registry.c): a
+	 * file that could shrink under our mapping would fault a shard. */
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals >= 0 && (seals & F_SEAL_SHRINK))
-		return 0;
-	if (seals < 0 && fstatfs(fd, &sf) == 0 && sf.f_type == HUGETLBFS_MAGIC)
 		return 0;
 	snprintf(why, whylen, "%s is not sealed against shrinking (F_SEAL_SHRINK)", what);
 	return -EPERM;
@@ -270,6 +267,7 @@ static int fetch_open(struct mover *mv, struct mv_host_fetch *hf, struct mv_host
 	hr->slot = rep.slot;
 	hr->mover_id = b->mover_id;
 	hr->region = b->region;
+	hr->secret = b->secret;
 	return 0;
 
 err_close:
@@ -357,6 +355,15 @@ static int wait_add(struct mv_host_fetch *hf, struct mv_import *imp)
 	return 0;
 }
 
+static void blob_mismatch(const struct mv_region_blob *b)
+{
+	mv_logl(MV_LOG_WARN,
+	        "an import of region %u of mover %016llx shows another secret or length than "
+	        "the blob its owner answered for: no same-host copies for it, writing through "
+	        "the fabric",
+	        b->region, (unsigned long long)b->mover_id);
+}
+
 void mv_host_import_open(struct mover *mv, struct mv_import *imp, struct mv_peer *p,
                          const struct mv_region_blob *b)
 {
@@ -380,16 +387,29 @@ void mv_host_import_open(struct mover *mv, struct mv_import *imp, struct mv_peer
 			              "unset)");
 		return;
 	}
-	/* One mapping per peer region, shared by every import of it. */
+	/* One mapping per peer region, shared by every import of it whose
+	 * blob is the one its owner checked: the same secret and length. A
+	 * blob naming the region with another secret or length (forged, or
+	 * of a region since freed and its id reused) is not given the
+	 * mapping: its writes go through the fabric, where the owner's key
+	 * decides. */
 	for (struct mv_host_remote *h = mv->host_remote; h; h = h->next)
 		if (h->mover_id == b->mover_id && h->region == b->region) {
+			if (h->secret != b->secret || h->len != b->len) {
+				blob_mismatch(b);
+				return;
+			}
 			h->refs++;
 			atomic_store_explicit(&imp->host, h, memory_order_relaxed);
 			return;
 		}
-	/* And one request for it in flight. */
+	/* And one request for it in flight, on the same terms. */
 	for (struct mv_host_fetch *hf = mv->host_fetch; hf; hf = hf->next)
 		if (hf->b.mover_id == b->mover_id && hf->b.region == b->region) {
+			if (hf->b.secret != b->secret || hf->b.len != b->len) {
+				blob_mismatch(b);
+				return;
+			}
 			if (wait_add(hf, imp))
 				mv_logl(MV_LOG_WARN,
 				        "same-host copy into region %u of mover %016llx: no "

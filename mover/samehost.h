@@ -29,6 +29,7 @@ struct mv_host_remote {
 	struct mv_host_remote *next; /* live list, then the quarantine */
 	uint64_t mover_id;
 	uint32_t region;
+	uint64_t secret; /* the blob's, which its owner checked: later imports must show it */
 	int refs;
 	uint8_t *map;
 	size_t map_len;

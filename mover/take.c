@@ -70,6 +70,12 @@ void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 	 * the mapping may come after the import. */
 	struct mv_host_remote *hr =
 	    !src->is_gpu ? atomic_load_explicit(&dst->host, memory_order_acquire) : NULL;
+	/* The import's length was checked (validate.c) and equals the
+	 * mapping's (samehost.c); checked again here, since an op's address
+	 * is then ours: a write past the mapping goes to the fabric, whose
+	 * key bounds it at the owner. */
+	if (hr && (d->dst_off > hr->len || hr->len - d->dst_off < d->len))
+		hr = NULL;
 	/* A copy is bounded by no provider: up to MV_IOV_MAX writes merge
 	 * into one op, whose per-op costs (the fence words, the bookkeeping)
 	 * a batch of 64 KiB writes then pays per MiB, not per 256 KiB. */
