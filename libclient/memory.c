@@ -2,7 +2,7 @@
 /*
  * libclient's memory: regions the mover can reach. mvc_alloc makes a new
  * sealed memfd and zeroes its pages on several threads, mvc_register_fd
- * registers a range of the caller's memfd or hugetlbfs file,
+ * registers a range of the caller's sealed memfd (hugetlb ones too),
  * mvc_register_cuda CUDA device memory (an IPC handle or a VMM fd); each is
  * kept in rejoin.c's table, under the id the application holds, so that a
  * new mover can be given it again. mvc_free undoes any of them.
@@ -187,7 +187,9 @@ static int fresh_make(uint64_t len, uint32_t backing, struct fresh *f, const cha
 	memset(f, 0, sizeof(*f));
 	f->size = (len + unit - 1) & ~(unit - 1);
 	if (backing == MVC_BACKING_HUGETLB)
-		mfd |= MFD_HUGETLB; /* the default huge page size: 2 MiB where it matters */
+		/* 2 MiB pages, whatever the host's default size (a 1 GiB
+		 * default would refuse sizes rounded to 2 MiB). */
+		mfd |= MFD_HUGETLB | MFD_HUGE_2MB;
 	*what = "memfd_create";
 	f->fd = memfd_create("mvc-region", mfd);
 	if (f->fd < 0)

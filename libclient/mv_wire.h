@@ -141,7 +141,7 @@ struct mv_reg_req {
 	uint64_t len;
 	uint32_t flags; /* MV_REG_* */
 	uint32_t why;   /* on 4 KiB pages: enum mv_huge_why (mv_huge.h), for the log */
-	                /* fd: a memfd or hugetlbfs file */
+	                /* fd: a memfd sealed against shrinking */
 };
 /* The client mapped the memfd with MADV_HUGEPAGE (shmem THP): the mover's
  * mapping asks for huge pages too, 2 MiB-aligned. */

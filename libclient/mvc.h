@@ -187,8 +187,8 @@ const char *mvc_error(const struct mvc *c);
 int mvc_info(const struct mvc *c, struct mvc_info *info);
 
 /* Memory the mover can reach: a new sealed memfd mapping (mvc_alloc), or a
- * range of an existing memfd or hugetlbfs file (mvc_register_fd; fd is
- * duplicated, the caller keeps its own). */
+ * range of an existing memfd sealed against shrinking, hugetlb memfds
+ * included (mvc_register_fd; fd is duplicated, the caller keeps its own). */
 int mvc_alloc(struct mvc *c, uint64_t len, struct mvc_mem *out);
 
 /*

@@ -277,13 +277,14 @@ int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, const struct m
 		         (unsigned long long)len, (unsigned long long)off, (long long)st.st_size);
 		return -ERANGE;
 	}
-	/* A client that shrinks its memfd later would fault us: demand sealing,
-	 * or, for hugetlbfs files, accept them (they cannot be truncated below
-	 * mapped pages without the mapping's consent). */
+	/* A client that shrinks its file later would fault us (SIGBUS in a
+	 * shard): demand the seal. Files that cannot carry it (a disk file,
+	 * a file on a mounted hugetlbfs) are refused; a hugetlb memfd can. */
 	int seals = fcntl(fd, F_GET_SEALS);
-	if (seals >= 0 && !(seals & F_SEAL_SHRINK)) {
+	if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
 		snprintf(why, whylen,
-		         "region memfd must be sealed against shrinking (F_SEAL_SHRINK)");
+		         "region fd must be a memfd sealed against shrinking (F_SEAL_SHRINK); "
+		         "for huge pages use memfd_create(MFD_HUGETLB | MFD_ALLOW_SEALING)");
 		return -EPERM;
 	}
 	if ((ret = mv_quota_take(mv, cl, MV_Q_REGIONS, 1, why, whylen)) ||

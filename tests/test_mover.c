@@ -846,6 +846,16 @@ START_TEST(test_register_existing_memfd_range)
 	ck_assert_int_eq(mvc_register_fd(p.a, fd, 0, 4096, &m), -EPERM);
 	ck_assert_msg(strstr(mvc_error(p.a), "F_SEAL_SHRINK"), "%s", mvc_error(p.a));
 	ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	/* A file that cannot carry the seal (a disk file here) is refused
+	 * too: truncated under the mover, it would fault a shard. */
+	char dpath[] = "mvt-disk-XXXXXX";
+	int df = mkstemp(dpath);
+	ck_assert_int_ge(df, 0);
+	unlink(dpath);
+	ck_assert_int_eq(ftruncate(df, 16 * page), 0);
+	ck_assert_int_eq(mvc_register_fd(p.a, df, 0, 4096, &m), -EPERM);
+	ck_assert_msg(strstr(mvc_error(p.a), "F_SEAL_SHRINK"), "%s", mvc_error(p.a));
+	close(df);
 	ck_assert_int_eq(mvc_register_fd(p.a, fd, 16 * page, 1, &m), -ERANGE);
 	/* An unaligned range in the middle of the file. */
 	ck_assert_msg(mvc_register_fd(p.a, fd, 3 * page + 100, 5000, &m) == 0, "%s",
