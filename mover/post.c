@@ -334,6 +334,9 @@ int mv_post(struct mv_shard *s)
 			}
 			if (!s->fab.dc_flag && op->bytes > piece / 2 &&
 			    small_in_flight(s, at, piece / 2)) {
+				/* Held turns pile up no credit, as full shares do. */
+				if (at->deficit > (int64_t)quantum(piece, at))
+					at->deficit = (int64_t)quantum(piece, at);
 				if (capped == at)
 					break;
 				if (!capped)
