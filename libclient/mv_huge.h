@@ -24,6 +24,9 @@
 #ifndef HUGETLBFS_MAGIC
 #define HUGETLBFS_MAGIC 0x958458f6
 #endif
+#ifndef MFD_HUGE_2MB
+#define MFD_HUGE_2MB (21u << 26) /* linux/memfd.h: log2 of the page size << MFD_HUGE_SHIFT */
+#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
