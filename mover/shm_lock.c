@@ -260,7 +260,16 @@ static void check_one(struct mover *mv, uint32_t s, double now)
 	}
 	pid_t holder = mv_shm_lock_holder(word);
 	if (holder > 0 && holder != getpid() && pid_exited(holder)) {
+		/* Take the lock from the dead holder before touching the queue:
+		 * had it let go before it died and a live sender taken the lock
+		 * since, the word differs and the queue is that sender's. Only
+		 * with the word ours is the queue still. */
+		int want = word;
+		if (!__atomic_compare_exchange_n(lock, &want, lock_mine, 0, __ATOMIC_ACQUIRE,
+		                                 __ATOMIC_RELAXED))
+			return;
 		if (queue_repair(own[s].region, what, sizeof(what)) < 0) {
+			__atomic_store_n(lock, word, __ATOMIC_RELEASE); /* left as it was */
 			if (!own[s].reported++)
 				mv_warn(
 				    "shard %u: our shm queue lock is held by pid %d, which exited, "
@@ -269,14 +278,10 @@ static void check_one(struct mover *mv, uint32_t s, double now)
 				    s, (int)holder);
 			return;
 		}
-		int want = word;
-		if (__atomic_compare_exchange_n(lock, &want, lock_free, 0, __ATOMIC_RELEASE,
-		                                __ATOMIC_RELAXED)) {
-			mv_log(
-			    "shard %u: pid %d exited holding our shm queue lock: %s; released it",
-			    s, (int)holder, what);
-			own[s].word = lock_free;
-		}
+		__atomic_store_n(lock, lock_free, __ATOMIC_RELEASE);
+		mv_log("shard %u: pid %d exited holding our shm queue lock: %s; released it", s,
+		       (int)holder, what);
+		own[s].word = lock_free;
 		return;
 	}
 	if (now - own[s].since < 5 || own[s].reported)
