@@ -89,38 +89,13 @@ static void thp_set(const char *mode)
 		ck_assert_int_eq(knob_write(THP2_PATH, "inherit"), 0);
 }
 
-/* A field of the smaps entry of the mapping that holds addr, in kB; -1
- * when the mapping is not there. */
-static long smaps_kb(pid_t pid, const void *addr, const char *field)
+/* The largest value, in kB, of field over pid's mappings that hold addr,
+ * or with addr NULL, of its mappings of mvc-region memfds; -1 when there is
+ * no such mapping. */
+static long smaps_max(pid_t pid, const void *addr, const char *field)
 {
 	char path[64], line[256];
 	uintptr_t a = (uintptr_t)addr;
-	int in = 0;
-	long v = -1;
-
-	snprintf(path, sizeof(path), "/proc/%d/smaps", (int)pid);
-	FILE *f = fopen(path, "r");
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 &&
-		    strchr(line, '-') < strchr(line, ' ')) {
-			in = a >= lo && a < hi;
-			continue;
-		}
-		if (in && !strncmp(line, field, strlen(field))) {
-			v = strtol(line + strlen(field), NULL, 10);
-			break;
-		}
-	}
-	fclose(f);
-	return v;
-}
-
-/* The largest value of field over pid's mappings of mvc-region memfds. */
-static long smaps_region_max(pid_t pid, const char *field)
-{
-	char path[64], line[256];
 	int in = 0;
 	long best = -1;
 
@@ -131,7 +106,7 @@ static long smaps_region_max(pid_t pid, const char *field)
 		unsigned long lo, hi;
 		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 &&
 		    strchr(line, '-') < strchr(line, ' ')) {
-			in = strstr(line, "mvc-region") != NULL;
+			in = addr ? a >= lo && a < hi : strstr(line, "mvc-region") != NULL;
 			continue;
 		}
 		if (in && !strncmp(line, field, strlen(field))) {
@@ -204,10 +179,10 @@ static void hugetlb_round(void)
 		ck_assert_uint_eq(in.backing, MVC_BACKING_HUGETLB);
 		ck_assert_uint_eq(in.page_size, MV_HUGE_SIZE);
 		ck_assert_str_eq(in.why, "");
-		ck_assert_int_eq(smaps_kb(getpid(), m->addr, "KernelPageSize:"), 2048);
+		ck_assert_int_eq(smaps_max(getpid(), m->addr, "KernelPageSize:"), 2048);
 	}
 	/* The movers map it on hugetlb pages too. */
-	ck_assert_int_eq(smaps_region_max(B.pid, "KernelPageSize:"), 2048);
+	ck_assert_int_eq(smaps_max(B.pid, NULL, "KernelPageSize:"), 2048);
 	ck_assert_int_gt(log_grep(&B, "on hugetlb 2 MiB pages", line, sizeof(line)), 0);
 	/* And mvstat shows it. */
 	ck_assert_uint_eq(stat_sum(&B, "\"hugetlb\":{\"count\""), 1);
@@ -254,8 +229,8 @@ START_TEST(test_thp_region_is_mapped_huge_and_writes_land)
 	ck_assert_uint_eq(in.backing, MVC_BACKING_THP);
 	ck_assert_uint_eq((uintptr_t)p.dst.addr % MV_HUGE_SIZE, 0);
 	/* Huge in the client, and in the mover's mapping (MADV_HUGEPAGE there). */
-	ck_assert_int_gt(smaps_kb(getpid(), p.dst.addr, "ShmemPmdMapped:"), 0);
-	ck_assert_int_gt(smaps_region_max(B.pid, "ShmemPmdMapped:"), 0);
+	ck_assert_int_gt(smaps_max(getpid(), p.dst.addr, "ShmemPmdMapped:"), 0);
+	ck_assert_int_gt(smaps_max(B.pid, NULL, "ShmemPmdMapped:"), 0);
 	ck_assert_int_gt(log_grep(&B, "on shmem with transparent huge pages", line, sizeof(line)),
 	                 0);
 	writes_land(&p, n, 11, 1);
