@@ -32,10 +32,12 @@
  * The wire version: what the client, the mover and peer movers must agree
  * on. Bumped with every change to a format below; releases map onto it
  * (4: mover 0.1.x; 5: 0.2.0, which added the release to the address blob;
- * 6: peer liveness, the PEER completion and heartbeats between movers).
+ * 6: peer liveness, the PEER completion and heartbeats between movers;
+ * 7: HOST_FD asks its owner to confirm a region blob, and its reply says
+ * what the owner's blobs say).
  */
 #define MV_WIRE_MAGIC   0x3143564du /* "MVC1" */
-#define MV_WIRE_VERSION 6u
+#define MV_WIRE_VERSION 7u
 #define MV_MAX_MSG      65536u
 #define MV_MAX_SHARDS   64u
 #define MV_MAX_ADDRLEN  64u
@@ -226,25 +228,21 @@ struct mv_gpu_fd_rep {
 	struct mv_gpu_desc gpu;
 };
 
-/* HOST_FD request: a peer mover on this host names one of our host regions,
- * proves it holds the region's blob, and says who it is, for its fence
- * slots (one per shard of it; samehost_layout.h). */
+/* HOST_FD request: a peer mover on this host names one of our regions and
+ * proves it holds the region's blob; it asks for the memfd behind a host
+ * region (MV_HOST_WANT_FD: the same-host copy), or only for the owner's
+ * word on the blob (a fabric that does not check keys, shm, writes where a
+ * blob says). It says who it is, for its fence slots (one per shard of it;
+ * samehost_layout.h). */
 struct mv_host_fd_req {
 	uint32_t id;
 	uint32_t nshards;  /* of the asking mover */
 	uint64_t secret;   /* the region blob's */
 	uint64_t mover_id; /* of the asking mover */
+	uint32_t want;     /* MV_HOST_WANT_* */
+	uint32_t rsvd;
 };
-
-/* HOST_FD reply: two fds come with it, the region's memfd and the owner's
- * fence segment (samehost_layout.h). */
-struct mv_host_fd_rep {
-	struct mv_reply_hdr r;
-	uint32_t region;
-	uint32_t slot;   /* the asker's first fence slot; its shard k uses slot + k */
-	uint64_t offset; /* where the region starts in the memfd */
-	uint64_t len;
-};
+#define MV_HOST_WANT_FD 1u
 
 /*
  * A mover's address. magic, version and release stay where they are in
@@ -278,7 +276,28 @@ struct mv_addr_blob {
 	} bell[MV_MAX_SHARDS];
 	uint8_t addr[MV_MAX_SHARDS][MV_MAX_ADDRLEN];
 };
-#define MV_BLOB_MAGIC_ADDR  0x52444441u /* "ADDR" */
+#define MV_BLOB_MAGIC_ADDR 0x52444441u /* "ADDR" */
+
+/* HOST_FD reply. Its status is the owner's word on the blob: 0, the region
+ * is the owner's and the secret its blob's. Then `addr` and `blob` are what
+ * the owner's own blobs say (its fabric addresses, doorbells, the region's
+ * length, addresses and keys), for the asker to hold the blob and address
+ * its client gave against. With MV_HOST_WANT_FD, nfds is 2 when the fds
+ * came (the region's memfd and the owner's fence segment,
+ * samehost_layout.h), or 0 with r.msg saying why not. */
+struct mv_host_fd_rep {
+	struct mv_reply_hdr r;
+	uint32_t region;
+	uint32_t slot;   /* the asker's first fence slot; its shard k uses slot + k */
+	uint64_t offset; /* where the region starts in the memfd */
+	uint64_t len;
+	uint32_t nfds;
+	uint32_t rsvd;
+	struct mv_addr_blob addr;
+	struct mv_region_blob blob;
+};
+static_assert(sizeof(struct mv_msg_hdr) + sizeof(struct mv_host_fd_rep) <= MV_MAX_MSG,
+              "a HOST_FD reply fits a control message");
 #define MV_ADDR_RELEASE_END (offsetof(struct mv_addr_blob, release) + MV_RELEASE_LEN)
 static_assert(offsetof(struct mv_addr_blob, release) == 8, "the release stays at byte 8");
 static_assert(sizeof(struct mv_addr_blob) <= 8192, "an address blob fits MVC_BLOB_MAX");

@@ -329,8 +329,9 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 	}
 	case MV_MSG_HOST_FD: {
 		/* A peer mover on this host (its role: checked above) that
-		 * copies straight into one of our clients' host regions; it
-		 * shows the secret of the region's blob (samehost.c). */
+		 * copies straight into one of our clients' host regions, or
+		 * asks our word on a blob before its fabric writes where the
+		 * blob says; it shows the region blob's secret (samehost_ask.c). */
 		struct mv_host_fd_rep rep = {0};
 		int fds[2];
 
@@ -339,7 +340,8 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 		ret = mv_host_fd_serve(mv, cl, (const void *)m->payload, &rep, fds, why, whylen);
 		if (ret)
 			return ret;
-		return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), fds, 2) ?: 1;
+		return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), fds, (int)rep.nfds)
+		           ?: 1;
 	}
 	case MV_MSG_BLOB: {
 		const struct mv_id_req *req = (const void *)m->payload;
@@ -402,8 +404,9 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 		ret = mv_import_add(mv, cl, req.peer, &req.blob, blen, &rep.id, why, whylen);
 		if (ret)
 			return ret;
-		/* A same-host peer's memfd on its way: answered when it came. */
-		if (mv_host_import_park(mv, cl, m->h.seq, rep.id))
+		/* A same-host peer's memfd, or its owner's word, on its way:
+		 * answered when it came. */
+		if (mv_host_import_park(mv, cl, &m->h, &rep, sizeof(rep), rep.id))
 			return 1;
 		return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
 	}

@@ -196,6 +196,11 @@ struct mv_import {
 	 * Set by the main thread when the peer's memfd arrives, which may be
 	 * after the import was published; R9 pairs with A9 in take.c. */
 	_Atomic(struct mv_host_remote *) host;
+	/* MV_IMPORT_HELD while its owner's word on the blob is awaited (a
+	 * fabric that does not check keys: samehost_ask.c), MV_IMPORT_REFUSED when
+	 * it was not given: mv_import_get() gives the import to no shard.
+	 * R10 pairs with A10 there. */
+	_Atomic uint8_t held;
 	uint64_t len;
 	uint64_t addr[MV_MAX_SHARDS];
 	uint64_t key[MV_MAX_SHARDS];
@@ -218,6 +223,9 @@ struct mv_batch {
 	int64_t t_take, t_posted; /* the finisher's part's, for the trace's hops */
 	uint8_t imm_inline;
 };
+
+#define MV_IMPORT_HELD    1
+#define MV_IMPORT_REFUSED 2
 
 #define MV_PARTS_CLAIMED (1u << 31)
 
@@ -522,7 +530,7 @@ struct mover {
 	struct mv_names *names;     /* the main thread's side of them (names.c) */
 	/* The same-host path (main thread): the peers copying into our regions,
 	 * each with its fence segment (samehost_owner.c); peers' regions mapped
-	 * here and the HOST_FD requests in flight (samehost.c). */
+	 * here and the HOST_FD requests in flight (samehost.c, samehost_ask.c). */
 	struct mv_fence_peer *fence_peers[MV_FENCE_PEERS];
 	struct mv_host_remote *host_remote, *host_dead;
 	struct mv_host_fetch *host_fetch;
@@ -624,6 +632,16 @@ uint64_t mv_topo_gpu_mask(struct mover *mv, const char *busid);
 
 /* Nanoseconds on the monotonic clock: the daemon's one clock, the same one
  * libclient stamps submissions with. */
+/* Whether the fabric writes wherever a blob says without checking keys or
+ * registered ranges: libfabric 1.17's shm copies a one-segment write
+ * without remote CQ data into the target process itself (cross-memory
+ * attach), unchecked. Such a mover writes into another mover's region only
+ * on its owner's word on the blob (samehost_ask.c). */
+static inline int mv_fabric_unchecked(const struct mover *mv)
+{
+	return mv->nshards && !strncmp(mv->shards[0].fab.prov, "shm", 3);
+}
+
 static inline int64_t mv_now_ns(void)
 {
 	struct timespec ts;

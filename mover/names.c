@@ -242,6 +242,9 @@ static int do_lookup(struct mover *mv, struct mv_client *cl, struct mv_rx *m, ch
 	if ((ret = name_check(req.name, why, whylen)))
 		return ret;
 	ret = try_lookup(mv, cl, req.name, &rep, why, whylen);
+	/* Its import may wait for the owner's memfd or word (samehost_ask.c). */
+	if (ret == 0 && mv_host_import_park(mv, cl, &m->h, &rep, sizeof(rep), rep.handle))
+		return 1;
 	if (ret == 0)
 		return mv_control_reply(cl->sock, &m->h, &rep, sizeof(rep), NULL, 0) ?: 1;
 	if (ret != -ENOENT || req.timeout_ms <= 0)
@@ -365,7 +368,8 @@ static void parked_scan(struct mover *mv, int names_changed)
 		if (cl && names_changed)
 			ret = try_lookup(mv, cl, p->name, &rep, why, sizeof(why));
 		if (cl && ret == 0) {
-			mv_control_reply(cl->sock, &h, &rep, sizeof(rep), NULL, 0);
+			if (!mv_host_import_park(mv, cl, &h, &rep, sizeof(rep), rep.handle))
+				mv_control_reply(cl->sock, &h, &rep, sizeof(rep), NULL, 0);
 		} else if (cl && ret != -ENOENT) {
 			send_status(cl, MV_MSG_LOOKUP, p->seq, ret, why);
 		} else if (cl && now >= p->deadline) {

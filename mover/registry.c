@@ -641,7 +641,6 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 			return -EOPNOTSUPP;
 		}
 	}
-	mv_host_import_open(mv, imp, p, b); /* or the fabric, as before */
 	imp->peer = p;
 	imp->region = b->region;
 	imp->nshards = b->nshards;
@@ -649,6 +648,27 @@ int mv_import_add(struct mover *mv, struct mv_client *cl, uint32_t peer,
 	for (uint32_t s = 0; s < b->nshards; s++) {
 		imp->addr[s] = b->shard[s].addr;
 		imp->key[s] = b->shard[s].key;
+	}
+	if (b->mover_id == mv->mover_id) {
+		/* Our own region: where the fabric writes comes from our
+		 * registration, never from the blob (shm checks no key). */
+		struct mv_region_blob own;
+		mv_region_blob(mv, mv_region_get(mv, b->region), &own);
+		for (uint32_t s = 0; s < b->nshards; s++) {
+			imp->addr[s] = own.shard[s].addr;
+			imp->key[s] = own.shard[s].key;
+		}
+	}
+	/* A same-host peer's memfd, or its owner's word on the blob (shm),
+	 * asked for; or the fabric, as before. */
+	ret = mv_host_import_open(mv, imp, p, b, why, whylen);
+	if (ret) {
+		mv_log_client(MV_LOG_WARN, (uint64_t)cl->pid,
+		              "refused IMPORT of region %u from pid %d uid %u: %s", b->region,
+		              cl->pid, (unsigned)cl->uid, why);
+		mv_gpu_import_close(mv, imp);
+		free(imp);
+		return ret;
 	}
 	/* R4 pairs with A4 in mv_import_get() */
 	atomic_store_explicit(&cl->imports[h], imp, memory_order_release);

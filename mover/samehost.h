@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "mv_wire.h"
+
 struct mover;
 struct mv_client;
 struct mv_import;
@@ -29,7 +31,8 @@ struct mv_host_remote {
 	struct mv_host_remote *next; /* live list, then the quarantine */
 	uint64_t mover_id;
 	uint32_t region;
-	uint64_t secret; /* the blob's, which its owner checked: later imports must show it */
+	struct mv_region_blob blob; /* the one its owner checked: later imports must show it */
+	struct mv_addr_blob addr;   /* and the address of its owner they come through */
 	int refs;
 	uint8_t *map;
 	size_t map_len;
@@ -58,8 +61,11 @@ struct mv_fence_peer {
 struct mv_host_fetch;
 
 /* samehost_owner.c: the peers that copy into our host regions. Main thread. */
-/* HOST_FD from a peer mover: the region's memfd and the peer's fence
- * segment in fds (borrowed: the caller sends them); -errno with why. */
+/* HOST_FD from a peer mover: the owner's word on the region's blob (0:
+ * the region is ours and the secret its blob's; rep says what our blobs
+ * say), and, when asked for, the region's memfd and the peer's fence
+ * segment in fds (rep->nfds of them, borrowed: the caller sends them);
+ * -errno with why. */
 int mv_host_fd_serve(struct mover *mv, struct mv_client *cl, const struct mv_host_fd_req *req,
                      struct mv_host_fd_rep *rep, int fds[2], char *why, size_t whylen);
 /* Before r is overlaid: no peer shard copies into it once this returns. */
@@ -75,15 +81,26 @@ void mv_host_fence_close_all(struct mover *mv);
 /* samehost.c: copies into same-host peers' host regions. Main thread. */
 /* Starts mapping p's region b for imp when it is host memory on this host:
  * the HOST_FD request goes out and imp writes through the fabric until its
- * answer (mv_host_fetch_events()) switches it to copies; a refusal is
- * logged once, with its cause, and leaves imp on the fabric. */
-void mv_host_import_open(struct mover *mv, struct mv_import *imp, struct mv_peer *p,
-                         const struct mv_region_blob *b);
-/* Holds the IMPORT reply for import handle of cl while its HOST_FD is in
- * flight, for up to MV_HOST_PARK_MS: 1 if held (answered later), 0 if the
- * caller answers now. */
-int mv_host_import_park(struct mover *mv, struct mv_client *cl, uint32_t seq, uint32_t handle);
+ * answer (mv_host_fetch_events()) switches it to copies; a refusal of the
+ * copies is logged once, with its cause, and leaves imp on the fabric.
+ * Where the fabric does not check keys (mv_fabric_unchecked()), an import
+ * of another mover's region waits for its owner's word on the blob (imp is
+ * held: mv_import_get() does not give it) and is refused without it. 0, or
+ * -errno with why: the import is refused now. */
+int mv_host_import_open(struct mover *mv, struct mv_import *imp, struct mv_peer *p,
+                        const struct mv_region_blob *b, char *why, size_t whylen);
+/* Holds the reply (rep, len bytes, to request h) that gives cl import
+ * handle while its HOST_FD is in flight: for up to MV_HOST_PARK_MS, or,
+ * when it waits for its owner's word, until the answer (MV_HOST_FETCH_MS
+ * at most; an error reply then if the word was not given). 1 if held
+ * (answered later), 0 if the caller answers now. */
+struct mv_msg_hdr;
+int mv_host_import_park(struct mover *mv, struct mv_client *cl, const struct mv_msg_hdr *h,
+                        const void *rep, size_t len, uint32_t handle);
 void mv_host_import_close(struct mover *mv, struct mv_import *imp);
+/* samehost_ask.c: imp waits for no HOST_FD answer any more. */
+void mv_host_fetch_forget(struct mover *mv, struct mv_import *imp);
+void mv_host_fetch_close_all(struct mover *mv);
 /* HOST_FD answers that came (MV_TAG_HOSTFD); requests past their time. */
 void mv_host_fetch_events(struct mover *mv);
 void mv_host_fetch_tick(struct mover *mv);

@@ -56,6 +56,23 @@ static int fence_dead(const struct mv_fence_peer *fp)
 	return kill(fp->pid, 0) < 0 && errno == ESRCH;
 }
 
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+/* A pidfd of the process at the other end of cl's connection, or -1. */
+static int peer_pidfd(const struct mv_client *cl)
+{
+	int fd = -1;
+	socklen_t len = sizeof(fd);
+
+	if (getsockopt(cl->sock, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0 && fd >= 0)
+		return fd;
+	if (cl->pidfd >= 0)
+		return fcntl(cl->pidfd, F_DUPFD_CLOEXEC, 3);
+	return (int)syscall(SYS_pidfd_open, cl->pid, 0);
+}
+
 /* A new segment for the peer mover that sent req over cl. */
 static int fence_new(struct mover *mv, struct mv_client *cl, const struct mv_host_fd_req *req,
                      uint32_t index, struct mv_fence_peer **out, char *why, size_t whylen)
@@ -83,9 +100,11 @@ static int fence_new(struct mover *mv, struct mv_client *cl, const struct mv_hos
 	f->nslots = MV_FENCE_SLOTS;
 	f->nregions = MV_FENCE_REGIONS;
 	fcntl(fp->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-	/* Its exit frees the segment. The asker waits for our reply on the
-	 * connection we read its pid from, so the pid is still its own. */
-	fp->pidfd = (int)syscall(SYS_pidfd_open, cl->pid, 0);
+	/* Its exit frees the segment. The process is the connection's own:
+	 * the kernel's pidfd of the peer (SO_PEERPIDFD, Linux 6.5), else the
+	 * one opened when the connection was accepted; a pid looked up now
+	 * could be another process's if the asker died and its pid was reused. */
+	fp->pidfd = peer_pidfd(cl);
 	if (fp->pidfd < 0 && errno == ESRCH) {
 		snprintf(why, whylen, "pid %d left before its HOST_FD was answered", (int)cl->pid);
 		ret = -ESRCH;
@@ -180,29 +199,45 @@ int mv_host_fd_serve(struct mover *mv, struct mv_client *cl, const struct mv_hos
 {
 	struct mv_region *r = mv_region_get(mv, req->id);
 	struct mv_fence_peer *fp;
-	int ret;
+	char nofd[MV_ERRLEN];
 
-	if (r && r->secret != req->secret) {
+	if (!r) {
+		snprintf(why, whylen, "region %u is not one of this mover's regions (freed?)",
+		         req->id);
+		return -ENOENT;
+	}
+	if (r->secret != req->secret) {
 		snprintf(why, whylen, "region %u: the request's secret is not its blob's", req->id);
 		mv_log_client(MV_LOG_WARN, (uint64_t)cl->pid,
 		              "refused HOST_FD for region %u from pid %d uid %u: wrong secret",
 		              req->id, cl->pid, (unsigned)cl->uid);
 		return -EACCES;
 	}
-	if (!r || r->is_gpu || r->host_fd < 0) {
-		snprintf(why, whylen, "region %u is not a host region this mover shares", req->id);
-		return -ENOENT;
+	/* The owner's word: what its own blobs say, for the asker to hold the
+	 * blob its client showed against (samehost.c). */
+	mv_addr_blob(mv, &rep->addr);
+	mv_region_blob(mv, r, &rep->blob);
+	rep->region = r->id;
+	rep->len = r->len;
+	rep->nfds = 0;
+	if (!(req->want & MV_HOST_WANT_FD))
+		return 0;
+	if (r->is_gpu || r->host_fd < 0) {
+		snprintf(rep->r.msg, sizeof(rep->r.msg),
+		         "region %u is not a host region this mover shares", req->id);
+		return 0;
 	}
-	if ((ret = fence_peer(mv, cl, req, &fp, why, whylen)))
-		return ret;
+	if (fence_peer(mv, cl, req, &fp, nofd, sizeof(nofd))) {
+		snprintf(rep->r.msg, sizeof(rep->r.msg), "%s", nofd);
+		return 0;
+	}
 	/* R7 pairs with F1 in mv_host_copy(): a copier that sees the id sees
 	 * a region that is still ours. */
 	atomic_store_explicit(&fp->f->live[r->id % MV_MAX_REGIONS], r->id, memory_order_release);
 	r->handed = 1;
-	rep->region = r->id;
 	rep->slot = 0; /* the segment is the asker's alone: its shard k has word k */
 	rep->offset = r->fd_off;
-	rep->len = r->len;
+	rep->nfds = 2;
 	fds[0] = r->host_fd;
 	fds[1] = fp->fd;
 	return 0;

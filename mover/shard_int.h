@@ -255,7 +255,12 @@ static inline struct mv_import *mv_import_get(struct mv_client *cl, uint32_t h)
 	if (h >= MV_CLIENT_MAX_IMPORTS)
 		return NULL;
 	/* A4 pairs with R4 in mv_import_add(): the entry is complete */
-	return atomic_load_explicit(&cl->imports[h], memory_order_acquire);
+	struct mv_import *imp = atomic_load_explicit(&cl->imports[h], memory_order_acquire);
+	/* A10 pairs with R10 in samehost_ask.c's fetch_end(): an import waiting
+	 * for its owner's word, or refused it, is no import yet. */
+	if (imp && atomic_load_explicit(&imp->held, memory_order_acquire))
+		return NULL;
+	return imp;
 }
 
 static inline struct mv_land_buf *mv_land_of(struct mv_shard *s, void *ctx)

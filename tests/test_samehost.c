@@ -7,7 +7,10 @@
  * its data; --no-host-copy keeps them on the fabric; a region freed by its
  * owner takes no copy after; and an fd that does not match its blob (too
  * short, not sealed, not from the peer mover's process) is refused with one
- * log line, the writes going through the fabric instead.
+ * log line, the writes going through the fabric instead. On shm, whose
+ * provider checks no key, an import of another mover's region stands only
+ * on its owner's word (mover/samehost_ask.c): a blob with another secret,
+ * moved addresses, or through a forged peer address is refused there.
  */
 #include <check.h>
 #include <errno.h>
@@ -148,10 +151,13 @@ START_TEST(test_freed_region_takes_no_more_copies)
 END_TEST
 
 /* A second client of A imports the same region with a blob that shows
- * another secret and a larger length (forged, or stale): it must not get
- * the mapping the first import's checked blob opened, so its write past
- * the region's end goes to the fabric and fails there, mover A lives on,
- * and the region's bytes are untouched. */
+ * another secret and a larger length (forged, or stale). On shm, whose
+ * provider copies a one-segment write into the owner's process without
+ * checking its key (README, Security model), the import is refused: its
+ * owner does not vouch for the blob. On tcp it gets no mapping (the first
+ * import's checked blob opened it), so its write past the region's end
+ * goes to the fabric and the owner's provider refuses it there. Either
+ * way mover A lives on and the region's bytes are untouched. */
 START_TEST(test_import_with_another_secret_gets_no_mapping)
 {
 	struct pair p;
@@ -161,6 +167,7 @@ START_TEST(test_import_with_another_secret_gets_no_mapping)
 	struct mvc *c2;
 	struct mvc_mem s2;
 	uint32_t peer2, imp2;
+	int shm = !strcmp(prov, "shm");
 
 	pair_open(&p, n, n);
 	contiguous_round(&p, n, 21, 1);
@@ -173,38 +180,165 @@ START_TEST(test_import_with_another_secret_gets_no_mapping)
 	struct mv_region_blob *rb = (struct mv_region_blob *)blob;
 	rb->secret ^= 1;
 	rb->len = 4 * (uint64_t)n;
-	ck_assert_msg(mvc_import(c2, peer2, blob, len, &imp2) == 0, "%s", mvc_error(c2));
 	uint8_t *before = malloc(n);
 	ck_assert_ptr_nonnull(before);
 	memcpy(before, p.dst.addr, n);
 	uint64_t copied = stat_sum(&A, "\"samehost_bytes\"");
-	/* On tcp the owner's provider checks the key's range: a write past the
-	 * region is refused there. shm 1.17 copies a one-segment write into
-	 * the owner's process itself without that check (the known hole the
-	 * README's Security model names): there the write goes inside the
-	 * region, only to show it takes the fabric, not the mapping. */
-	int shm = !strcmp(prov, "shm");
-	ck_assert_int_eq(mvc_write(c2, s2.region, 0, imp2, shm ? 0 : 2 * (uint64_t)n, 1u << 16), 0);
-	ck_assert_int_eq(mvc_submit(c2, 7), 0);
-	struct mvc_event e = wait_batch(c2, 7, 20);
+	int ret = mvc_import(c2, peer2, blob, len, &imp2);
 	if (shm) {
-		ck_assert_msg(e.status == 0, "%s", e.msg);
-		fprintf(stderr, "samehost: on shm a write past a region through an altered blob "
-		                "is not refused by the provider (README, Security model): not "
-		                "tried\n");
-		memset(before, 0xee, 1u << 16);
+		ck_assert_msg(ret == -EACCES, "a forged blob was imported on shm: %d %s", ret,
+		              mvc_error(c2));
+		ck_assert_msg(strstr(mvc_error(c2), "not the one its owner"), "cause: %s",
+		              mvc_error(c2));
+		ck_assert_int_ge(log_grep(&A, "refused IMPORT of region", NULL, 0), 1);
 	} else {
+		ck_assert_msg(ret == 0, "%s", mvc_error(c2));
+		ck_assert_int_eq(mvc_write(c2, s2.region, 0, imp2, 2 * (uint64_t)n, 1u << 16), 0);
+		ck_assert_int_eq(mvc_submit(c2, 7), 0);
+		struct mvc_event e = wait_batch(c2, 7, 20);
 		ck_assert_msg(e.status != 0,
 		              "a write past the region through a forged blob succeeded");
+		ck_assert_int_ge(log_grep(&A, "another blob than the one its owner", NULL, 0), 1);
 	}
 	ck_assert_uint_eq(stat_sum(&A, "\"samehost_bytes\""), copied);
 	ck_assert_msg(!memcmp(before, p.dst.addr, n), "the region changed");
-	ck_assert_int_ge(log_grep(&A, "another secret or length", NULL, 0), 1);
 	free(before);
 	mvc_disconnect(c2);
 	/* The first import still copies. */
 	contiguous_round(&p, n, 22, 2);
 	ck_assert_uint_eq(stat_sum(&A, "\"samehost_bytes\""), copied + n);
+	pair_close(&p);
+}
+END_TEST
+
+/* The right secret and length, but every shard's address moved past the
+ * region: where shm would write (unchecked) lies outside it. On shm the
+ * owner's word refuses the import before any write; on tcp the import
+ * stands on the fabric, whose key check refuses the write. A region of
+ * the client's own mover imported the same way writes where the mover
+ * registered it, never where the blob says. */
+START_TEST(test_import_with_a_moved_address_never_writes_outside_the_region)
+{
+	struct pair p;
+	const size_t n = 1u << 20;
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+	uint32_t imp2;
+	int shm = !strcmp(prov, "shm");
+
+	pair_open(&p, n, n);
+	contiguous_round(&p, n, 31, 1);
+	ck_assert_int_eq(mvc_region_blob(p.b, p.dst.region, blob, &len), 0);
+	struct mv_region_blob *rb = (struct mv_region_blob *)blob;
+	for (uint32_t s = 0; s < rb->nshards; s++)
+		rb->shard[s].addr += n;
+	int ret = mvc_import(p.a, p.peer, blob, len, &imp2);
+	if (shm) {
+		ck_assert_msg(ret == -EACCES,
+		              "a blob with moved addresses was imported on shm: %d %s", ret,
+		              mvc_error(p.a));
+		ck_assert_msg(strstr(mvc_error(p.a), "not the one its owner"), "cause: %s",
+		              mvc_error(p.a));
+	} else {
+		ck_assert_msg(ret == 0, "%s", mvc_error(p.a));
+		fill(p.src.addr, 4096, 32);
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, imp2, n - 4096, 4096), 0);
+		ck_assert_int_eq(mvc_submit(p.a, 5), 0);
+		struct mvc_event e = wait_batch(p.a, 5, 20);
+		ck_assert_msg(e.status != 0, "a write through moved addresses succeeded");
+	}
+	/* The first import still writes, and its bytes are whole. */
+	contiguous_round(&p, n, 33, 2);
+
+	/* Mover A's own region, through a blob with moved addresses. */
+	struct mvc_mem own;
+	uint8_t ablob[MVC_BLOB_MAX];
+	size_t alen = sizeof(ablob);
+	uint32_t self, imp3;
+	ck_assert_msg(mvc_alloc(p.a, n, &own) == 0, "%s", mvc_error(p.a));
+	memset(own.addr, 0, n);
+	ck_assert_int_eq(mvc_address(p.a, ablob, &alen), 0);
+	ck_assert_msg(mvc_peer_add(p.a, ablob, alen, &self) == 0, "%s", mvc_error(p.a));
+	len = sizeof(blob);
+	ck_assert_int_eq(mvc_region_blob(p.a, own.region, blob, &len), 0);
+	for (uint32_t s = 0; s < rb->nshards; s++)
+		rb->shard[s].addr += n;
+	ck_assert_msg(mvc_import(p.a, self, blob, len, &imp3) == 0, "%s", mvc_error(p.a));
+	fill(p.src.addr, 4096, 34);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, imp3, 0, 4096), 0);
+	ck_assert_int_eq(mvc_submit(p.a, 6), 0);
+	struct mvc_event e = wait_batch(p.a, 6, 20);
+	ck_assert_msg(e.status == 0, "%s", e.msg);
+	ck_assert_msg(!memcmp(own.addr, p.src.addr, 4096),
+	              "the write to the own region did not land at its offset 0");
+	pair_close(&p);
+}
+END_TEST
+
+/* A region no import has asked about yet, through a blob with another
+ * secret: the owner is asked, says no, and on shm the IMPORT fails with
+ * its words (on tcp the import stands on the fabric, whose keys decide). */
+START_TEST(test_import_its_owner_disowns_is_refused_on_shm)
+{
+	struct pair p;
+	const size_t n = 1u << 20;
+	uint8_t blob[MVC_BLOB_MAX];
+	size_t len = sizeof(blob);
+	struct mvc_mem d2;
+	uint32_t imp2;
+
+	pair_open(&p, n, n);
+	ck_assert_int_eq(mvc_alloc(p.b, n, &d2), 0);
+	ck_assert_int_eq(mvc_region_blob(p.b, d2.region, blob, &len), 0);
+	((struct mv_region_blob *)blob)->secret ^= 3;
+	int ret = mvc_import(p.a, p.peer, blob, len, &imp2);
+	if (!strcmp(prov, "shm")) {
+		ck_assert_msg(ret == -EACCES, "an import its owner disowned stood on shm: %d %s",
+		              ret, mvc_error(p.a));
+		ck_assert_msg(strstr(mvc_error(p.a), "secret"), "cause: %s", mvc_error(p.a));
+		ck_assert_int_ge(log_grep(&A, "refused IMPORT of region", NULL, 0), 1);
+		ck_assert_int_ge(log_grep(&B, "wrong secret", NULL, 0), 1);
+	} else {
+		ck_assert_msg(ret == 0, "%s", mvc_error(p.a));
+		ck_assert_int_ge(log_grep(&A, "secret", NULL, 0), 1);
+	}
+	/* The client and its genuine import carry on. */
+	contiguous_round(&p, n, 51, 1);
+	pair_close(&p);
+}
+END_TEST
+
+/* A peer address whose doorbell key is not its mover's (a forged address
+ * blob: on shm the endpoints writes go to come from it). On shm the owner's
+ * word does not match it and the import is refused; on tcp the copies are
+ * refused and the writes take the fabric, which lands them. */
+START_TEST(test_import_through_a_forged_peer_address_is_refused_on_shm)
+{
+	struct pair p;
+	const size_t n = 1u << 20;
+	uint8_t blob[MVC_BLOB_MAX], addr[MVC_BLOB_MAX];
+	size_t len = sizeof(blob), alen = sizeof(addr);
+	struct mvc *c2;
+	uint32_t peer2, imp2;
+	int shm = !strcmp(prov, "shm");
+
+	pair_open(&p, n, n);
+	ck_assert_int_eq(mvc_connect(&c2, A.sock), 0);
+	ck_assert_int_eq(mvc_address(p.b, addr, &alen), 0);
+	((struct mv_addr_blob *)addr)->bell[0].key ^= 0x5a5a;
+	ck_assert_msg(mvc_peer_add(c2, addr, alen, &peer2) == 0, "%s", mvc_error(c2));
+	ck_assert_int_eq(mvc_region_blob(p.b, p.dst.region, blob, &len), 0);
+	int ret = mvc_import(c2, peer2, blob, len, &imp2);
+	if (shm) {
+		ck_assert_msg(ret == -EACCES, "an import through a forged address stood: %d %s",
+		              ret, mvc_error(c2));
+		ck_assert_msg(strstr(mvc_error(c2), "forged address"), "cause: %s", mvc_error(c2));
+	} else {
+		ck_assert_msg(ret == 0, "%s", mvc_error(c2));
+		ck_assert_int_ge(log_grep(&A, "forged address", NULL, 0), 1);
+	}
+	mvc_disconnect(c2);
+	contiguous_round(&p, n, 41, 1);
 	pair_close(&p);
 }
 END_TEST
@@ -242,7 +376,7 @@ END_TEST
 
 enum fake_kind { FAKE_SHORT, FAKE_UNSEALED, FAKE_NOT_OWNER, FAKE_KINDS };
 static const char *const fake_why[FAKE_KINDS] = {"bytes; the blob needs", "not sealed",
-                                                 "the fd came from pid"};
+                                                 "the answer came from pid"};
 
 /* Serves HOST_FD on path, answering with a memfd of the given kind; a
  * child process, killed by the caller. */
@@ -284,6 +418,7 @@ static pid_t fake_mover(const char *path, enum fake_kind kind, uint64_t len)
 		out.h.len = sizeof(out.r);
 		out.r.region = in.q.id;
 		out.r.len = len;
+		out.r.nfds = 2;
 		int fds[2] = {fd, fence};
 		struct iovec iov = {&out, sizeof(out)};
 		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -322,10 +457,19 @@ START_TEST(test_mismatched_fd_is_refused_and_writes_go_by_fabric)
 		memcpy(rb->sock, path, strlen(path));
 		int before = log_grep(&A, "refused", NULL, 0);
 		uint64_t host0 = stat_sum(&A, "\"host_bytes\"");
-		ck_assert_msg(mvc_import(p.a, p.peer, blob, len, &imp) == 0, "%s", mvc_error(p.a));
+		int ret = mvc_import(p.a, p.peer, blob, len, &imp);
 		kill(fake, SIGKILL);
 		waitpid(fake, NULL, 0);
 		unlink(path);
+		if (!strcmp(prov, "shm")) {
+			/* shm writes where a blob says: without its owner's word
+			 * (this answer is no owner's) the import is refused. */
+			ck_assert_msg(ret < 0, "an import on a fake owner's answer stood on shm");
+			ck_assert_msg(strstr(mvc_error(p.a), fake_why[k]), "cause: %s",
+			              mvc_error(p.a));
+			continue;
+		}
+		ck_assert_msg(ret == 0, "%s", mvc_error(p.a));
 		ck_assert_int_eq(log_grep(&A, "refused", NULL, 0) - before, 1);
 		ck_assert_int_eq(log_grep(&A, fake_why[k], NULL, 0), 1);
 		/* The writes still land, through the fabric. */
@@ -525,6 +669,24 @@ START_TEST(test_import_from_a_stopped_owner_goes_on_and_switches_to_copies)
 	/* A's control loop is not held by the import that waits. */
 	ck_assert_msg(mvc_alloc(other, 4096, &om) == 0, "%s", mvc_error(other));
 	ck_assert_msg(!atomic_load(&ia.done), "the import returned before B answered");
+	if (!strcmp(prov, "shm")) {
+		/* On shm the import waits for B's word on the blob, past the
+		 * 1 s a copy waits for; B answers, and it copies at once. */
+		usleep(1500000);
+		ck_assert_msg(!atomic_load(&ia.done), "the import stood without its owner's word");
+		kill(B.pid, SIGCONT);
+		pthread_join(ta, NULL);
+		ck_assert_msg(ia.ret == 0, "import: %s", mvc_error(a));
+		fill(ma.addr, n, 81);
+		ck_assert_int_eq(mvc_write(a, ma.region, 0, ia.imp, 0, n), 0);
+		landed(a, ia.imp, b, 1);
+		ck_assert(!memcmp(ma.addr, mb.addr, n));
+		ck_assert_uint_eq(stat_sum(&A, "\"samehost_bytes\""), n);
+		mvc_disconnect(a);
+		mvc_disconnect(b);
+		mvc_disconnect(other);
+		return;
+	}
 	pthread_join(ta, NULL);
 	ck_assert_msg(ia.ret == 0, "import: %s", mvc_error(a));
 	ck_assert_int_eq(log_grep(&A, "no HOST_FD answer in", NULL, 0), 1);
@@ -629,6 +791,9 @@ static TCase *copies(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_same_host_paged_write_is_a_copy_and_lands_whole);
 	tcase_add_test(tc, test_freed_region_takes_no_more_copies);
 	tcase_add_test(tc, test_import_with_another_secret_gets_no_mapping);
+	tcase_add_test(tc, test_import_with_a_moved_address_never_writes_outside_the_region);
+	tcase_add_test(tc, test_import_through_a_forged_peer_address_is_refused_on_shm);
+	tcase_add_test(tc, test_import_its_owner_disowns_is_refused_on_shm);
 	tcase_add_test(tc, test_dead_peer_fails_copies_once_its_death_is_seen);
 	tcase_add_test(tc, test_mismatched_fd_is_refused_and_writes_go_by_fabric);
 	tcase_add_test(tc, test_movers_importing_each_other_at_once_both_copy);
@@ -646,6 +811,8 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup_shm_fabric, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_no_host_copy_keeps_writes_on_the_fabric);
+	tcase_add_test(tc, test_import_with_a_moved_address_never_writes_outside_the_region);
+	tcase_add_test(tc, test_import_its_owner_disowns_is_refused_on_shm);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pidns");
 	tcase_add_checked_fixture(tc, NULL, teardown);
