@@ -709,10 +709,21 @@ void mv_host_fetch_tick(struct mover *mv)
 
 void mv_host_fetch_forget(struct mover *mv, struct mv_import *imp)
 {
-	/* The request goes with its last import. */
+	/* The request goes with its last import. A reply still held (the
+	 * import dropped by a PEER_DEL or UNIMPORT sent before its IMPORT was
+	 * answered) is answered now, not lost. */
 	for (struct mv_host_fetch *hf = mv->host_fetch; hf; hf = hf->next)
 		for (uint32_t i = 0; i < hf->nw; i++)
 			if (hf->w[i].imp == imp) {
+				struct mv_client *cl = client_by_id(mv, hf->w[i].client);
+				struct mv_reply_hdr r = {.status = -ECANCELED};
+				if (hf->w[i].parked && cl) {
+					snprintf(r.msg, sizeof(r.msg),
+					         "import %u was dropped before its owner answered",
+					         hf->w[i].handle);
+					mv_control_reply(cl->sock, &hf->w[i].h, &r, sizeof(r), NULL,
+					                 0);
+				}
 				hf->w[i] = hf->w[--hf->nw];
 				if (!hf->nw)
 					fetch_free(mv, hf);
