@@ -124,6 +124,48 @@ int mv_fabric_list(const char *prov, const char *iface, char names[][64], char p
 	return n ? n : -FI_ENODATA;
 }
 
+/*
+ * The small-write endpoint. rxm over tcp gives each pair of endpoints one
+ * connection, a TCP byte stream: a 4 KiB write posted after a flood's
+ * pieces waits in the kernel's socket buffer until the fair share's bytes
+ * in flight (post.c) ahead of it are sent, and its delivery-complete
+ * follows them. A second endpoint makes a connection of its own to each
+ * peer, which the small writes and immediates take: nothing of a flood
+ * is queued ahead of them there. It shares the CQ (reading it progresses
+ * every endpoint bound to it; ops' contexts say which op completed) and
+ * the AV (rxm keeps a connection per endpoint and address, so an insert
+ * serves both) and only transmits: its address is never published, and a
+ * target takes writes and remote CQ data from any connection to its one
+ * endpoint. Only tcp: shm copies a write inside fi_writemsg on the
+ * shard's own thread, into a receiver whose queue lock is per receiver
+ * endpoint, so a second sender endpoint would wait for the same copies
+ * and the same lock; verbs would gain a queue pair of its own but is not
+ * measured here. Returns 0 or a negative errno; on failure f->ep_small
+ * stays NULL and the shard posts everything on f->ep.
+ */
+static int open_small(struct mv_fabric *f)
+{
+	int ret;
+
+	if (strncmp(f->info->fabric_attr->prov_name, "tcp", 3))
+		return 0;
+	ret = fi_endpoint(f->domain, f->info, &f->ep_small, NULL);
+	if (ret) {
+		f->ep_small = NULL;
+		return ret;
+	}
+	ret = fi_ep_bind(f->ep_small, &f->cq->fid, FI_TRANSMIT | FI_RECV);
+	if (!ret)
+		ret = fi_ep_bind(f->ep_small, &f->av->fid, 0);
+	if (!ret)
+		ret = fi_enable(f->ep_small);
+	if (ret) {
+		fi_close(&f->ep_small->fid);
+		f->ep_small = NULL;
+	}
+	return ret;
+}
+
 int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int hmem)
 {
 	/* hmem: the probe found the provider registers GPU memory. */
@@ -210,6 +252,7 @@ int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int
 	ret = fi_getname(&f->ep->fid, f->addr, &f->addrlen);
 	if (ret)
 		goto err_ep;
+	f->small_err = open_small(f); /* the shard goes on without it: main.c says so */
 
 	snprintf(f->prov, sizeof(f->prov), "%s", info->fabric_attr->prov_name);
 	int mm = info->domain_attr->mr_mode;
@@ -253,6 +296,8 @@ err_info:
 
 void mv_fabric_close(struct mv_fabric *f)
 {
+	if (f->ep_small)
+		fi_close(&f->ep_small->fid);
 	if (f->ep)
 		fi_close(&f->ep->fid);
 	if (f->rx_cntr)

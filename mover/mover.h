@@ -80,6 +80,12 @@ struct mv_fabric {
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
 	struct fid_ep *ep;
+	/* A second endpoint that only transmits, for small writes and
+	 * immediates (post.c): on the same CQ and AV, with a connection of its
+	 * own to each peer (tcp), so that they do not queue behind a flood's
+	 * bytes. NULL where the provider gains nothing from it (shm). */
+	struct fid_ep *ep_small;
+	int small_err; /* why ep_small could not be opened where it is wanted, or 0 */
 	struct fid_cq *cq;
 	struct fid_av *av;
 	struct fid_cntr *rx_cntr; /* remote writes received, where offered (shm) */
@@ -367,6 +373,7 @@ struct mv_wr;
 /* Shard-local counters: plain, copied to the stats segment by stats.c. */
 struct mv_shard_counters {
 	uint64_t posted, completed, bytes, eagain, cq_errors, imm_rx, descs, retries;
+	uint64_t posted_small; /* of posted, on the small-write endpoint (fab.ep_small) */
 	uint64_t batches, timeouts, sleeps, wakes, trace_dropped;
 	uint64_t path_bytes[5]; /* by enum mv_gpu_path: host, HMEM, CUDA copy, staged, same host */
 	uint64_t hop_sum[MV_HOPS];

@@ -54,6 +54,13 @@
  *  - ends a burst after FAIR_BURST bytes, or at once when another client
  *    waits on it (others_wait()): the loop takes its descriptors, or reads
  *    its small write's completion, without waiting out the burst.
+ * Where the shard has a small-write endpoint (fabric.c: tcp), immediates,
+ * writes of half a piece or less go on it, landing messages and larger
+ * writes on the shard's endpoint: on a connection of their own to the
+ * peer, the small ones no longer wait behind a flood's bytes in flight.
+ * A batch's immediate still follows its data: it goes after the data's
+ * delivery-complete, whichever endpoints carried it, or rides on the
+ * batch's one write.
  * Order within a client is kept: its queue is FIFO, and a piece goes before
  * the rest of its write. Clients' ops interleave, which no client can see:
  * each batch's immediate follows its own data's completions, or rides on
@@ -132,6 +139,16 @@ static int others_wait(const struct mv_shard *s, const struct mv_attach *at, uin
 			return 1;
 	}
 	return 0;
+}
+
+/* The endpoint op goes on: small writes and immediates on the small-write
+ * endpoint where the shard has one (see "Fair share"); landing messages,
+ * whose acks come back to the address they carry, on the shard's own. */
+static struct fid_ep *ep_of(const struct mv_shard *s, const struct mv_wr *op, uint64_t piece)
+{
+	if (s->fab.ep_small && op->kind != MV_OPK_LAND && op->bytes <= piece / 2)
+		return s->fab.ep_small;
+	return s->fab.ep;
 }
 
 /*
@@ -248,16 +265,17 @@ static void round_next(struct mv_shard *s)
  * Whether op's post may carry FI_MORE: only while the shard posts for one
  * client and that client's next op surely follows in this burst. A burst
  * cut short (a full queue, the landing window, a next op whose peer is
- * gone, the burst's byte budget, the client's bytes in flight) must not
- * leave the doorbell unrung. A post that fails for another reason can
- * still end a burst early.
+ * gone, the burst's byte budget, the client's bytes in flight), or a next
+ * op on the other endpoint, must not leave the doorbell unrung. A post
+ * that fails for another reason can still end a burst early.
  */
-static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64_t burst)
+static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64_t burst,
+                        uint64_t piece)
 {
 	const struct mv_wr *nx = op->next;
 
 	if (!nx || s->nactive > 1 || burst + op->bytes >= MV_BURST_BYTES ||
-	    s->posted + 1 >= s->fab.tx_size ||
+	    ep_of(s, nx, piece) != ep_of(s, op, piece) || s->posted + 1 >= s->fab.tx_size ||
 	    op->at->inflight + op->bytes + nx->bytes > inflight_cap(s, op->at) ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
 		return 0;
@@ -378,7 +396,7 @@ int mv_post(struct mv_shard *s)
 				flags |= FI_REMOTE_CQ_DATA;
 				msg.data = op->data;
 			}
-			if (more_follows(s, op, burst))
+			if (more_follows(s, op, burst, piece))
 				flags |= FI_MORE;
 			if (op->kind == MV_OPK_LAND && s->land_inflight >= LAND_WINDOW)
 				break; /* more_follows() kept FI_MORE off the last post */
@@ -395,7 +413,7 @@ int mv_post(struct mv_shard *s)
 				                   .context = &op->ctx};
 				ret = fi_sendmsg(s->fab.ep, &m, flags & (FI_COMPLETION | FI_MORE));
 			} else {
-				ret = fi_writemsg(s->fab.ep, &msg, flags);
+				ret = fi_writemsg(ep_of(s, op, piece), &msg, flags);
 			}
 			if (ret == -FI_EAGAIN) {
 				s->st.eagain++;
@@ -437,6 +455,8 @@ int mv_post(struct mv_shard *s)
 			op->land_counted = 1;
 		}
 		s->st.posted++;
+		if (op->kind != MV_OPK_LAND && ep_of(s, op, piece) == s->fab.ep_small)
+			s->st.posted_small++;
 		n++;
 		if (shared && others_wait(s, at, piece))
 			break;

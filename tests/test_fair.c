@@ -337,6 +337,82 @@ START_TEST(test_cut_write_keeps_its_imm_after_its_data)
 }
 END_TEST
 
+/*
+ * On tcp a shard posts small writes and immediates on an endpoint of its
+ * own (a connection of its own to the peer, so they never queue behind a
+ * flood's bytes), and larger writes on its usual one; shm has the one
+ * endpoint. Counted by mvstat's posted and posted_small: 100 batches of a
+ * 4 KiB write and its immediate (which rides on the write) all go on the
+ * small endpoint on tcp, none on shm; 1 MiB writes never do. Every byte
+ * and immediate arrives either way.
+ */
+START_TEST(test_small_writes_take_their_own_endpoint_on_tcp)
+{
+	struct mvc *s, *owner;
+	struct mvc_mem src, dst;
+	struct mvc_event ev[16];
+	const uint64_t big = 1u << 20;
+	int tcp = !strcmp(prov, "tcp");
+
+	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&s, A.sock), 0);
+	ck_assert_msg(mvc_alloc(owner, 2 * big, &dst) == 0, "%s", mvc_error(owner));
+	ck_assert_msg(mvc_alloc(s, big, &src) == 0, "%s", mvc_error(s));
+	uint32_t imp = reach(s, owner, dst.region);
+	fill(src.addr, big, 5);
+	/* Connections up first (tcp connects on a first write, and may
+	 * re-post while it does). */
+	ck_assert_int_eq(mvc_write(s, src.region, 0, imp, 0, 4096), 0);
+	submit_ok(s, 1000);
+	ck_assert_int_eq(mvc_write(s, src.region, 0, imp, 0, big), 0);
+	submit_ok(s, 1001);
+
+	uint64_t p0 = stat_sum(&A, "\"posted\""), q0 = stat_sum(&A, "\"posted_small\"");
+	int imms = 0;
+	for (uint32_t i = 1; i <= 100; i++) {
+		ck_assert_int_eq(
+		    mvc_write(s, src.region, (i % 256) * 4096, imp, big + (i % 256) * 4096, 4096),
+		    0);
+		ck_assert_int_eq(mvc_write_imm(s, imp, i), 0);
+		submit_ok(s, i);
+		int k = mvc_poll(owner, ev, 16);
+		ck_assert_int_ge(k, 0);
+		for (int j = 0; j < k; j++)
+			imms += ev[j].type == MVC_EV_IMM;
+	}
+	for (double end = now_s() + 20; imms < 100 && now_s() < end;) {
+		int k = mvc_wait(owner, ev, 16, 100);
+		ck_assert_int_ge(k, 0);
+		for (int j = 0; j < k; j++)
+			imms += ev[j].type == MVC_EV_IMM;
+	}
+	ck_assert_int_eq(imms, 100);
+	ck_assert(
+	    !memcmp((uint8_t *)dst.addr + big + 4096, (uint8_t *)src.addr + 4096, 100 * 4096));
+	uint64_t p1 = stat_sum(&A, "\"posted\""), q1 = stat_sum(&A, "\"posted_small\"");
+	ck_assert_uint_ge(p1 - p0, 100);
+	if (tcp)
+		ck_assert_msg(q1 - q0 == p1 - p0,
+		              "tcp: %llu of %llu posts of 4 KiB writes and immediates went on the "
+		              "small-write endpoint, want all",
+		              (unsigned long long)(q1 - q0), (unsigned long long)(p1 - p0));
+	else
+		ck_assert_uint_eq(q1 - q0, 0);
+
+	for (uint32_t i = 1; i <= 4; i++) {
+		ck_assert_int_eq(mvc_write(s, src.region, 0, imp, 0, big), 0);
+		submit_ok(s, 2000 + i);
+	}
+	ck_assert(!memcmp(dst.addr, src.addr, big));
+	uint64_t p2 = stat_sum(&A, "\"posted\""), q2 = stat_sum(&A, "\"posted_small\"");
+	ck_assert_uint_ge(p2 - p1, 4);
+	ck_assert_msg(q2 == q1, "%llu posts of 1 MiB writes went on the small-write endpoint",
+	              (unsigned long long)(q2 - q1));
+	mvc_disconnect(s);
+	mvc_disconnect(owner);
+}
+END_TEST
+
 /* A share outside 1..100 is refused at connect, naming the field. */
 START_TEST(test_share_pct_out_of_range_is_refused)
 {
@@ -493,6 +569,7 @@ static TCase *flows(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_share_pct_divides_bytes_by_weight);
 	tcase_add_test(tc, test_share_pct_out_of_range_is_refused);
 	tcase_add_test(tc, test_cut_write_keeps_its_imm_after_its_data);
+	tcase_add_test(tc, test_small_writes_take_their_own_endpoint_on_tcp);
 	return tc;
 }
 
