@@ -272,6 +272,12 @@ struct mv_cursor {
 	int active;
 };
 
+/* A run of turns in which a client gave way to others (post.c): since its
+ * first, and its latest; since is 0 when no run is going on. */
+struct mv_yields {
+	int64_t since, last;
+};
+
 /* A client's rings on one shard: owned by that shard's thread. */
 struct mv_attach {
 	struct mv_client *cl;
@@ -303,6 +309,8 @@ struct mv_attach {
 	int64_t deficit;              /* bytes it may still post this turn */
 	uint64_t inflight;            /* bytes posted and not yet completed */
 	int64_t inflight_since;       /* when inflight last left 0 (post.c) */
+	struct mv_yields held;        /* its pieces held for others' small writes (post.c) */
+	struct mv_yields cut_short;   /* its bursts ended early for other clients (post.c) */
 	uint64_t posted_bytes;        /* bytes handed to the fabric, ever */
 	int64_t last_take;            /* when this shard last took a descriptor of it */
 	/* Its share against the shard's other clients: the weight its uid

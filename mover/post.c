@@ -54,6 +54,12 @@
  *  - ends a burst after FAIR_BURST bytes, or at once when another client
  *    waits on it (others_wait()): the loop takes its descriptors, or reads
  *    its small write's completion, without waiting out the burst.
+ * Neither the hold nor the early end lasts: a client held (or cut short)
+ * for SMALL_HOLD_NS in a row posts one piece (runs one whole burst)
+ * whatever the others do, then may be held again (yield()). Else a client
+ * that sends small writes back to back, or keeps descriptors in its ring
+ * that are never taken, would hold a flood to a piece a loop turn or none.
+ *
  * Where the shard has a small-write endpoint (fabric.c: tcp), immediates,
  * writes of half a piece or less go on it, landing messages and larger
  * writes on the shard's endpoint: on a connection of their own to the
@@ -138,6 +144,26 @@ static int others_wait(const struct mv_shard *s, const struct mv_attach *at, uin
 		    o->sub.local)
 			return 1;
 	}
+	return 0;
+}
+
+/*
+ * Whether a client that would give way to others now (a piece held, a
+ * burst ended early) does: yes for SMALL_HOLD_NS from the first of a run
+ * of such turns, then no once, which ends the run. A run whose latest
+ * turn is over YIELD_STALE_NS old ended unseen (the client's queue ran
+ * dry, say): the next turn starts a new one.
+ */
+#define YIELD_STALE_NS 1000000
+
+static int yield(const struct mv_shard *s, struct mv_yields *y)
+{
+	if (!y->since || s->now - y->last > YIELD_STALE_NS)
+		y->since = s->now;
+	y->last = s->now;
+	if (s->now - y->since < SMALL_HOLD_NS)
+		return 1;
+	y->since = 0;
 	return 0;
 }
 
@@ -316,8 +342,8 @@ int mv_post(struct mv_shard *s)
 	int shared = s->nactive > 1;
 	uint64_t burst = 0, limit = shared ? FAIR_BURST : MV_BURST_BYTES, piece = piece_of(s);
 	uint32_t nwake = 0;
-	int64_t t_post = 0; /* read once a burst, for the hops */
-	int n = 0;
+	int64_t t_post = 0;        /* read once a burst, for the hops */
+	int n = 0, unyielding = 0; /* a client's yields ran out: no early end */
 
 	if (s->post_hold && s->now < s->post_hold)
 		return 0;
@@ -351,7 +377,7 @@ int mv_post(struct mv_shard *s)
 				continue;
 			}
 			if (!s->fab.dc_flag && op->bytes > piece / 2 &&
-			    small_in_flight(s, at, piece / 2)) {
+			    small_in_flight(s, at, piece / 2) && yield(s, &at->held)) {
 				/* Held turns pile up no credit, as full shares do. */
 				if (at->deficit > (int64_t)quantum(piece, at))
 					at->deficit = (int64_t)quantum(piece, at);
@@ -369,8 +395,13 @@ int mv_post(struct mv_shard *s)
 			capped = NULL;
 			burst += copy_op(s, at, op, cost);
 			n++;
-			if (shared && others_wait(s, at, piece))
-				break;
+			if (shared && !unyielding && others_wait(s, at, piece)) {
+				if (yield(s, &at->cut_short))
+					break;
+				unyielding = 1;
+			} else if (shared && !unyielding) {
+				at->cut_short.since = 0;
+			}
 			continue;
 		}
 		struct fi_msg_rma msg = {
@@ -457,9 +488,16 @@ int mv_post(struct mv_shard *s)
 		s->st.posted++;
 		if (op->kind != MV_OPK_LAND && ep_of(s, op, piece) == s->fab.ep_small)
 			s->st.posted_small++;
+		if (op->bytes > piece / 2)
+			at->held.since = 0; /* a large piece went: a next hold is a new run */
 		n++;
-		if (shared && others_wait(s, at, piece))
-			break;
+		if (shared && !unyielding && others_wait(s, at, piece)) {
+			if (yield(s, &at->cut_short))
+				break;
+			unyielding = 1; /* this burst runs to its end */
+		} else if (shared && !unyielding) {
+			at->cut_short.since = 0;
+		}
 	}
 	for (uint32_t i = 0; i < nwake; i++)
 		mv_wake_ring(s, wake[i]);

@@ -413,6 +413,62 @@ START_TEST(test_small_writes_take_their_own_endpoint_on_tcp)
 }
 END_TEST
 
+/*
+ * A client that sends small batches back to back, one at a time, keeps a
+ * small write in flight nearly all the time: where the shard holds other
+ * clients' pieces for a small write (shm), the hold must run out, so a
+ * flood beside it still moves. Counted, not timed: while the small client
+ * completes 3000 batches (each at least a post and a completion, so the
+ * run lasts far longer than the 128 holds of SMALL_HOLD_NS a 4 MiB write
+ * needs at worst), the flooder must complete a 4 MiB batch.
+ */
+START_TEST(test_flood_moves_beside_back_to_back_small_writes)
+{
+	struct mvc *s, *owner;
+	struct mvc_mem src, dst;
+	struct mvc_event ev[16];
+	struct flooder fl;
+
+	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&s, A.sock), 0);
+	ck_assert_msg(mvc_alloc(owner, 16u << 20, &dst) == 0, "%s", mvc_error(owner));
+	ck_assert_msg(mvc_alloc(s, 4096, &src) == 0, "%s", mvc_error(s));
+	uint32_t imp = reach(s, owner, dst.region);
+	fill(src.addr, 4096, 3);
+	ck_assert_int_eq(mvc_write(s, src.region, 0, imp, 8u << 20, 4096), 0);
+	submit_ok(s, 1);
+	flooder_open(&fl, owner, dst.region, NULL);
+	/* The flood is under way: its first batch came back. */
+	for (double end = now_s() + 20; !atomic_load(&fl.bytes) && now_s() < end;)
+		usleep(1000);
+	ck_assert_msg(atomic_load(&fl.bytes), "the flood completed nothing alone: %s", fl.err);
+
+	uint64_t b0 = atomic_load(&fl.bytes), flood_during = 0;
+	for (uint64_t i = 2; i < 3002; i++) {
+		ck_assert_int_eq(mvc_write(s, src.region, 0, imp, 8u << 20, 4096), 0);
+		ck_assert_msg(mvc_submit(s, i) == 0, "%s", mvc_error(s));
+		int got = 0;
+		for (double end = now_s() + 20; !got && now_s() < end;) {
+			int k = mvc_poll(s, ev, 16); /* back to back: polling, never asleep */
+			ck_assert_int_ge(k, 0);
+			for (int j = 0; j < k; j++) {
+				ck_assert_msg(ev[j].status == 0, "%s", ev[j].msg);
+				got |= ev[j].type == MVC_EV_BATCH && ev[j].cookie == i;
+			}
+		}
+		ck_assert_msg(got, "small batch %llu never completed", (unsigned long long)i);
+	}
+	flood_during = atomic_load(&fl.bytes) - b0;
+	flooder_close(&fl);
+	ck_assert_msg(flood_during >= fl.size,
+	              "the flood completed %llu bytes while the small client sent 3000 batches "
+	              "back to back: held for good",
+	              (unsigned long long)flood_during);
+	mvc_disconnect(s);
+	mvc_disconnect(owner);
+}
+END_TEST
+
 /* A share outside 1..100 is refused at connect, naming the field. */
 START_TEST(test_share_pct_out_of_range_is_refused)
 {
@@ -570,6 +626,7 @@ static TCase *flows(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_share_pct_out_of_range_is_refused);
 	tcase_add_test(tc, test_cut_write_keeps_its_imm_after_its_data);
 	tcase_add_test(tc, test_small_writes_take_their_own_endpoint_on_tcp);
+	tcase_add_test(tc, test_flood_moves_beside_back_to_back_small_writes);
 	return tc;
 }
 
