@@ -474,6 +474,7 @@ int mv_post(struct mv_shard *s)
 		}
 		if (!op->at->inflight)
 			op->at->inflight_since = s->now;
+		op->on_small = op->kind != MV_OPK_LAND && ep_of(s, op, piece) == s->fab.ep_small;
 		mv_posted_add(s, op);
 		if (op->kind != MV_OPK_IMM)
 			op->at->parts[op->batch].t_posted =
@@ -486,8 +487,7 @@ int mv_post(struct mv_shard *s)
 			op->land_counted = 1;
 		}
 		s->st.posted++;
-		if (op->kind != MV_OPK_LAND && ep_of(s, op, piece) == s->fab.ep_small)
-			s->st.posted_small++;
+		s->st.posted_small += op->on_small;
 		if (op->bytes > piece / 2)
 			at->held.since = 0; /* a large piece went: a next hold is a new run */
 		n++;
