@@ -76,24 +76,25 @@ static void ack_arrived(struct mv_shard *s, uint64_t data)
 	mv_op_done(s, op, op->land_err ? -EIO : 0, op->land_err ? land_failed(op) : NULL);
 }
 
-int mv_reap(struct mv_shard *s)
+/* Reads one of the shard's CQs dry; returns the entries and errors read. */
+static int reap_cq(struct mv_shard *s, struct fid_cq *cq)
 {
 	struct fi_cq_data_entry ent[CQ_BATCH];
 	int total = 0;
 
 	for (;;) {
-		ssize_t n = fi_cq_read(s->fab.cq, ent, CQ_BATCH);
+		ssize_t n = fi_cq_read(cq, ent, CQ_BATCH);
 		if (n == -FI_EAGAIN || n == 0)
 			break;
 		if (n == -FI_EAVAIL) {
 			struct fi_cq_err_entry e = {0};
 			char buf[128], text[MV_ERRLEN];
 
-			if (fi_cq_readerr(s->fab.cq, &e, 0) != 1)
+			if (fi_cq_readerr(cq, &e, 0) != 1)
 				break;
 			s->st.cq_errors++;
 			const char *pe =
-			    fi_cq_strerror(s->fab.cq, e.prov_errno, e.err_data, buf, sizeof(buf));
+			    fi_cq_strerror(cq, e.prov_errno, e.err_data, buf, sizeof(buf));
 			if (mv_hb_event(s, e.op_context, e.err ? e.err : FI_EIO))
 				continue;
 			if (!e.op_context || (e.flags & FI_REMOTE_WRITE)) {
@@ -162,6 +163,18 @@ int mv_reap(struct mv_shard *s)
 			break;
 	}
 	return total;
+}
+
+/* The shard's CQ, and the small-write endpoint's (fabric.c) while ops are
+ * posted on it: reading a CQ is what progresses its endpoint, and an idle
+ * one costs a poll of its sockets per read. */
+int mv_reap(struct mv_shard *s)
+{
+	int n = reap_cq(s, s->fab.cq);
+
+	if (s->posted_small)
+		n += reap_cq(s, s->fab.cq_small);
+	return n;
 }
 
 /*

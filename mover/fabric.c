@@ -124,6 +124,62 @@ int mv_fabric_list(const char *prov, const char *iface, char names[][64], char p
 	return n ? n : -FI_ENODATA;
 }
 
+/*
+ * The small-write endpoint. rxm over tcp gives each pair of endpoints one
+ * connection, a TCP byte stream: a 4 KiB write posted after a flood's
+ * pieces waits in the kernel's socket buffer until the fair share's bytes
+ * in flight (post.c) ahead of it are sent, and its delivery-complete
+ * follows them. A second endpoint makes a connection of its own to each
+ * peer, which the small writes and immediates take: nothing of a flood
+ * is queued ahead of them there. It shares the AV (rxm keeps a connection
+ * per endpoint and address, so an insert serves both) and only transmits:
+ * its address is never published, and a target takes writes and remote
+ * CQ data from any connection to its one endpoint. It has a CQ of its
+ * own: reading a CQ progresses every endpoint bound to it, and the shard
+ * reads its CQ on every turn, so on a shared CQ every read would progress
+ * an endpoint that is idle nearly always (receivers' are); the shard reads
+ * cq_small only while it has ops posted on ep_small (complete.c).
+ *
+ * Only tcp: shm copies a write inside fi_writemsg on the shard's own
+ * thread, into a receiver whose queue lock is per receiver endpoint, so a
+ * second sender endpoint would wait for the same copies and the same
+ * lock; verbs would gain a queue pair of its own but is not measured
+ * here. Returns 0 or a negative errno; on failure ep_small stays NULL and
+ * the shard posts everything on f->ep.
+ */
+static int open_small(struct mv_fabric *f, struct fi_cq_attr *cqa)
+{
+	int ret;
+
+	if (strncmp(f->info->fabric_attr->prov_name, "tcp", 3))
+		return 0;
+	ret = fi_cq_open(f->domain, cqa, &f->cq_small, NULL);
+	if (ret) {
+		f->cq_small = NULL;
+		return ret;
+	}
+	if (cqa->wait_obj == FI_WAIT_FD &&
+	    fi_control(&f->cq_small->fid, FI_GETWAIT, &f->cq_small_fd))
+		f->cq_small_fd = -1;
+	ret = fi_endpoint(f->domain, f->info, &f->ep_small, NULL);
+	if (ret)
+		goto err_cq;
+	ret = fi_ep_bind(f->ep_small, &f->cq_small->fid, FI_TRANSMIT | FI_RECV);
+	if (!ret)
+		ret = fi_ep_bind(f->ep_small, &f->av->fid, 0);
+	if (!ret)
+		ret = fi_enable(f->ep_small);
+	if (!ret)
+		return 0;
+	fi_close(&f->ep_small->fid);
+	f->ep_small = NULL;
+err_cq:
+	fi_close(&f->cq_small->fid);
+	f->cq_small = NULL;
+	f->cq_small_fd = -1;
+	return ret;
+}
+
 int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int hmem)
 {
 	/* hmem: the probe found the provider registers GPU memory. */
@@ -135,7 +191,7 @@ int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int
 	int ret;
 
 	memset(f, 0, sizeof(*f));
-	f->cq_fd = -1;
+	f->cq_fd = f->cq_small_fd = -1;
 	if (!h)
 		return -ENOMEM;
 	/* Writes a shard receives make no CQ entry, yet need its progress: ask
@@ -210,6 +266,7 @@ int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int
 	ret = fi_getname(&f->ep->fid, f->addr, &f->addrlen);
 	if (ret)
 		goto err_ep;
+	f->small_err = open_small(f, &cqa); /* the shard goes on without it: main.c says so */
 
 	snprintf(f->prov, sizeof(f->prov), "%s", info->fabric_attr->prov_name);
 	int mm = info->domain_attr->mr_mode;
@@ -247,12 +304,16 @@ err_fabric:
 err_info:
 	fi_freeinfo(f->info);
 	memset(f, 0, sizeof(*f));
-	f->cq_fd = -1;
+	f->cq_fd = f->cq_small_fd = -1;
 	return ret;
 }
 
 void mv_fabric_close(struct mv_fabric *f)
 {
+	if (f->ep_small)
+		fi_close(&f->ep_small->fid);
+	if (f->cq_small)
+		fi_close(&f->cq_small->fid);
 	if (f->ep)
 		fi_close(&f->ep->fid);
 	if (f->rx_cntr)
@@ -268,7 +329,7 @@ void mv_fabric_close(struct mv_fabric *f)
 	if (f->info)
 		fi_freeinfo(f->info);
 	memset(f, 0, sizeof(*f));
-	f->cq_fd = -1;
+	f->cq_fd = f->cq_small_fd = -1;
 }
 
 int mv_fabric_reg(struct mv_fabric *f, void *buf, size_t len, uint64_t key, struct fid_mr **mr,

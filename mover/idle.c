@@ -30,8 +30,9 @@ int mv_rings_empty(struct mv_shard *s)
 /* Returns 1 when something woke the shard (doorbell, CQ fd), 0 otherwise. */
 int mv_sleep_once(struct mv_shard *s, int64_t idle_ns)
 {
-	struct pollfd pf[2] = {{.fd = s->efd, .events = POLLIN},
-	                       {.fd = s->fab.cq_fd, .events = POLLIN}};
+	struct pollfd pf[3] = {{.fd = s->efd, .events = POLLIN},
+	                       {.fd = s->fab.cq_fd, .events = POLLIN},
+	                       {.fd = s->fab.cq_small_fd, .events = POLLIN}};
 	uint32_t armed = 0;
 	int64_t timeout; /* ns */
 	int nfds = 1, woke = 1, wake = 0;
@@ -76,10 +77,14 @@ int mv_sleep_once(struct mv_shard *s, int64_t idle_ns)
 			timeout = due > 1000 ? due : 1000;
 	}
 	if (s->fab.cq_fd >= 0) {
-		struct fid *f = &s->fab.cq->fid;
-		if (fi_trywait(s->fab.fabric, &f, 1) != FI_SUCCESS)
+		/* The small-write endpoint's CQ too while ops are posted on it
+		 * (mv_reap() reads it then only). */
+		struct fid *f[2] = {&s->fab.cq->fid,
+		                    s->fab.cq_small ? &s->fab.cq_small->fid : NULL};
+		int both = s->posted_small && s->fab.cq_small_fd >= 0;
+		if (fi_trywait(s->fab.fabric, f, both ? 2 : 1) != FI_SUCCESS)
 			goto disarm;
-		nfds = 2;
+		nfds = both ? 3 : 2;
 	}
 	if (timeout == 0) {
 		sched_yield();

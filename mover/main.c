@@ -194,6 +194,11 @@ int main(int argc, char **argv)
 		       : sh->fab.rx_cntr  ? "polled, receive counter"
 		                          : "polled",
 		       sh->fab.iov_limit, sh->fab.tx_size);
+		if (sh->fab.small_err)
+			mv_warn("shard %u: no second endpoint for small writes on %s (%s): they "
+			        "share the connection of large ones and may wait behind a flood "
+			        "(this build's libfabric or its limits on endpoints)",
+			        started, sh->fab.prov, fi_strerror(-sh->fab.small_err));
 	}
 	if (started == mv->nshards) {
 		mv_log("mover %016llx: %u shards on %s", (unsigned long long)mv->mover_id,

@@ -80,6 +80,15 @@ struct mv_fabric {
 	struct fid_fabric *fabric;
 	struct fid_domain *domain;
 	struct fid_ep *ep;
+	/* A second endpoint that only transmits, for small writes and
+	 * immediates (post.c): on the same AV, with a connection of its own to
+	 * each peer (tcp), so that they do not queue behind a flood's bytes,
+	 * and a CQ of its own (fabric.c says why). NULL where the provider
+	 * gains nothing from it (shm). */
+	struct fid_ep *ep_small;
+	struct fid_cq *cq_small;
+	int cq_small_fd; /* its wait fd, or -1 */
+	int small_err;   /* why ep_small could not be opened where it is wanted, or 0 */
 	struct fid_cq *cq;
 	struct fid_av *av;
 	struct fid_cntr *rx_cntr; /* remote writes received, where offered (shm) */
@@ -383,6 +392,7 @@ struct mv_wr;
 /* Shard-local counters: plain, copied to the stats segment by stats.c. */
 struct mv_shard_counters {
 	uint64_t posted, completed, bytes, eagain, cq_errors, imm_rx, descs, retries;
+	uint64_t posted_small; /* of posted, on the small-write endpoint (fab.ep_small) */
 	uint64_t batches, timeouts, sleeps, wakes, trace_dropped;
 	uint64_t path_bytes[5]; /* by enum mv_gpu_path: host, HMEM, CUDA copy, staged, same host */
 	uint64_t hop_sum[MV_HOPS];
@@ -437,8 +447,9 @@ struct mv_shard {
 	 * shard is shared and posts in fair shares (post.c). */
 	uint32_t nactive;
 	uint64_t wsum;
-	uint32_t posted;    /* ops handed to the provider, not yet completed */
-	uint32_t abandoned; /* of those, failed at their deadline */
+	uint32_t posted;       /* ops handed to the provider, not yet completed */
+	uint32_t posted_small; /* of those, on fab.ep_small: its CQ is read while any */
+	uint32_t abandoned;    /* of those, failed at their deadline */
 	struct mv_wr *posted_head, *posted_tail;
 	int64_t next_expire;
 	uint32_t seen_deaths; /* mv->peer_deaths when posted ops were last checked */

@@ -74,6 +74,7 @@ struct mv_wr {
 	uint8_t kind;
 	uint8_t niov;
 	uint8_t with_imm; /* a WRITE that carries its batch's immediate (data) */
+	uint8_t on_small; /* posted on the small-write endpoint (fab.ep_small) */
 	uint64_t bytes;
 	uint64_t data;
 	uint64_t cookie;
@@ -112,6 +113,7 @@ static inline void mv_posted_add(struct mv_shard *s, struct mv_wr *op)
 		s->posted_head = op;
 	s->posted_tail = op;
 	s->posted++;
+	s->posted_small += op->on_small;
 }
 
 /* Op's bytes leave its client's in flight: once, when it completes or is
@@ -136,6 +138,7 @@ static inline void mv_posted_del(struct mv_shard *s, struct mv_wr *op)
 	else
 		s->posted_tail = op->pprev;
 	s->posted--;
+	s->posted_small -= op->on_small;
 }
 
 static inline void mv_op_put(struct mv_shard *s, struct mv_wr *op)

@@ -188,6 +188,7 @@ void mv_stats_publish(struct mv_shard *s, int force)
 	PUT(o->descs, s->st.descs);
 	PUT(o->batches, s->st.batches);
 	PUT(o->eagain, s->st.eagain);
+	PUT(o->posted_small, s->st.posted_small);
 	PUT(o->cq_errors, s->st.cq_errors);
 	PUT(o->retries, s->st.retries);
 	PUT(o->timeouts, s->st.timeouts);

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI   6u                  /* 5: peers' liveness; 6: same-host bytes */
+#define MV_STATS_ABI   7u                  /* 6: same-host bytes; 7: posted_small */
 #define MV_STATS_RINGS 256u                /* ring rows per shard: client slots */
 #define MV_STATS_PEERS 256u                /* peer rows per shard: the first peer slots */
 
@@ -142,6 +142,8 @@ struct mv_stats_shard {
 	_Atomic uint64_t hop[MV_HOPS][MV_HOP_BUCKETS]; /* see enum mv_hop */
 	/* ABI 6: bytes copied straight into same-host peers' host regions */
 	alignas(64) _Atomic uint64_t samehost_bytes;
+	/* ABI 7: of posted, those on the small-write endpoint (tcp; post.c) */
+	_Atomic uint64_t posted_small;
 };
 
 /* One client's rings on one shard (row slot = client slot). */

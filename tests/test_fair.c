@@ -337,6 +337,94 @@ START_TEST(test_cut_write_keeps_its_imm_after_its_data)
 }
 END_TEST
 
+/* n batches of a 4 KiB write and its immediate (which rides on the write),
+ * one at a time; every byte and immediate arrives. */
+static void small_batches(struct mvc *s, struct mvc *owner, const struct mvc_mem *src,
+                          const struct mvc_mem *dst, uint32_t imp, uint64_t at, uint32_t n)
+{
+	struct mvc_event ev[16];
+	uint32_t imms = 0;
+
+	for (uint32_t i = 1; i <= n; i++) {
+		uint64_t off = (i % 64) * 4096;
+		ck_assert_int_eq(mvc_write(s, src->region, off, imp, at + off, 4096), 0);
+		ck_assert_int_eq(mvc_write_imm(s, imp, i), 0);
+		submit_ok(s, i);
+		int k = mvc_poll(owner, ev, 16);
+		ck_assert_int_ge(k, 0);
+		for (int j = 0; j < k; j++)
+			imms += ev[j].type == MVC_EV_IMM;
+	}
+	for (double end = now_s() + 20; imms < n && now_s() < end;) {
+		int k = mvc_wait(owner, ev, 16, 100);
+		ck_assert_int_ge(k, 0);
+		for (int j = 0; j < k; j++)
+			imms += ev[j].type == MVC_EV_IMM;
+	}
+	ck_assert_uint_eq(imms, n);
+	uint64_t pages = n < 63 ? n : 63; /* 1 to 63: the offsets written */
+	ck_assert(
+	    !memcmp((uint8_t *)dst->addr + at + 4096, (uint8_t *)src->addr + 4096, pages * 4096));
+}
+
+/*
+ * On tcp a shared shard posts small writes and immediates on an endpoint
+ * of its own (a connection of its own to the peer, so they do not queue
+ * behind a flood's bytes in the sender's socket), and larger writes on
+ * its usual one; a client alone, and shm, have the one endpoint. Counted
+ * by mvstat's posted and posted_small: batches of a 4 KiB write and its
+ * immediate take it beside a flooder on tcp, one post each, and never
+ * alone; the flooder's pieces never do.
+ */
+START_TEST(test_small_writes_take_their_own_endpoint_on_tcp)
+{
+	struct mvc *s, *owner;
+	struct mvc_mem src, dst;
+	struct flooder fl;
+	const uint64_t at = 8u << 20;
+	int tcp = !strcmp(prov, "tcp");
+
+	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&s, A.sock), 0);
+	ck_assert_msg(mvc_alloc(owner, 16u << 20, &dst) == 0, "%s", mvc_error(owner));
+	ck_assert_msg(mvc_alloc(s, 64 * 4096, &src) == 0, "%s", mvc_error(s));
+	uint32_t imp = reach(s, owner, dst.region);
+	fill(src.addr, 64 * 4096, 5);
+	/* Connections up first (tcp connects on a first write, and may
+	 * re-post while it does). */
+	ck_assert_int_eq(mvc_write(s, src.region, 0, imp, at, 4096), 0);
+	submit_ok(s, 1000);
+
+	uint64_t p0 = stat_sum(&A, "\"posted\""), q0 = stat_sum(&A, "\"posted_small\"");
+	small_batches(s, owner, &src, &dst, imp, at, 50);
+	uint64_t p1 = stat_sum(&A, "\"posted\""), q1 = stat_sum(&A, "\"posted_small\"");
+	ck_assert_uint_ge(p1 - p0, 50);
+	ck_assert_msg(q1 == q0, "alone, %llu posts went on the small-write endpoint",
+	              (unsigned long long)(q1 - q0));
+
+	flooder_open(&fl, owner, dst.region, NULL); /* 4 MiB writes at offset 0 */
+	for (double end = now_s() + 20; !atomic_load(&fl.bytes) && now_s() < end;)
+		usleep(1000);
+	uint64_t q2 = stat_sum(&A, "\"posted_small\"");
+	small_batches(s, owner, &src, &dst, imp, at, 100);
+	uint64_t q3 = stat_sum(&A, "\"posted_small\"");
+	flooder_close(&fl);
+	uint64_t q4 = stat_sum(&A, "\"posted_small\"");
+	if (tcp)
+		ck_assert_msg(q3 - q2 == 100,
+		              "tcp, beside a flood: %llu posts on the small-write endpoint for 100 "
+		              "batches of a 4 KiB write with its immediate, want 100",
+		              (unsigned long long)(q3 - q2));
+	else
+		ck_assert_uint_eq(q3, q2);
+	ck_assert_msg(q4 == q3 && q2 == q1,
+	              "the flooder's pieces went on the small-write endpoint (%llu posts)",
+	              (unsigned long long)(q4 - q3 + q2 - q1));
+	mvc_disconnect(s);
+	mvc_disconnect(owner);
+}
+END_TEST
+
 /*
  * A client that sends small batches back to back, one at a time, keeps a
  * small write in flight nearly all the time: where the shard holds other
@@ -549,6 +637,7 @@ static TCase *flows(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_share_pct_divides_bytes_by_weight);
 	tcase_add_test(tc, test_share_pct_out_of_range_is_refused);
 	tcase_add_test(tc, test_cut_write_keeps_its_imm_after_its_data);
+	tcase_add_test(tc, test_small_writes_take_their_own_endpoint_on_tcp);
 	tcase_add_test(tc, test_flood_moves_beside_back_to_back_small_writes);
 	return tc;
 }

@@ -282,7 +282,7 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 		        ",\"timeouts\":%" PRIu64 ",\"imm_rx\":%" PRIu64 ",\"sleeps\":%" PRIu64
 		        ",\"wakes\":%" PRIu64 ",\"host_bytes\":%" PRIu64 ",\"hmem_bytes\":%" PRIu64
 		        ",\"copy_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64
-		        ",\"samehost_bytes\":%" PRIu64 "}",
+		        ",\"samehost_bytes\":%" PRIu64 ",\"posted_small\":%" PRIu64 "}",
 		        s ? "," : "", s, y->provider, y->iface, y->cpu, y->numa, GET(y->posted),
 		        GET(y->completed), GET(y->bytes), GET(y->descs), GET(y->batches),
 		        rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
@@ -290,7 +290,8 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 		        GET(y->inflight), GET(y->eagain), reposts(y), GET(y->cq_errors),
 		        GET(y->retries), GET(y->timeouts), GET(y->imm_rx), GET(y->sleeps),
 		        GET(y->wakes), GET(y->path_bytes[0]), GET(y->path_bytes[1]),
-		        GET(y->path_bytes[2]), GET(y->path_bytes[3]), GET(y->samehost_bytes));
+		        GET(y->path_bytes[2]), GET(y->path_bytes[3]), GET(y->samehost_bytes),
+		        GET(y->posted_small));
 	}
 	fprintf(f, "]");
 	mvstat_mem_json(f, h);
