@@ -319,6 +319,7 @@ struct mv_attach {
 	uint8_t turn;                 /* its quantum for this turn was added */
 	int64_t deficit;              /* bytes it may still post this turn */
 	uint64_t inflight;            /* bytes posted and not yet completed */
+	uint32_t inflight_ops;        /* ops posted and not yet completed (an immediate: 0 bytes) */
 	int64_t inflight_since;       /* when inflight last left 0 (post.c) */
 	struct mv_yields held;        /* its pieces held for others' small writes (post.c) */
 	struct mv_yields cut_short;   /* its bursts ended early for other clients (post.c) */

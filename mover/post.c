@@ -115,7 +115,7 @@ static int small_in_flight(const struct mv_shard *s, const struct mv_attach *at,
 {
 	for (uint32_t i = 0; i < s->natt; i++) {
 		struct mv_attach *o = s->att[i];
-		if (o != at && o->inflight && o->inflight <= small &&
+		if (o != at && o->inflight_ops && o->inflight <= small &&
 		    s->now - o->inflight_since < SMALL_HOLD_NS && mv_serving(o))
 			return 1;
 	}
@@ -137,7 +137,10 @@ static int others_wait(const struct mv_shard *s, const struct mv_attach *at, uin
 		struct mv_attach *o = s->att[i];
 		if (o == at || !mv_serving(o))
 			continue;
-		if (o->inflight && o->inflight <= piece / 2)
+		/* Ops, not bytes: a batch's separate immediate (the same-host
+		 * path's, after its copies) has none, and its completion is
+		 * what the client waits for. */
+		if (o->inflight_ops && o->inflight <= piece / 2)
 			return 1;
 		if (o->npq || o->cur.active)
 			continue;
@@ -477,7 +480,7 @@ int mv_post(struct mv_shard *s)
 			mv_op_done(s, op, ret == -FI_EHOSTUNREACH ? -EHOSTUNREACH : (int)ret, text);
 			continue;
 		}
-		if (!op->at->inflight)
+		if (!op->at->inflight_ops)
 			op->at->inflight_since = s->now;
 		op->on_small = op->kind != MV_OPK_LAND && ep_of(s, op, piece) == s->fab.ep_small;
 		mv_posted_add(s, op);

@@ -103,6 +103,7 @@ static inline void mv_posted_add(struct mv_shard *s, struct mv_wr *op)
 {
 	op->inflight_counted = 1;
 	op->at->inflight += op->bytes;
+	op->at->inflight_ops++;
 	op->at->posted_bytes += op->bytes;
 	op->posted_at = s->now;
 	op->pnext = NULL;
@@ -121,8 +122,10 @@ static inline void mv_posted_add(struct mv_shard *s, struct mv_wr *op)
  * be gone by the time the provider lets the op go). */
 static inline void mv_inflight_end(struct mv_wr *op)
 {
-	if (op->inflight_counted)
+	if (op->inflight_counted) {
 		op->at->inflight -= op->bytes;
+		op->at->inflight_ops--;
+	}
 	op->inflight_counted = 0;
 }
 

@@ -311,7 +311,7 @@ static void count_active(struct mv_shard *s)
 
 	for (uint32_t i = 0; i < s->natt; i++) {
 		const struct mv_attach *at = s->att[i];
-		if (at->npq || at->inflight || at->cur.active ||
+		if (at->npq || at->inflight_ops || at->cur.active ||
 		    s->now - at->last_take < MV_FAIR_LINGER_NS) {
 			n++;
 			w += at->weight;
