@@ -55,7 +55,7 @@
  *    waits on it (others_wait()): the loop takes its descriptors, or reads
  *    its small write's completion, without waiting out the burst.
  * Neither the hold nor the early end lasts: a client held (or cut short)
- * for SMALL_HOLD_NS in a row posts one piece (runs one whole burst)
+ * for SMALL_HOLD_NS in a row posts one piece (one piece more in its burst)
  * whatever the others do, then may be held again (yield()). Else a client
  * that sends small writes back to back, or keeps descriptors in its ring
  * that are never taken, would hold a flood to a piece a loop turn or none.
@@ -350,8 +350,9 @@ int mv_post(struct mv_shard *s)
 	int shared = s->nactive > 1;
 	uint64_t burst = 0, limit = shared ? FAIR_BURST : MV_BURST_BYTES, piece = piece_of(s);
 	uint32_t nwake = 0;
-	int64_t t_post = 0;        /* read once a burst, for the hops */
-	int n = 0, unyielding = 0; /* a client's yields ran out: no early end */
+	int64_t t_post = 0; /* read once a burst, for the hops */
+	int n = 0;
+	uint64_t grace = 0; /* a client whose yields ran out posts on to this burst byte */
 
 	if (s->post_hold && s->now < s->post_hold)
 		return 0;
@@ -403,11 +404,11 @@ int mv_post(struct mv_shard *s)
 			capped = NULL;
 			burst += copy_op(s, at, op, cost);
 			n++;
-			if (shared && !unyielding && others_wait(s, at, piece)) {
+			if (shared && burst >= grace && others_wait(s, at, piece)) {
 				if (yield(s, &at->cut_short))
 					break;
-				unyielding = 1;
-			} else if (shared && !unyielding) {
+				grace = burst + piece;
+			} else if (shared && burst >= grace) {
 				at->cut_short.since = 0;
 			}
 			continue;
@@ -499,11 +500,16 @@ int mv_post(struct mv_shard *s)
 		if (op->bytes > piece / 2)
 			at->held.since = 0; /* a large piece went: a next hold is a new run */
 		n++;
-		if (shared && !unyielding && others_wait(s, at, piece)) {
+		if (shared && burst >= grace && others_wait(s, at, piece)) {
 			if (yield(s, &at->cut_short))
 				break;
-			unyielding = 1; /* this burst runs to its end */
-		} else if (shared && !unyielding) {
+			/* One piece more whatever the others do: enough that a
+			 * client kept waiting cannot pin the flood to one op a
+			 * turn, little enough (a piece, not the rest of a
+			 * burst) that the waiting client's next descriptor is
+			 * not held behind 256 KiB of copies. */
+			grace = burst + piece;
+		} else if (shared && burst >= grace) {
 			at->cut_short.since = 0;
 		}
 	}
