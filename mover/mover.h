@@ -41,8 +41,6 @@
 #define MV_CLIENT_MAX_IMPORTS 4096u
 #define MV_CLIENT_MAX_PEERS   1024u
 #define MV_MAX_PEERS          4096u
-/* iovs one fabric write carries at most (shm and tcp here offer 4) */
-#define MV_FAB_IOV_MAX 4u
 /* iovs one op holds: a same-host copy, which no provider limits, merges up
  * to this many writes, so that a batch of small writes is a few ops */
 #define MV_IOV_MAX       16u
@@ -71,38 +69,10 @@ static_assert(MV_MAX_WRITE / MV_CHUNK + 1 + MV_IOV_MAX < MV_OPS_PER_SHARD, "a WR
 
 /* log.c: mv_log (info), mv_dbg, mv_warn, mv_error, mv_log_client */
 
+#include "access.h"
+#include "fabric.h"
 #include "gpu.h"
 #include "samehost.h"
-
-/* One shard's fabric objects: fabric.c. */
-struct mv_fabric {
-	struct fi_info *info;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct fid_ep *ep;
-	/* A second endpoint that only transmits, for small writes and
-	 * immediates (post.c): on the same AV, with a connection of its own to
-	 * each peer (tcp), so that they do not queue behind a flood's bytes,
-	 * and a CQ of its own (fabric.c says why). NULL where the provider
-	 * gains nothing from it (shm). */
-	struct fid_ep *ep_small;
-	struct fid_cq *cq_small;
-	int cq_small_fd; /* its wait fd, or -1 */
-	int small_err;   /* why ep_small could not be opened where it is wanted, or 0 */
-	struct fid_cq *cq;
-	struct fid_av *av;
-	struct fid_cntr *rx_cntr; /* remote writes received, where offered (shm) */
-	int cq_fd;                /* wait fd of the CQ, or -1 when the provider has none */
-	int virt_addr;            /* FI_MR_VIRT_ADDR: remote addresses are virtual */
-	uint64_t dc_flag;         /* FI_DELIVERY_COMPLETE where the provider honours it, else 0 */
-	size_t iov_limit;         /* min(iov_limit, rma_iov_limit, MV_FAB_IOV_MAX) */
-	size_t tx_size;
-	size_t key_size;
-	uint8_t addr[MV_MAX_ADDRLEN];
-	size_t addrlen;
-	char prov[32];
-	char iface[64];
-};
 
 /* Bytes from which a same-host copy uses non-temporal stores where the L3's
  * size is not known (else half of it; $MV_NT_MIN overrides). */
@@ -556,22 +526,6 @@ struct mover {
 	struct mv_host_fetch *host_fetch;
 };
 
-/* fabric.c */
-int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int hmem);
-void mv_fabric_close(struct mv_fabric *f);
-int mv_fabric_list(const char *prov, const char *iface, char names[][64], char pci[][32], int max,
-                   char *chosen, size_t chosen_len);
-int mv_fabric_reg(struct mv_fabric *f, void *buf, size_t len, uint64_t key, struct fid_mr **mr,
-                  void **desc, uint64_t *out_key, char *why, size_t whylen);
-int mv_fabric_av_insert(struct mv_fabric *f, const void *addr, fi_addr_t *out);
-int mv_fabric_reg_hmem(struct mv_fabric *f, const struct mv_gpu_map *m, size_t len, uint64_t key,
-                       struct fid_mr **mr, void **desc, uint64_t *out_key, int *by_dmabuf,
-                       char *why, size_t whylen);
-int mv_fabric_shm_release(const void *addr, size_t addrlen, pid_t pid, char *why, size_t whylen);
-void *mv_fabric_shm_mapping(const void *addr, size_t addrlen);
-int mv_fabric_hmem_probe(const char *prov, const char *iface, const struct mv_gpu_map *m,
-                         size_t len, int *by_dmabuf, char *why, size_t whylen);
-
 /* shm_lock.c: the main thread frees our shards' shm queue locks that
  * exited processes left held; every 100 ms at most unless at_once */
 void mv_shm_locks_check(struct mover *mv, int at_once);
@@ -780,32 +734,5 @@ void mv_names_events(struct mover *mv);
 void mv_names_tick(struct mover *mv);
 void mv_names_client_gone(struct mover *mv, struct mv_client *cl);
 void mv_names_region_gone(struct mover *mv, uint32_t region);
-
-/* access.c: who may send which control message. */
-enum mv_role {
-	MV_ROLE_CLIENT = 1, /* moves its own memory: the mover's uid, or any with --allow-any-uid */
-	MV_ROLE_ADMIN = 2,  /* stats and traces: the mover's uid, root, or --admin-group */
-	MV_ROLE_MOVER = 4,  /* a peer mover on this host: the mover's uid or root */
-};
-/* The roles of a connection from cred on sock (SO_PEERGROUPS for groups). */
-uint32_t mv_access_roles(const struct mover *mv, int sock, const struct ucred *cred);
-/* 0 when cl may send a message of type, else -EACCES with why, logged once
- * per refusal (the first few of each connection) with its pid and uid. */
-int mv_access_check(struct mover *mv, struct mv_client *cl, uint16_t type, char *why,
-                    size_t whylen);
-/* Whether a message of type must wait for the client's HELLO and ATTACH:
- * a client's do, an admin's or a peer mover's do not. */
-int mv_access_needs_attach(uint16_t type);
-/* Resolves cfg.admin_group; 0, or -errno with why. */
-int mv_access_init(struct mover *mv, char *why, size_t whylen);
-
-/* quota.c (main thread only) */
-/* 0 when cl (and its uid) may hold more of res, else -EDQUOT with why. */
-int mv_quota_take(struct mover *mv, struct mv_client *cl, enum mv_quota_res res, uint64_t more,
-                  char *why, size_t whylen);
-/* The batches in flight cl may have (its ids run below it); -EDQUOT when its
- * uid's other clients hold the uid's whole quota. */
-int mv_quota_batches(struct mover *mv, struct mv_client *cl, uint32_t *grant, char *why,
-                     size_t whylen);
 
 #endif
