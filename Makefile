@@ -286,11 +286,15 @@ soak-fleet: all
 		FLEET_TTL=$${FLEET_TTL:-5} tests/fleet.sh
 
 
+# Each suite says how long it took: check has a budget of ~10 minutes on
+# two cores, and this says where it goes.
 check-unit: all
-	@set -e; for t in $(TESTS); do echo "== $$t"; MV_BUILD=$(B) $(B)/tests/$$t; done
+	@set -e; for t in $(TESTS); do echo "== $$t"; s=$$(date +%s); \
+		MV_BUILD=$(B) $(B)/tests/$$t; echo "== $$t: $$(( $$(date +%s) - s )) s"; done
 
 check-scripts: all
-	@set -e; for t in $(SCRIPTS); do echo "== $$t"; MV_BUILD=$(B) $$t; done
+	@set -e; for t in $(SCRIPTS); do echo "== $$t"; s=$$(date +%s); \
+		MV_BUILD=$(B) $$t; echo "== $$t: $$(( $$(date +%s) - s )) s"; done
 
 # The Python binding's tests (libclient/python/tests), against this build's
 # libmvc.so and movers. pytest exits non-zero on a failure and when it finds

@@ -114,6 +114,8 @@ static void usage(FILE *f)
 	        "  --quick           --seconds 0.25 --reps 3 unless given\n"
 	        "  --csv FILE        the table as CSV too\n"
 	        "  --mover PATH      the mover binary (default: next to mvbench)\n"
+	        "  --mover-arg ARG   pass ARG to every mover the bench starts (repeat it for\n"
+	        "                    more, e.g. --mover-arg=--fair-piece=16384)\n"
 	        "  --check-bars      exit 3 when a row misses its bar (0.97x direct from 64 KiB,\n"
 	        "                    0.9x at 4 KiB and below; scattered: 0.9x direct and\n"
 	        "                    0.8x the 4 KiB row's writes/s, through the mover)\n"
@@ -164,6 +166,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	    {"threads", no_argument, 0, 'T'},
 	    {"wait", no_argument, 0, 'W'},
 	    {"window", required_argument, 0, 'w'},
+	    {"mover-arg", required_argument, 0, 'M'},
 	    {"pattern", required_argument, 0, 'P'},
 	    {"pages", required_argument, 0, 'g'},
 	    {"pool", required_argument, 0, 'o'},
@@ -264,6 +267,13 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 				fprintf(stderr, "mvbench: --window %s: give 1M to 16G\n", optarg);
 				exit(2);
 			}
+			break;
+		case 'M':
+			if (nmover_extra == MOVER_EXTRA_MAX) {
+				fprintf(stderr, "mvbench: --mover-arg: %d at most\n", MOVER_EXTRA_MAX);
+				exit(2);
+			}
+			mover_extra[nmover_extra++] = optarg;
 			break;
 		case 'P': {
 			char *dup = strdup(optarg), *save = NULL;

@@ -20,6 +20,8 @@
 #include "mv_huge.h"
 
 uint64_t window_bytes = WINDOW_BYTES;
+const char *mover_extra[MOVER_EXTRA_MAX];
+int nmover_extra;
 
 const char *size_str(uint64_t s, char *buf, size_t len)
 {

@@ -398,6 +398,11 @@ struct rowkind {
 };
 
 extern uint64_t window_bytes;
+/* --mover-arg: options every mover the bench starts gets after its own
+ * (a knob to sweep, such as --fair-piece 16384), in the order given. */
+#define MOVER_EXTRA_MAX 8
+extern const char *mover_extra[MOVER_EXTRA_MAX];
+extern int nmover_extra;
 extern int avail_cpus[1024], navail;
 
 /* harness.c */

@@ -310,7 +310,7 @@ void mover_start(struct mvproc *m, const char *bin, const char *name, const char
                  const char *iface, uint32_t n, const char *cpus, int host_copy)
 {
 	char shards[16], cpuarg[600];
-	const char *argv[16];
+	const char *argv[16 + MOVER_EXTRA_MAX];
 	int argc = 0, st;
 	struct stat sb;
 
@@ -334,6 +334,8 @@ void mover_start(struct mvproc *m, const char *bin, const char *name, const char
 	argv[argc++] = "--no-config"; /* the host's /etc/mover.conf is not the row's */
 	if (!host_copy)
 		argv[argc++] = "--no-host-copy"; /* the fabric, like for like with direct */
+	for (int i = 0; i < nmover_extra; i++)
+		argv[argc++] = mover_extra[i];
 	argv[argc] = NULL;
 
 	fflush(NULL);
