@@ -52,6 +52,10 @@ struct mv_fabric {
 	char iface[64];
 };
 
+/* Defaults for libfabric's own settings that suit a mover, each only where
+ * the environment does not set it already; call before any other fabric
+ * call and before any thread starts (setenv). */
+void mv_fabric_env(void);
 int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int hmem);
 void mv_fabric_close(struct mv_fabric *f);
 int mv_fabric_list(const char *prov, const char *iface, char names[][64], char pci[][32], int max,

@@ -67,6 +67,8 @@ int main(int argc, char **argv)
 		free(mv);
 		return MV_EX_CONFIG;
 	}
+	/* Before any thread starts and before libfabric reads its settings. */
+	mv_fabric_env();
 	mv_log_level(mv->cfg.log_level);
 	if (mv->cfg.log && mv_log_file(mv->cfg.log, cwhy, sizeof(cwhy))) {
 		fprintf(stderr, "mover: --log: %s\n", cwhy);

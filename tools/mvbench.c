@@ -482,6 +482,7 @@ int main(int argc, char **argv)
 	cpu_set_t set;
 
 	main_pid = getpid();
+	mv_fabric_env(); /* the direct threads' endpoints as the mover's */
 	if (sched_getaffinity(0, sizeof(set), &set) == 0)
 		for (int i = 0; i < CPU_SETSIZE && navail < 1024; i++)
 			if (CPU_ISSET(i, &set))
