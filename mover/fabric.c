@@ -298,6 +298,7 @@ int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int
 	 * transmit, and batches with an immediate stay on one endpoint pair
 	 * whose FIFO command queue orders the doorbell after the data. */
 	f->dc_flag = strncmp(f->prov, "shm", 3) ? FI_DELIVERY_COMPLETE : 0;
+	f->rx_copies = !strncmp(f->prov, "shm", 3);
 	f->tx_size = info->tx_attr->size;
 	f->key_size = info->domain_attr->mr_key_size;
 	snprintf(f->prov, sizeof(f->prov), "%s", info->fabric_attr->prov_name);

@@ -44,6 +44,9 @@ struct mv_fabric {
 	int virt_addr;            /* FI_MR_VIRT_ADDR: remote addresses are virtual */
 	uint64_t dc_flag;         /* FI_DELIVERY_COMPLETE where the provider honours it, else 0 */
 	size_t iov_limit;         /* min(iov_limit, rma_iov_limit, MV_FAB_IOV_MAX) */
+	/* The target's progress copies what it receives (shm): a peer busy
+	 * receiving can be slow to answer while its link cannot fail. */
+	int rx_copies;
 	size_t tx_size;
 	size_t key_size;
 	uint8_t addr[MV_MAX_ADDRLEN];
