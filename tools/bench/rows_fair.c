@@ -25,15 +25,15 @@
 
 #include "hops.h"
 
-#define FAIR_SMALL      4096u       /* the small batch's one write */
-#define FAIR_FLOOD      (64u << 20) /* the flood's writes */
-#define FAIR_WINDOW     2           /* flood batches in flight */
-#define FAIR_ROUNDS     400         /* small batches per chunk, at least */
-#define FAIR_LOADED_S   0.15        /* a chunk lasts at least this, alone or loaded */
-#define FAIR_LOADED_MAX 20000       /* and takes at most this many rounds */
-#define FAIR_CHUNK_S    2.0         /* and at most this long */
-#define FAIR_ALONE_S    0.15        /* the flood alone, per rep */
-#define FAIR_WAIT_S     5.0         /* a batch or an immediate later than this fails the row */
+#define FAIR_SMALL        4096u       /* the small batch's one write */
+#define FAIR_FLOOD        (64u << 20) /* the flood's writes */
+#define FAIR_WINDOW       2           /* flood batches in flight */
+#define FAIR_ROUNDS       400         /* small batches per chunk, at least */
+#define FAIR_CHUNK_MIN_S  0.15        /* a chunk lasts at least this, alone or loaded */
+#define FAIR_CHUNK_ROUNDS 20000       /* and takes at most this many rounds */
+#define FAIR_CHUNK_S      2.0         /* and at most this long */
+#define FAIR_ALONE_S      0.15        /* the flood alone, per rep */
+#define FAIR_WAIT_S       5.0         /* a batch or an immediate later than this fails the row */
 
 /* The flooding client: a thread of its own with its own connection to A. */
 struct flood {
@@ -423,8 +423,8 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 {
 	const struct opts *o = x->o;
 	int reps = o->reps, na = 0, nl = 0;
-	double *va = calloc((size_t)reps * FAIR_LOADED_MAX, sizeof(double));
-	double *vl = calloc((size_t)reps * FAIR_LOADED_MAX, sizeof(double));
+	double *va = calloc((size_t)reps * FAIR_CHUNK_ROUNDS, sizeof(double));
+	double *vl = calloc((size_t)reps * FAIR_CHUNK_ROUNDS, sizeof(double));
 	double vi[64]; /* the first small batch after an idle spell, per rep */
 	double loaded_s = 0, alone_s = 0;
 	uint64_t loaded_b = 0, alone_b = 0;
@@ -451,7 +451,7 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 		/* As long as a loaded chunk, so both p99s stand on about as
 		 * many batches: with 400 a rep the alone p99 was the 20th
 		 * slowest of 2,000 and moved 3-22 us between runs (shm, H100). */
-		if (chunk(x, F, va, &na, FAIR_ROUNDS, FAIR_LOADED_MAX, FAIR_LOADED_S, 0, r))
+		if (chunk(x, F, va, &na, FAIR_ROUNDS, FAIR_CHUNK_ROUNDS, FAIR_CHUNK_MIN_S, 0, r))
 			goto fail;
 		hops_settled(F, &h1);
 		hops_add(&F->alone, &h0, &h1);
@@ -461,8 +461,8 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 		/* Beside the flood: its rate from one completion to another,
 		 * two or more of them (within FAIR_CHUNK_S). */
 		struct progress p0 = progress_of(f), p1;
-		if (chunk(x, F, vl, &nl, FAIR_ROUNDS, FAIR_LOADED_MAX * (rep + 1) - nl,
-		          FAIR_LOADED_S, p0.n + 2, r))
+		if (chunk(x, F, vl, &nl, FAIR_ROUNDS, FAIR_CHUNK_ROUNDS * (rep + 1) - nl,
+		          FAIR_CHUNK_MIN_S, p0.n + 2, r))
 			goto fail;
 		p1 = progress_of(f);
 		loaded_b += p1.bytes - p0.bytes;
