@@ -74,9 +74,9 @@ static_assert(MV_MAX_WRITE / MV_CHUNK + 1 + MV_IOV_MAX < MV_OPS_PER_SHARD, "a WR
 #include "gpu.h"
 #include "samehost.h"
 
-/* Bytes from which a same-host copy uses non-temporal stores where the L3's
- * size is not known (else half of it; $MV_NT_MIN overrides). */
-#define MV_NT_MIN (4u << 20)
+/* Bytes of one write's piece from which a same-host copy uses non-temporal
+ * stores ($MV_NT_MIN overrides; samehost.c says why). */
+#define MV_NT_MIN (2u << 20)
 
 /* A receive buffer for landing messages (receiver-side staging). */
 struct mv_land_buf {

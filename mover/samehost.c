@@ -34,7 +34,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef __SSE2__
+#ifdef __x86_64__
+#include <immintrin.h>
+#elif defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
@@ -105,15 +107,22 @@ void mv_host_close_all(struct mover *mv)
 /* ---- the shard's side: the copy ---- */
 
 /*
- * Bytes from which a copy streams past the caches (non-temporal stores):
- * a copy larger than half the last-level cache would only push out what
- * the receiver and the next copies need; smaller ones go by memcpy, whose
- * stores stay in the caches where the receiver finds them (and which
- * streams itself above glibc's own threshold). An op is at most MV_CHUNK,
- * so on a host whose L3 holds 8 MiB or more every copy is a memcpy: on the
- * machines measured, streaming stores cost a third of the rate of buffers
- * that stay in their large L3 (README, same-host path). $MV_NT_MIN sets the
- * size (0: never). Read once; shards only read it after.
+ * Bytes of one piece (one write's part of an op: at most MV_CHUNK, and a
+ * stripe of it where libclient striped the write over shards) from which
+ * the copy streams past the caches (non-temporal stores); smaller pieces go
+ * by memcpy, whose stores stay in the caches where the receiver finds
+ * them. From MV_NT_MIN, 2 MiB, a piece's source and destination overflow a
+ * core's L2 (1-2 MiB on the machines measured) and its lines would be
+ * written back before anyone reads them. Measured (2026-11-26, a loop over
+ * one pair of buffers, and one streaming through 512 MiB): on the H100
+ * machine's Xeon (2 MiB L2) a memcpy of 2 to 64 MiB moves 12.2-13.4 GB/s
+ * reused and 6.3-8.2 streaming, AVX streaming stores 15.1-18.2 and
+ * 9.2-10.4; on the 2-core EPYC (1 MiB L2) streaming stores win streaming
+ * (18.1-20.4 against 15.4-17.9 GB/s) and on buffers that stop fitting its
+ * L3 (34.5 against 29.8 at 16 MiB reused), and lose on those that fit it
+ * (35-36.5 against 43-49 at 2-8 MiB reused). Both machines report L3s of
+ * 300-530 MiB that one core does not get, so no size is derived from it.
+ * $MV_NT_MIN sets the size (0: never). Read once; shards only read it after.
  */
 static uint64_t nt_min(void)
 {
@@ -122,10 +131,7 @@ static uint64_t nt_min(void)
 
 	if (!n) {
 		const char *e = getenv("MV_NT_MIN");
-		long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-		n = e && *e  ? strtoull(e, NULL, 0)
-		    : l3 > 0 ? (uint64_t)l3 / 2
-		             : (uint64_t)MV_NT_MIN;
+		n = e && *e ? strtoull(e, NULL, 0) : (uint64_t)MV_NT_MIN;
 		if (n == 0)
 			n = UINT64_MAX;
 		atomic_store_explicit(&v, n, memory_order_relaxed);
@@ -133,10 +139,31 @@ static uint64_t nt_min(void)
 	return n;
 }
 
+#ifdef __x86_64__
+/* 32-byte streaming stores: on the EPYC the 16-byte ones stream no faster
+ * than memcpy (15.6-17.9 GB/s), these 18.1-20.4; on the Xeon the same or
+ * better (10.4 against 8.1 at 16 MiB streaming). */
+__attribute__((target("avx"))) static void copy_nt_avx(uint8_t *d, const uint8_t *s, size_t n)
+{
+	for (; n >= 128; n -= 128, d += 128, s += 128) {
+		__m256i a = _mm256_loadu_si256((const __m256i *)s);
+		__m256i b = _mm256_loadu_si256((const __m256i *)(s + 32));
+		__m256i c = _mm256_loadu_si256((const __m256i *)(s + 64));
+		__m256i e = _mm256_loadu_si256((const __m256i *)(s + 96));
+		_mm256_stream_si256((__m256i *)d, a);
+		_mm256_stream_si256((__m256i *)(d + 32), b);
+		_mm256_stream_si256((__m256i *)(d + 64), c);
+		_mm256_stream_si256((__m256i *)(d + 96), e);
+	}
+	memcpy(d, s, n);
+	_mm256_zeroupper();
+}
+#endif
+
 static void copy_nt(uint8_t *d, const uint8_t *s, size_t n)
 {
 #ifdef __SSE2__
-	size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+	size_t head = (32 - ((uintptr_t)d & 31)) & 31;
 
 	if (head > n)
 		head = n;
@@ -144,6 +171,12 @@ static void copy_nt(uint8_t *d, const uint8_t *s, size_t n)
 	d += head;
 	s += head;
 	n -= head;
+#ifdef __x86_64__
+	if (__builtin_cpu_supports("avx")) {
+		copy_nt_avx(d, s, n);
+		n = 0;
+	}
+#endif
 	for (; n >= 64; n -= 64, d += 64, s += 64) {
 		__m128i a = _mm_loadu_si128((const __m128i *)s);
 		__m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
@@ -167,7 +200,7 @@ int mv_host_copy(struct mv_shard *s, struct mv_wr *op, char *why, size_t whylen)
 {
 	struct mv_host_remote *hr = op->hr;
 	_Atomic uint32_t *busy = &hr->fence->busy[hr->slot + (uint32_t)s->id].region;
-	int nt = op->bytes >= nt_min();
+	uint64_t nt = nt_min();
 
 	/* F1 pairs with F2 in mv_host_revoke(): say where we copy, then look
 	 * whether the region is still there. */
@@ -180,7 +213,7 @@ int mv_host_copy(struct mv_shard *s, struct mv_wr *op, char *why, size_t whylen)
 	}
 	for (uint32_t i = 0; i < op->niov; i++) {
 		uint8_t *d = (uint8_t *)(uintptr_t)op->riov[i].addr;
-		if (nt)
+		if (op->iov[i].iov_len >= nt)
 			copy_nt(d, op->iov[i].iov_base, op->iov[i].iov_len);
 		else
 			memcpy(d, op->iov[i].iov_base, op->iov[i].iov_len);

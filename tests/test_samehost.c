@@ -81,6 +81,31 @@ START_TEST(test_same_host_write_is_a_copy_and_lands_whole)
 }
 END_TEST
 
+/* A piece from MV_NT_MIN (2 MiB) is copied with streaming stores: here two
+ * stripes of 2.5 MiB, one a shard, at odd offsets on both sides (the
+ * stores' alignment head), with a tail shorter than one store; not a byte
+ * lands outside the write. */
+START_TEST(test_same_host_streamed_copy_lands_at_odd_offsets)
+{
+	struct pair p;
+	const size_t n = 6u << 20, len = (5u << 20) + 45, so = 3, doff = 77;
+
+	pair_open(&p, n, n);
+	fill(p.src.addr, n, 21);
+	memset(p.dst.addr, 0xa5, n);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, so, p.imp, doff, len), 0);
+	landed(p.a, p.imp, p.b, 9);
+	ck_assert_msg(!memcmp((uint8_t *)p.src.addr + so, (uint8_t *)p.dst.addr + doff, len),
+	              "bytes differ after a streamed copy");
+	for (size_t i = 0; i < doff; i++)
+		ck_assert_uint_eq(((uint8_t *)p.dst.addr)[i], 0xa5);
+	for (size_t i = doff + len; i < n; i++)
+		ck_assert_uint_eq(((uint8_t *)p.dst.addr)[i], 0xa5);
+	ck_assert_uint_eq(stat_sum(&A, "\"samehost_bytes\""), len);
+	pair_close(&p);
+}
+END_TEST
+
 START_TEST(test_same_host_paged_write_is_a_copy_and_lands_whole)
 {
 	struct pair p;
@@ -789,6 +814,7 @@ static TCase *copies(const char *name, void (*setup)(void))
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_same_host_write_is_a_copy_and_lands_whole);
 	tcase_add_test(tc, test_same_host_paged_write_is_a_copy_and_lands_whole);
+	tcase_add_test(tc, test_same_host_streamed_copy_lands_at_odd_offsets);
 	tcase_add_test(tc, test_freed_region_takes_no_more_copies);
 	tcase_add_test(tc, test_import_with_another_secret_gets_no_mapping);
 	tcase_add_test(tc, test_import_with_a_moved_address_never_writes_outside_the_region);
