@@ -72,12 +72,14 @@ static inline void mover_listening(struct mvproc *m, const char *name, double wa
 			m->pid = 0;
 			ck_abort_msg("mover %s exited at start; see %s", name, m->log);
 		}
-		usleep(25000);
+		usleep(5000);
 	}
 	ck_abort_msg("mover %s did not listen within %.0f s; see %s", name, wait_s, m->log);
 }
 
-static inline void mover_start(struct mvproc *m, const char *name, int shards)
+/* Starts a mover without waiting for it to listen (mover_listening()):
+ * movers launched together start in parallel. */
+static inline void mover_launch(struct mvproc *m, const char *name, int shards)
 {
 	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
 	char bin[256], ns[16];
@@ -100,6 +102,11 @@ static inline void mover_start(struct mvproc *m, const char *name, int shards)
 	if (mover_extra2)
 		argv[n++] = mover_extra2;
 	mover_spawn(m, argv);
+}
+
+static inline void mover_start(struct mvproc *m, const char *name, int shards)
+{
+	mover_launch(m, name, shards);
 	/* Up to 30 s: a mover on a GPU host starts CUDA before it listens. */
 	mover_listening(m, name, 30);
 }
@@ -130,13 +137,13 @@ static inline int mover_stop(struct mvproc *m)
 	if (m->pid <= 0)
 		return 0;
 	kill(m->pid, SIGTERM);
-	for (int i = 0; i < 300; i++) {
+	for (int i = 0; i < 1200; i++) {
 		if (waitpid(m->pid, &status, WNOHANG) == m->pid) {
 			shm_cleanup(m->pid);
 			m->pid = 0;
 			return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 		}
-		usleep(20000);
+		usleep(5000);
 	}
 	kill(m->pid, SIGKILL);
 	waitpid(m->pid, &status, 0);

@@ -521,7 +521,10 @@ END_TEST
  */
 START_TEST(test_copier_restarts_beyond_the_fence_peers_still_copy)
 {
-	const int rounds = 70; /* > MV_FENCE_PEERS (64) */
+	/* > MV_FENCE_PEERS (64) incarnations, started WAVE at a time: most of
+	 * a mover's start is a sleep in a library's constructor, so a wave
+	 * takes about as long as one start. */
+	enum { WAVE = 10, rounds = 70 };
 	const size_t n = 64u << 10;
 	struct mvc *b;
 	struct mvc_mem dst;
@@ -534,30 +537,42 @@ START_TEST(test_copier_restarts_beyond_the_fence_peers_still_copy)
 	ck_assert_int_eq(mvc_alloc(b, n, &dst), 0);
 	ck_assert_int_eq(mvc_address(b, addr, &alen), 0);
 	ck_assert_int_eq(mvc_region_blob(b, dst.region, rblob, &rlen), 0);
-	for (int r = 0; r < rounds; r++) {
-		struct mvc *a;
-		struct mvc_mem src;
-		uint32_t peer, imp;
+	for (int w = 0; w < rounds / WAVE; w++) {
+		struct mvproc m[WAVE];
+		char name[WAVE][8];
 
-		mover_start(&A, "a", 1);
-		ck_assert_int_eq(mvc_connect(&a, A.sock), 0);
-		ck_assert_int_eq(mvc_alloc(a, n, &src), 0);
-		ck_assert_msg(mvc_peer_add(a, addr, alen, &peer) == 0, "%s", mvc_error(a));
-		ck_assert_msg(mvc_import(a, peer, rblob, rlen, &imp) == 0, "%s", mvc_error(a));
-		fill(src.addr, n, 300 + (uint64_t)r);
-		ck_assert_int_eq(mvc_write(a, src.region, 0, imp, 0, n), 0);
-		landed(a, imp, b, 1 + (uint64_t)r);
-		ck_assert_msg(!memcmp(src.addr, dst.addr, n), "round %d: bytes differ", r);
-		ck_assert_msg(log_grep(&A, "refused", NULL, 0) == 0, "round %d: see %s", r, A.log);
-		if (r == rounds - 1) /* the last incarnation copied, not the fabric */
-			ck_assert_uint_eq(stat_sum(&A, "\"samehost_bytes\""), n);
-		mvc_disconnect(a);
-		if (r % 2) {
-			ck_assert_int_eq(mover_stop(&A), 0);
-		} else {
-			kill(A.pid, SIGKILL);
-			waitpid(A.pid, NULL, 0);
-			A.pid = 0;
+		for (int i = 0; i < WAVE; i++) {
+			snprintf(name[i], sizeof(name[i]), "a%d", i);
+			mover_launch(&m[i], name[i], 1);
+		}
+		for (int i = 0; i < WAVE; i++)
+			mover_listening(&m[i], name[i], 30);
+		for (int i = 0; i < WAVE; i++) {
+			int r = w * WAVE + i;
+			struct mvc *a;
+			struct mvc_mem src;
+			uint32_t peer, imp;
+
+			ck_assert_int_eq(mvc_connect(&a, m[i].sock), 0);
+			ck_assert_int_eq(mvc_alloc(a, n, &src), 0);
+			ck_assert_msg(mvc_peer_add(a, addr, alen, &peer) == 0, "%s", mvc_error(a));
+			ck_assert_msg(mvc_import(a, peer, rblob, rlen, &imp) == 0, "%s", mvc_error(a));
+			fill(src.addr, n, 300 + (uint64_t)r);
+			ck_assert_int_eq(mvc_write(a, src.region, 0, imp, 0, n), 0);
+			landed(a, imp, b, 1 + (uint64_t)r);
+			ck_assert_msg(!memcmp(src.addr, dst.addr, n), "round %d: bytes differ", r);
+			ck_assert_msg(log_grep(&m[i], "refused", NULL, 0) == 0, "round %d: see %s", r,
+			              m[i].log);
+			if (r == rounds - 1) /* the last incarnation copied, not the fabric */
+				ck_assert_uint_eq(stat_sum(&m[i], "\"samehost_bytes\""), n);
+			mvc_disconnect(a);
+			if (r % 2) {
+				ck_assert_int_eq(mover_stop(&m[i]), 0);
+			} else {
+				kill(m[i].pid, SIGKILL);
+				waitpid(m[i].pid, NULL, 0);
+				m[i].pid = 0;
+			}
 		}
 	}
 	/* The owner reclaimed a segment per exit it has seen (the last one
