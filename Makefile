@@ -75,7 +75,7 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
 	test_trace test_gpu test_tenants test_fair test_liveness test_reconnect test_samehost \
-	test_huge test_shm_restart
+	test_samehost_peers test_huge test_shm_restart
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
 	tests/cluster.sh tests/fleet.sh
 TEST_HELPERS := shmring_peer soak_client soak_sum fleet_host
@@ -215,6 +215,10 @@ $(B)/tests/test_liveness: $(B)/tests/test_liveness.o $(B)/mover/fabric.o $(CLIEN
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
 
 $(B)/tests/test_samehost: $(B)/tests/test_samehost.o $(CLIENT_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
+
+$(B)/tests/test_samehost_peers: $(B)/tests/test_samehost_peers.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 

@@ -343,4 +343,17 @@ static inline void landed(struct mvc *a, uint32_t imp, struct mvc *b, uint64_t c
 	ck_abort_msg("the immediate of batch %llu did not arrive", (unsigned long long)cookie);
 }
 
+/* Writes n bytes (a few contiguous writes, one past MV_CHUNK) with an
+ * immediate, and checks every byte at the receiver. */
+static inline void contiguous_round(struct pair *p, size_t n, uint64_t seed, uint64_t cookie)
+{
+	fill(p->src.addr, n, seed);
+	memset(p->dst.addr, 0, n);
+	ck_assert_int_eq(mvc_write(p->a, p->src.region, 0, p->imp, 0, n / 2), 0);
+	ck_assert_int_eq(mvc_write(p->a, p->src.region, n / 2, p->imp, n / 2, n - n / 2), 0);
+	landed(p->a, p->imp, p->b, cookie);
+	ck_assert_msg(!memcmp(p->src.addr, p->dst.addr, n), "bytes differ after batch %llu",
+	              (unsigned long long)cookie);
+}
+
 #endif
