@@ -81,6 +81,8 @@ void *dpong_main(void *arg)
 
 	pin_self(p->cpu);
 	while (!atomic_load_explicit(&p->stop, memory_order_relaxed)) {
+		if (pong_parked(p))
+			continue;
 		uint64_t data;
 		int got = dreap(p, &data, why, sizeof(why));
 		if (got < 0) {

@@ -21,6 +21,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
@@ -53,6 +56,23 @@ void pin_self(int cpu)
 
 /* ---- through the mover ---- */
 
+int pong_parked(struct pong *p)
+{
+	if (!atomic_load_explicit(&p->parked, memory_order_acquire))
+		return 0;
+	/* Blocked, not napping: a pong woken every few tens of microseconds
+	 * took the CPU from the one being measured as often. */
+	syscall(SYS_futex, &p->parked, FUTEX_WAIT_PRIVATE, 1, NULL, NULL, 0);
+	return 1;
+}
+
+void pong_park(struct pong *p, int parked)
+{
+	atomic_store_explicit(&p->parked, parked, memory_order_release);
+	if (!parked)
+		syscall(SYS_futex, &p->parked, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 static void *pong_main(void *arg)
 {
 	struct pong *p = arg;
@@ -60,6 +80,8 @@ static void *pong_main(void *arg)
 
 	pin_self(p->cpu);
 	while (!atomic_load_explicit(&p->stop, memory_order_relaxed)) {
+		if (pong_parked(p))
+			continue;
 		int n = atomic_load_explicit(&p->sleep, memory_order_relaxed)
 		            ? mvc_wait(p->c, ev, 16, 20)
 		            : mvc_poll(p->c, ev, 16);
@@ -424,6 +446,11 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 			/* Each rep starts with the next side: any effect of the
 			 * order falls on every side alike. */
 			int side = (k + rep) % nsides, mover = side == 0;
+			/* Only this side's pong polls (pong_parked()); the
+			 * other wakes in time for its side's first round:
+			 * uncounted (back to back) or after the gap. */
+			pong_park(&L->pong, !mover);
+			pong_park(&L->dpong, mover);
 			/* Each chunk starts after the other side's: its first
 			 * rounds find the movers idle for that long. Back to
 			 * back rows measure traffic that keeps coming, so those
@@ -471,6 +498,9 @@ static void lat_row(struct cfg *x, struct lat *L, uint64_t size, int sleep, int 
 	r->bar_p50 = p50_bar;
 	r->pass = r->m_p50 <= p50_bar && r->m_p99 <= 3 * r->m_p50;
 out:
+	/* Both pongs poll again: the next row's warm-up has both sides. */
+	pong_park(&L->pong, 0);
+	pong_park(&L->dpong, 0);
 	free(mv);
 	free(dr);
 	free(dp);
