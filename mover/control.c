@@ -571,16 +571,30 @@ static int listen_on(const struct mover *mv, const char *path, char *why, size_t
 	struct stat st;
 	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
 		unlink(path);
+	/* Bound under a name of its own and renamed into place once it
+	 * listens: between bind() and listen() a client that found the path
+	 * (a script, a test polling for it) was refused (ECONNREFUSED), on a
+	 * busy host for milliseconds. A path too long for the suffix is bound
+	 * as it is. */
+	char tmp[sizeof(a.sun_path)];
+	int tl = snprintf(tmp, sizeof(tmp), "%s.%ld", path, (long)getpid());
+	const char *at = tl > 0 && (size_t)tl < sizeof(tmp) ? tmp : path;
+	strcpy(a.sun_path, at);
+	if (at != path && lstat(at, &st) == 0 && S_ISSOCK(st.st_mode))
+		unlink(at); /* left by a dead mover of the same pid */
 	mode_t old = umask(0077);
-	int ret = bind(fd, (struct sockaddr *)&a, sizeof(a));
+	int ret = bind(fd, (struct sockaddr *)&a, sizeof(a)), bound = ret == 0;
 	umask(old);
 	mode_t mode = mv->cfg.allow_any_uid ? 0666 : mv->cfg.admin_group ? 0660 : 0600;
 	if (ret == 0 && mv->cfg.admin_group && !mv->cfg.allow_any_uid &&
-	    chown(path, (uid_t)-1, mv->cfg.admin_gid) < 0)
+	    chown(at, (uid_t)-1, mv->cfg.admin_gid) < 0)
 		ret = -1;
-	if (ret < 0 || chmod(path, mode) < 0 || listen(fd, 64) < 0) {
+	if (ret < 0 || chmod(at, mode) < 0 || listen(fd, 64) < 0 ||
+	    (at != path && rename(at, path) < 0)) {
 		ret = -errno;
 		snprintf(why, whylen, "listening on %s: %s", path, strerror(errno));
+		if (bound && at != path)
+			unlink(at);
 		close(fd);
 		return ret;
 	}
