@@ -153,6 +153,23 @@ static int others_wait(const struct mv_shard *s, const struct mv_attach *at, uin
 }
 
 /*
+ * Whether a client active on the shard (a descriptor taken within
+ * MV_FAIR_LINGER_NS) has nothing queued: its next descriptor may come at
+ * any moment and, if it comes just after others_wait() looked, waits for
+ * the burst's end. Floods with ops queued stand in the round instead.
+ */
+static int one_may_come(const struct mv_shard *s)
+{
+	for (uint32_t i = 0; i < s->natt; i++) {
+		const struct mv_attach *o = s->att[i];
+		if (mv_serving(o) && !o->npq && !o->cur.active &&
+		    s->now - o->last_take < MV_FAIR_LINGER_NS)
+			return 1;
+	}
+	return 0;
+}
+
+/*
  * Whether a client that would give way to others now (a piece held, a
  * burst ended early) does: yes for SMALL_HOLD_NS from the first of a run
  * of such turns, then no once, which ends the run. A run whose latest
@@ -357,15 +374,18 @@ int mv_post(struct mv_shard *s)
 
 	if (s->post_hold && s->now < s->post_hold)
 		return 0;
-	/* While shared, a burst also ends after FAIR_BURST_NS: where each post
-	 * copies (shm's one-segment writes, same-host copies), a burst that
-	 * others_wait() did not cut (the small client's next descriptor came
-	 * just after the last look) held a waiting client for FAIR_BURST bytes
-	 * of copies. The fairness row on the H100 (4 interleaved pairs): the
-	 * small batch's wait in its ring, p99, went from 25-32 us to 16-20 with
-	 * 8 us bursts and 15-17 with 4 us ones, the flood's rate unchanged. */
+	/* While shared and a client may come (one_may_come()), a burst also
+	 * ends after FAIR_BURST_NS: where each post copies (shm's one-segment
+	 * writes, same-host copies), a burst that others_wait() did not cut
+	 * (the small client's next descriptor came just after the last look)
+	 * held a waiting client for FAIR_BURST bytes of copies. The fairness
+	 * row on the H100 (4 interleaved pairs): the small batch's wait in its
+	 * ring, p99, went from 25-32 us to 16-20 with 8 us bursts and 15-17
+	 * with 4 us ones, the flood's rate unchanged. Floods alone among
+	 * themselves keep whole bursts (fewer turns of the loop a byte). */
 	int64_t burst_end = shared ? mv_now_ns() + FAIR_BURST_NS : 0;
-	while (s->round_head && burst < limit && (!burst_end || !n || mv_now_ns() < burst_end)) {
+	while (s->round_head && burst < limit &&
+	       (!burst_end || !n || mv_now_ns() < burst_end || !one_may_come(s))) {
 		struct mv_attach *at = s->round_head;
 		struct mv_wr *op = at->pq_head;
 		uint64_t flags = FI_COMPLETION | s->fab.dc_flag;
