@@ -31,18 +31,6 @@
 
 #include "mvtest.h"
 
-static void setup_shm_copy(void)
-{
-	mover_extra = NULL;
-	setup_shm();
-}
-
-static void setup_tcp_copy(void)
-{
-	mover_extra = NULL;
-	setup_tcp();
-}
-
 /* ---- bad input: a HOST_FD reply whose fd does not match the blob ---- */
 
 enum fake_kind { FAKE_SHORT, FAKE_UNSEALED, FAKE_NOT_OWNER, FAKE_KINDS };
@@ -485,8 +473,8 @@ int main(void)
 	Suite *s = suite_create("samehost_peers");
 	TCase *tc;
 
-	suite_add_tcase(s, peers("peers_shm", setup_shm_copy));
-	suite_add_tcase(s, peers("peers_tcp", setup_tcp_copy));
+	suite_add_tcase(s, peers("peers_shm", setup_shm));
+	suite_add_tcase(s, peers("peers_tcp", setup_tcp));
 	tc = tcase_create("pidns");
 	tcase_add_checked_fixture(tc, NULL, teardown);
 	tcase_set_timeout(tc, 60);
