@@ -205,3 +205,74 @@ def test_reused_geometry_still_refuses_what_changed(tcp_pair):
     p.a.close()
     with pytest.raises(ValueError, match="closed"):
         p.a.write_paged(p.src, p.imp, a, a, 64)
+
+
+@pytest.fixture
+def heads(monkeypatch):
+    """The arrays whose headers write_paged reads (mover._arrays.head), recorded."""
+    seen: list[int] = []
+
+    def head(address):
+        seen.append(address)
+        return _arrays.head(address)
+
+    monkeypatch.setattr(client_module, "_head", head)
+    return seen
+
+
+def test_the_same_arrays_again_send_what_they_hold_now(pair, heads, checked):
+    """The second call with the very same arrays reads no header and no
+    numpy check, and still sends the pages they hold at that call."""
+    src = fill(pair, 13)
+    s = src.reshape(NPAGES, PAGE)
+    sp = np.arange(8, dtype=np.uint32)
+    dp = np.arange(8, dtype=np.uint32)
+    pair.a.write_paged(pair.src, pair.imp, sp, dp, PAGE)
+    assert len(heads) == 2 and checked == []
+    first = sp.copy()
+    sp[:] = [200, 9, 8, 7, 6, 5, 4, 3]
+    dp += 100
+    heads.clear()
+    pair.a.write_paged(pair.src, pair.imp, sp, dp, PAGE)
+    assert heads == [] and checked == []
+    land(pair, 13)
+    d = pair.dst.numpy().reshape(NPAGES, PAGE)
+    assert np.array_equal(d[:8], s[first])
+    assert np.array_equal(d[100:108], s[sp])
+
+
+def mutated(what, fn) -> None:
+    """Runs an in-place change numpy may have deprecated or removed; skips
+    the case where this numpy refuses it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            fn()
+        except (AttributeError, TypeError, ValueError) as e:
+            pytest.skip(f"numpy {np.__version__} refuses {what} in place: {e}")
+
+
+def test_an_in_place_change_of_the_same_arrays_is_seen(tcp_pair, heads):
+    """The arrays the last call took as they are: a dtype or length changed
+    in place sends them down the checked paths again, and numpy cannot
+    resize them under the client."""
+    p = tcp_pair
+    a = np.arange(64, dtype=np.uint32)
+    b = a.copy()
+    p.a.write_paged(p.src, p.imp, a, b, 64)
+    p.a.abort()
+    with pytest.raises(ValueError):
+        a.resize(128)  # the client holds a reference: numpy refuses
+    mutated("a shape", lambda: setattr(a, "shape", (32, 2)))
+    refused_before_the_mover(p, ValueError, lambda: p.a.write_paged(p.src, p.imp, a, b, 64),
+                             "one-dimensional")
+    a.shape = (64,)
+    heads.clear()
+    p.a.write_paged(p.src, p.imp, a, b, 64)
+    p.a.abort()
+    assert heads == []  # the refused call left what libmvc was handed as it was
+    mutated("a dtype", lambda: setattr(a, "dtype", np.float32))
+    refused_before_the_mover(p, TypeError, lambda: p.a.write_paged(p.src, p.imp, a, b, 64),
+                             "integers")
