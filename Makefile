@@ -79,7 +79,7 @@ TESTS := test_shmring test_validate test_config test_client test_mover test_list
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
 	tests/cluster.sh tests/fleet.sh
 TEST_HELPERS := shmring_peer soak_client soak_sum fleet_host
-BENCHES := shmring_bench
+BENCHES := shmring_bench mvhostbench
 
 SHMRING_LIB := $(B)/libshmring.a
 CLIENT_LIB := $(B)/libmvc.a
@@ -166,6 +166,10 @@ $(B)/bin/mvreplay: $(B)/tools/mvreplay.o $(B)/tools/replay_issue.o $(B)/tools/re
 $(B)/bin/mvbench: $(MVBENCH_SRC:%.c=$(B)/%.o) $(B)/mover/fabric.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(FABRIC_LIBS) $(LDLIBS)
+
+$(B)/bin/mvhostbench: $(B)/tools/mvhostbench.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ -pthread $(LDLIBS)
 
 $(B)/bin/shmring_bench: $(B)/tools/shmring_bench.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
@@ -384,6 +388,7 @@ $(B)/libmvc_pybench.so: libclient/python/bench/paged_submit.c libclient/mvc.h | 
 bench: all $(B)/libmvc_pybench.so
 	@sh tools/install-deps bench || echo "bench: no ucx-utils; mvbench says which baselines are absent"
 	$(B)/bin/shmring_bench
+	$(B)/bin/mvhostbench $(if $(filter 1,$(BENCH_FULL)),,--rounds 500)
 	$(B)/bin/mvbench --provider tcp,shm,samehost $(if $(filter 1,$(BENCH_FULL)),,--quick) --csv $(B)/mvbench.csv
 	tools/mvplot.sh $(B)/mvbench.csv $(B)/mvbench.png
 	$(B)/bin/mvgpubench $(if $(filter 1,$(BENCH_FULL)),,-q)

@@ -28,7 +28,7 @@ check() { # check WHAT COMMAND...: the command's success is the check
 
 version=$(sed -n 's/^#define MVC_VERSION_\(MAJOR\|MINOR\|PATCH\) *\([0-9][0-9]*\).*/\2/p' \
 	libclient/mvc.h | paste -sd. -)
-bins="mover mvstat mvtrace mvreplay mvbench mvkv mvgpubench shmring_bench"
+bins="mover mvstat mvtrace mvreplay mvbench mvkv mvgpubench shmring_bench mvhostbench"
 
 # ---- --version ----
 for b in $bins; do
