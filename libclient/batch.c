@@ -8,6 +8,7 @@
  * parts the batch has; the mover reports the batch once every part is done.
  */
 #include "mvc_int.h"
+#include "mv_copy.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -273,9 +274,17 @@ static int put_list(struct mvc *c, const struct mv_list_hdr *hdr, const void *a,
 		return (int)off;
 	uint8_t *p = c->arena.map + off;
 	memcpy(p, hdr, sizeof(*hdr));
-	memcpy(p + sizeof(*hdr), a, alen);
-	if (blen)
-		memcpy(p + sizeof(*hdr) + alen, b, blen);
+	/* Big lists by streaming stores (client.c's arena_nt_min()); the
+	 * fence in mv_copy_nt() orders them before the descriptors below. */
+	if (alen + blen >= c->arena_nt_min) {
+		mv_copy_nt(p + sizeof(*hdr), a, alen);
+		if (blen)
+			mv_copy_nt(p + sizeof(*hdr) + alen, b, blen);
+	} else {
+		memcpy(p + sizeof(*hdr), a, alen);
+		if (blen)
+			memcpy(p + sizeof(*hdr) + alen, b, blen);
+	}
 	for (uint32_t k = 0, i = 0; i < n; k++, i += per) {
 		uint32_t cnt = n - i < per ? n - i : per;
 		int ret = put_desc(c, pick(c, src, k, 0), MV_OP_LIST, src, (uint64_t)off, dst, i,

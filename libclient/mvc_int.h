@@ -107,6 +107,7 @@ struct mvc {
 	char cut[MV_ERRLEN];    /* why the mover cut this connection off; "" while it has not */
 	struct mvc_latency lat; /* immediates' wait in our rings: mvc_latency() */
 	int64_t wait_spin_ns;   /* mvc_wait() polls this long before it sleeps */
+	uint64_t arena_nt_min;  /* lists of this many bytes go into the arena by streaming stores */
 	struct mvc_info info;
 	uint32_t flags; /* MV_HELLO_* */
 	uint64_t max_write;

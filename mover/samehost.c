@@ -34,12 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef __x86_64__
-#include <immintrin.h>
-#elif defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
+#include "mv_copy.h"
 #include "mv_sock.h"
 #include "samehost_layout.h"
 
@@ -139,63 +134,6 @@ static uint64_t nt_min(void)
 	return n;
 }
 
-#ifdef __x86_64__
-/* 32-byte streaming stores: on the EPYC the 16-byte ones stream no faster
- * than memcpy (15.6-17.9 GB/s), these 18.1-20.4; on the Xeon the same or
- * better (10.4 against 8.1 at 16 MiB streaming). */
-__attribute__((target("avx"))) static void copy_nt_avx(uint8_t *d, const uint8_t *s, size_t n)
-{
-	for (; n >= 128; n -= 128, d += 128, s += 128) {
-		__m256i a = _mm256_loadu_si256((const __m256i *)s);
-		__m256i b = _mm256_loadu_si256((const __m256i *)(s + 32));
-		__m256i c = _mm256_loadu_si256((const __m256i *)(s + 64));
-		__m256i e = _mm256_loadu_si256((const __m256i *)(s + 96));
-		_mm256_stream_si256((__m256i *)d, a);
-		_mm256_stream_si256((__m256i *)(d + 32), b);
-		_mm256_stream_si256((__m256i *)(d + 64), c);
-		_mm256_stream_si256((__m256i *)(d + 96), e);
-	}
-	memcpy(d, s, n);
-	_mm256_zeroupper();
-}
-#endif
-
-static void copy_nt(uint8_t *d, const uint8_t *s, size_t n)
-{
-#ifdef __SSE2__
-	size_t head = (32 - ((uintptr_t)d & 31)) & 31;
-
-	if (head > n)
-		head = n;
-	memcpy(d, s, head);
-	d += head;
-	s += head;
-	n -= head;
-#ifdef __x86_64__
-	if (__builtin_cpu_supports("avx")) {
-		copy_nt_avx(d, s, n);
-		n = 0;
-	}
-#endif
-	for (; n >= 64; n -= 64, d += 64, s += 64) {
-		__m128i a = _mm_loadu_si128((const __m128i *)s);
-		__m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
-		__m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
-		__m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
-		_mm_stream_si128((__m128i *)d, a);
-		_mm_stream_si128((__m128i *)(d + 16), b);
-		_mm_stream_si128((__m128i *)(d + 32), c);
-		_mm_stream_si128((__m128i *)(d + 48), e);
-	}
-	memcpy(d, s, n);
-	/* Streaming stores are weakly ordered: all of them are visible before
-	 * anything this shard does next (the immediate's post). */
-	_mm_sfence();
-#else
-	memcpy(d, s, n);
-#endif
-}
-
 int mv_host_copy(struct mv_shard *s, struct mv_wr *op, char *why, size_t whylen)
 {
 	struct mv_host_remote *hr = op->hr;
@@ -214,7 +152,7 @@ int mv_host_copy(struct mv_shard *s, struct mv_wr *op, char *why, size_t whylen)
 	for (uint32_t i = 0; i < op->niov; i++) {
 		uint8_t *d = (uint8_t *)(uintptr_t)op->riov[i].addr;
 		if (op->iov[i].iov_len >= nt)
-			copy_nt(d, op->iov[i].iov_base, op->iov[i].iov_len);
+			mv_copy_nt(d, op->iov[i].iov_base, op->iov[i].iov_len);
 		else
 			memcpy(d, op->iov[i].iov_base, op->iov[i].iov_len);
 	}

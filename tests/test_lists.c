@@ -377,6 +377,54 @@ START_TEST(test_wait_spin_is_read_at_connect)
 }
 END_TEST
 
+/* Lists from $MVC_ARENA_NT_MIN bytes go into the arena by streaming
+ * stores (mv_copy.h), read at connect: a bad value is refused naming the
+ * variable, and pages land alike by either copy, at list lengths that end
+ * off every vector boundary. */
+START_TEST(test_arena_streaming_is_read_at_connect)
+{
+	enum { NP = 3001, PS = 512 };
+	static const struct {
+		const char *env;
+		uint64_t want;
+	} set[] = {{"0", UINT64_MAX}, {"1", 1}, {"64K", 65536}, {NULL, 65536}};
+	struct mvc *c;
+
+	for (int i = 0; i < 2; i++) {
+		const char *bad = i ? "-1" : "64Q";
+		setenv("MVC_ARENA_NT_MIN", bad, 1);
+		ck_assert_int_eq(mvc_connect(&c, A.sock), -EINVAL);
+		ck_assert_msg(strstr(mvc_connect_error(), "MVC_ARENA_NT_MIN="), "%s",
+		              mvc_connect_error());
+	}
+	for (size_t k = 0; k < sizeof(set) / sizeof(set[0]); k++) {
+		struct pair p;
+		uint32_t *sp = perm(NP, 40 + (uint32_t)k), *dp = perm(NP, 50 + (uint32_t)k);
+
+		if (set[k].env)
+			setenv("MVC_ARENA_NT_MIN", set[k].env, 1);
+		else
+			unsetenv("MVC_ARENA_NT_MIN");
+		pair_open(&p, (uint64_t)NP * PS, (uint64_t)NP * PS);
+		ck_assert_uint_eq(p.a->arena_nt_min, set[k].want);
+		fill(p.src.addr, (uint64_t)NP * PS, 60 + (int)k);
+		memset(p.dst.addr, 0, (uint64_t)NP * PS);
+		/* NP - k pages: lists of 8 x (3001 - k) bytes */
+		paged(&p, sp, dp, NP - (uint32_t)k, PS);
+		landed(p.a, p.imp, p.b, 1);
+		for (uint32_t j = 0; j < NP - k; j++)
+			ck_assert_msg(!memcmp((uint8_t *)p.dst.addr + (uint64_t)dp[j] * PS,
+			                      (uint8_t *)p.src.addr + (uint64_t)sp[j] * PS, PS),
+			              "MVC_ARENA_NT_MIN=%s: page %u differs",
+			              set[k].env ? set[k].env : "(unset)", j);
+		pair_close(&p);
+		free(sp);
+		free(dp);
+	}
+	unsetenv("MVC_ARENA_NT_MIN");
+}
+END_TEST
+
 /* ---- bad lists: each fails its own batch, the rest goes on ---- */
 
 /* The batch with this cookie fails with cause; the message contains want. */
@@ -562,6 +610,7 @@ static TCase *lists(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_full_arena_is_eagain_and_keeps_the_batch);
 	tcase_add_test(tc, test_batch_larger_than_arena_is_e2big_with_advice);
 	tcase_add_test(tc, test_wait_spin_is_read_at_connect);
+	tcase_add_test(tc, test_arena_streaming_is_read_at_connect);
 	tcase_add_test(tc, test_bad_lists_fail_their_batch_with_a_cause);
 	tcase_add_test(tc, test_rewritten_lists_hurt_only_their_client);
 	tcase_add_test(tc, test_client_killed_mid_list_spares_others);
