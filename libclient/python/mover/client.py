@@ -563,7 +563,16 @@ class Client:
                 dst_stride is g[4]):
             self._paged_geometry(src, dst, page_size, src_stride, dst_stride)
         if src_base is not self._src_base or dst_base is not self._dst_base:
-            self._paged_bases(src_base, dst_base)
+            # A layer loop's new bases: plain ints in range, stored here.
+            if (type(src_base) is int and type(dst_base) is int and
+                    0 <= src_base <= U64_MAX and 0 <= dst_base <= U64_MAX):
+                p = self._pages
+                p.src_base = src_base
+                p.dst_base = dst_base
+                self._src_base = src_base
+                self._dst_base = dst_base
+            else:
+                self._paged_bases(src_base, dst_base)
         ret = _write_paged(c, self._pages_ref)
         if ret < 0:
             raise self._fail(ret, "mvc_write_paged")
