@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import math
 import os
-import time
 from collections import deque
 from ctypes import byref, c_size_t, c_uint32, c_void_p
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from . import _lib
+from ._completions import Completions
 from ._arrays import C_ALIGNED as _C_ALIGNED
 from ._arrays import HEADED as _HEADED
 from ._arrays import U32 as _U32
@@ -32,7 +31,7 @@ from ._arrays import U32_ID as _U32_ID
 from ._arrays import head as _head
 from ._arrays import page_array, segment_array
 from .errors import MoverError
-from .events import Event, EventType, Latency
+from .events import Event, Latency
 from .memory import Region, _index
 
 U32_MAX = 0xFFFFFFFF
@@ -120,7 +119,7 @@ def _bytes(v: Any, what: str) -> bytes:
     raise TypeError(f"{what} must be bytes, not {type(v).__name__}")
 
 
-class Client:
+class Client(Completions):
     """A connection to the local mover.
 
     socket: the mover's socket path; None: $MOVER_SOCKET, else the mover's
@@ -665,73 +664,7 @@ class Client:
         """Drops the open batch, if any."""
         _lib_.mvc_abort(self._h())
 
-    # -- completions ---------------------------------------------------------
-
-    def _events(self, n: int, call: str) -> list[Event]:
-        if n < 0:
-            raise self._fail(n, call)
-        ev = self._ev
-        out = [Event._from_c(ev[i]) for i in range(n)]
-        if any(e.type == EventType.MOVER_BACK for e in out):
-            self._read_info()  # a new mover: its id, shards, this client's id
-        return out
-
-    def poll(self, max_events: int | None = None) -> list[Event]:
-        """The events here now, without waiting (possibly none). MoverError
-        EPIPE: the mover is gone (in-flight batches were reported failed with
-        Cause.MOVER_GONE first); EPROTO: the mover cut this connection off."""
-        c = self._h()
-        m = self._take_max(max_events)
-        if self._held:
-            return [self._held.popleft() for _ in range(min(m, len(self._held)))]
-        return self._events(_lib_.mvc_poll(c, self._ev, m), "mvc_poll")
-
-    def wait(self, timeout: float | None = None, max_events: int | None = None) -> list[Event]:
-        """Events, waiting up to timeout seconds (None: forever) for the
-        first; an empty list when none came. The GIL is released while
-        libmvc waits. Errors as poll()."""
-        c = self._h()
-        m = self._take_max(max_events)
-        if self._held:
-            return [self._held.popleft() for _ in range(min(m, len(self._held)))]
-        return self._events(_lib_.mvc_wait(c, self._ev, m, _timeout_ms(timeout)), "mvc_wait")
-
-    def _take_max(self, max_events: int | None) -> int:
-        if max_events is None:
-            return self._max_events
-        m = _index(max_events, "max_events", self._max_events)
-        if m == 0:
-            raise ValueError("max_events must be at least 1")
-        return m
-
-    def wait_for(self, match: Callable[[Event], bool], timeout: float | None = None) -> Event:
-        """Waits for the first event match() accepts and returns it; other
-        events that came meanwhile are kept for the next poll() or wait().
-        TimeoutError after timeout seconds (None: forever)."""
-        c = self._h()
-        for i, e in enumerate(self._held):
-            if match(e):
-                del self._held[i]
-                return e
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            evs = self._events(_lib_.mvc_wait(c, self._ev, self._max_events, _timeout_ms(left)),
-                               "mvc_wait")
-            for i, e in enumerate(evs):
-                if match(e):
-                    self._held.extend(evs[i + 1:])
-                    return e
-                self._held.append(e)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"no matching event within {timeout} s")
-
-    def wait_batch(self, cookie: int, timeout: float | None = None) -> Event:
-        """Waits for the BATCH event of cookie; raises its MoverError if the
-        batch failed, TimeoutError after timeout seconds."""
-        cookie = _index(cookie, "cookie")
-        ev = self.wait_for(lambda e: e.type == EventType.BATCH and e.cookie == cookie, timeout)
-        return ev.raise_for_status()
+    # -- completions (poll, wait, wait_for, wait_batch: mover._completions) ----
 
     def imm_expect(self, imm: int, count: int, cookie: int = 0) -> None:
         """Asks for one IMM_COUNT event (with cookie) once count immediates
@@ -786,11 +719,6 @@ class Client:
             raise ValueError(f"shard {s}: this mover has {self.info.nshards} shards")
         return s
 
-    @property
-    def inflight(self) -> int:
-        """Batches submitted and not yet reported."""
-        return _lib_.mvc_inflight(self._h())
-
 
 def _address(a) -> int:
     """The address of a C-contiguous array's first element: through a
@@ -800,14 +728,3 @@ def _address(a) -> int:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))
     except TypeError:  # read-only
         return a.ctypes.data
-
-
-def _timeout_ms(timeout: float | None) -> int:
-    if timeout is None:
-        return -1
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be seconds (a number) or None, not "
-                        f"{type(timeout).__name__}")
-    if timeout < 0 or math.isnan(timeout):
-        raise ValueError(f"timeout is {timeout}; give seconds >= 0, or None for no limit")
-    return min(int(math.ceil(timeout * 1000)), 0x7FFFFFFF)
