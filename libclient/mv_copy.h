@@ -26,8 +26,8 @@
  * ones stream no faster than memcpy (15.6-17.9 GB/s), these 18.1-20.4; on
  * the H100 machine's Xeon the same or better (10.4 against 8.1 GB/s at
  * 16 MiB streaming). d is 32-byte aligned. */
-__attribute__((target("avx"), unused)) static void mv_copy_nt_avx(uint8_t *d, const uint8_t *s,
-                                                                  size_t n)
+__attribute__((target("avx"))) static inline void mv_copy_nt_avx(uint8_t *d, const uint8_t *s,
+                                                                 size_t n)
 {
 	for (; n >= 128; n -= 128, d += 128, s += 128) {
 		__m256i a = _mm256_loadu_si256((const __m256i *)s);
@@ -46,7 +46,7 @@ __attribute__((target("avx"), unused)) static void mv_copy_nt_avx(uint8_t *d, co
 
 /* Copies n bytes from s to d (not overlapping) with streaming stores where
  * the CPU has them (AVX, else SSE2), else memcpy; the stores are fenced. */
-__attribute__((unused)) static void mv_copy_nt(void *dst, const void *src, size_t n)
+static inline void mv_copy_nt(void *dst, const void *src, size_t n)
 {
 	uint8_t *d = dst;
 	const uint8_t *s = src;
