@@ -76,7 +76,10 @@ static void ack_arrived(struct mv_shard *s, uint64_t data)
 	mv_op_done(s, op, op->land_err ? -EIO : 0, op->land_err ? land_failed(op) : NULL);
 }
 
-/* Reads one of the shard's CQs dry; returns the entries and errors read. */
+/* Reads one of the shard's CQs dry; returns the entries and errors read
+ * but heartbeats (ours completing, peers' arriving): those are no work to
+ * the idle policy, or a mover with peers would never reach its long sleeps
+ * (shard.c). */
 static int reap_cq(struct mv_shard *s, struct fid_cq *cq)
 {
 	struct fi_cq_data_entry ent[CQ_BATCH];
@@ -127,18 +130,23 @@ static int reap_cq(struct mv_shard *s, struct fid_cq *cq)
 			mv_error("shard %d: fi_cq_read: %s", s->id, fi_strerror((int)-n));
 			break;
 		}
+		int hb = 0;
 		for (ssize_t i = 0; i < n; i++) {
 			if (ent[i].flags & FI_REMOTE_CQ_DATA) {
-				if (ent[i].data & MV_ACK)
+				if (ent[i].data & MV_ACK) {
 					ack_arrived(s, ent[i].data);
-				else if (ent[i].data & MV_HB)
+				} else if (ent[i].data & MV_HB) {
 					s->hb_rx++; /* a peer's heartbeat (heartbeat.c) */
-				else
+					hb++;
+				} else {
 					deliver_imm(s, ent[i].data);
+				}
 				continue;
 			}
-			if (mv_hb_event(s, ent[i].op_context, 0))
+			if (mv_hb_event(s, ent[i].op_context, 0)) {
+				hb++;
 				continue;
+			}
 			struct mv_land_buf *lb = mv_land_of(s, ent[i].op_context);
 			if (lb) {
 				mv_land_event(s, lb, ent[i].op_context, ent[i].len, 0);
@@ -157,7 +165,7 @@ static int reap_cq(struct mv_shard *s, struct fid_cq *cq)
 			s->st.bytes += op->bytes;
 			mv_op_done(s, op, 0, NULL);
 		}
-		total += (int)n;
+		total += (int)n - hb;
 		s->post_hold = 0; /* room again: post.c may try at once */
 		if (n < CQ_BATCH)
 			break;

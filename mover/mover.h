@@ -433,6 +433,7 @@ struct mv_shard {
 	struct mv_hb *hb;
 	uint32_t hb_n;        /* slots up to the highest peer index seen, + 1 */
 	int64_t hb_next;      /* the next look at the peers */
+	int64_t hb_round;     /* when heartbeats next go out, to every peer at once */
 	uint32_t hb_deaths;   /* mv->peer_deaths at the last look */
 	uint64_t imm_unknown; /* immediates for no region we know (no sender to blame) */
 	uint64_t hb_rx;       /* peers' heartbeats that carried remote CQ data (shm) */

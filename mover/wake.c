@@ -180,10 +180,10 @@ int mv_wake_arm(struct mv_shard *s)
 	atomic_store_explicit(&w->shard[s->id].sleeping, 1, memory_order_seq_cst);
 	atomic_thread_fence(memory_order_seq_cst);
 	/* A write queued before the word went up: progress takes it now, and
-	 * the counter says so. */
+	 * the counter says so. The shard loop reads the counter again and
+	 * judges what came (a peer's heartbeat is no work). */
 	uint64_t v = fi_cntr_read(s->fab.rx_cntr);
 	if (v != s->rx_seen) {
-		s->rx_seen = v;
 		atomic_store_explicit(&w->shard[s->id].sleeping, 0, memory_order_relaxed);
 		return -1;
 	}
