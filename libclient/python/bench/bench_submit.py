@@ -14,8 +14,9 @@ same run:
   loop over one request's pages: the client then skips their headers).
 * py_new: the same with page arrays it has not seen (new views of the same
   numbers each call, made before the timer starts): a new request's pages.
-* ffi: the same two libmvc calls through bare ctypes with the struct
-  prepared beforehand, timed in Python: the floor any ctypes binding pays
+* ffi: the same two libmvc calls through bare ctypes with the struct and
+  the arguments prepared beforehand (no argtypes: no conversion), timed in
+  Python: the floor any ctypes binding pays
   (the foreign calls themselves), so a reader sees how much of py's time is
   the binding and how much the FFI.
 
@@ -124,7 +125,7 @@ def main() -> int:
                               dst_stride=ps, page_size=ps, src_pages=sp.ctypes.data,
                               dst_pages=dp.ctypes.data, npages=n) for b_ in (0, base)]
         crefs = [ctypes.byref(x) for x in cps]
-        ffi_wp, ffi_sub = lib.mvc_write_paged, lib.mvc_submit
+        ffi_wp, ffi_sub = _lib.raw.mvc_write_paged, _lib.raw.mvc_submit
         cookie = 0
 
         # Each side returns both batches' times.
@@ -157,10 +158,11 @@ def main() -> int:
             out = []
             for ref in crefs:
                 cookie += 1
+                ck = ctypes.c_uint64(cookie)
                 t0 = time.perf_counter_ns()
                 ret = ffi_wp(c, ref)
                 if not ret:
-                    ret = ffi_sub(c, cookie)
+                    ret = ffi_sub(c, ck)
                 t1 = time.perf_counter_ns()
                 if ret < 0:
                     raise mover.MoverError(-ret, a.error, call="mvc_write_paged")

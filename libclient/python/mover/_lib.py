@@ -156,3 +156,13 @@ def _load() -> ctypes.CDLL:
 
 
 lib = _load()
+
+# The hot path's calls a second time, without argtypes: ctypes then passes
+# each argument as the ctypes object it is (a c_void_p, a byref(), a
+# c_uint64) with no from_param() conversion, a third less per call (0.74 ->
+# 0.47 us for a three-argument call on the 2-core machine). Only for
+# arguments made as ctypes objects beforehand: a plain int would go as a C
+# int. Returns are the same c_int.
+raw = ctypes.CDLL(lib.path)
+for _name in ("mvc_write_paged", "mvc_submit"):
+    getattr(raw, _name).restype = c_int

@@ -19,7 +19,7 @@ import ctypes
 import itertools
 import os
 from collections import deque
-from ctypes import byref, c_size_t, c_uint32, c_void_p
+from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 from typing import Any, NamedTuple
 
 from . import _lib
@@ -37,8 +37,10 @@ from .memory import Region, _index
 U32_MAX = 0xFFFFFFFF
 U64_MAX = (1 << 64) - 1
 _lib_ = _lib.lib
-_write_paged = _lib_.mvc_write_paged
-_submit = _lib_.mvc_submit
+# Called with ctypes objects only (mover._lib.raw): the connection's c_void_p,
+# a byref() and a c_uint64.
+_write_paged = _lib.raw.mvc_write_paged
+_submit = _lib.raw.mvc_submit
 _NO_ARG = object()  # is no argument
 _NO_ARGS = (_NO_ARG,) * 5
 _INT_OR_NONE = (int, type(None))
@@ -156,6 +158,7 @@ class Client(Completions):
         self._max_events = max_events
         self._pages = _lib.mvc_pages()
         self._pages_ref = byref(self._pages)
+        self._cookie = c_uint64()  # submit()'s argument
         # What self._pages holds, as write_paged was given it: (src, dst,
         # page_size, src_stride, dst_stride), and the bases.
         self._paged_args: tuple[Any, ...] = _NO_ARGS
@@ -655,7 +658,8 @@ class Client(Completions):
             ck = next(self._cookies)
         else:
             ck = _index(cookie, "cookie")
-        ret = _submit(c, ck)
+        self._cookie.value = ck
+        ret = _submit(c, self._cookie)
         if ret < 0:
             raise self._fail(ret, "mvc_submit")
         return ck
