@@ -18,7 +18,9 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
+#include <dirent.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/futex.h>
@@ -598,6 +600,84 @@ static double proc_cpu_s(int pid)
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+/* A process's CPU seconds by thread name ("mv-shard0", "mover", ...): fills
+ * up to max names, returns how many; -1 when the process is gone. */
+#define IDLE_THREADS 16
+struct tcpu {
+	char name[20];
+	double s;
+};
+
+static int threads_cpu(int pid, struct tcpu *t, int max)
+{
+	char path[64];
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	for (struct dirent *e; (e = readdir(d));) {
+		char sp[96], buf[1024], name[20];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(sp, sizeof(sp), "%s/%s/stat", path, e->d_name);
+		FILE *f = fopen(sp, "r");
+		if (!f)
+			continue; /* the thread ended */
+		size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[len] = 0;
+		char *l = strchr(buf, '('), *r = strrchr(buf, ')');
+		unsigned long ut, st;
+		if (!l || !r || r < l ||
+		    sscanf(r + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) !=
+		        2)
+			continue;
+		snprintf(name, sizeof(name), "%.*s", (int)(r - l - 1), l + 1);
+		int i = 0;
+		while (i < n && strcmp(t[i].name, name))
+			i++;
+		if (i == n) {
+			if (n == max)
+				continue;
+			memcpy(t[n].name, name, sizeof(name));
+			t[n++].s = 0;
+		}
+		t[i].s += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+	}
+	closedir(d);
+	return n;
+}
+
+/* Prints, after "mover X p%", which threads used that CPU: " (mv-shard0
+ * 0.40%, mover 0.10%)", those that used any; "ended" the rest of pct, the
+ * time of threads that ended meanwhile. */
+static void print_threads(const struct tcpu *t0, int n0, const struct tcpu *t1, int n1,
+                          double secs, double pct)
+{
+	const char *sep = " (";
+	double rest = pct;
+
+	for (int i = 0; i < n1; i++) {
+		double before = 0;
+		for (int j = 0; j < n0; j++)
+			if (!strcmp(t0[j].name, t1[i].name))
+				before = t0[j].s;
+		if (t1[i].s - before <= 0)
+			continue;
+		printf("%s%s %.2f%%", sep, t1[i].name, (t1[i].s - before) / secs * 100);
+		rest -= (t1[i].s - before) / secs * 100;
+		sep = ", ";
+	}
+	if (rest > 0.005) {
+		printf("%sended %.2f%%", sep, rest);
+		sep = ", ";
+	}
+	if (*sep == ',')
+		printf(")");
+}
+
 struct lrow lat_done[LAT_ROWS_MAX];
 int nlat_done;
 struct idle_cpu idle_done[IDLE_MAX];
@@ -655,9 +735,13 @@ int lat_rows(struct cfg *x)
 	/* Idle: nothing connected but the bench's own client. */
 	double secs = o->quick ? 3.0 : 10.0;
 	int pa = atomic_load(&mover_a.pid), pb = atomic_load(&mover_b.pid);
+	struct tcpu ta0[IDLE_THREADS], tb0[IDLE_THREADS], ta1[IDLE_THREADS], tb1[IDLE_THREADS];
+	/* Each process, then its threads, at both ends: the same window. */
 	double a0 = proc_cpu_s(pa), b0 = proc_cpu_s(pb);
+	int na0 = threads_cpu(pa, ta0, IDLE_THREADS), nb0 = threads_cpu(pb, tb0, IDLE_THREADS);
 	usleep((useconds_t)(secs * 1e6));
 	double a1 = proc_cpu_s(pa), b1 = proc_cpu_s(pb);
+	int na1 = threads_cpu(pa, ta1, IDLE_THREADS), nb1 = threads_cpu(pb, tb1, IDLE_THREADS);
 	idle->prov = x->prov;
 	idle->shards = x->n;
 	idle->secs = secs;
@@ -667,6 +751,14 @@ int lat_rows(struct cfg *x)
 	printf("   idle after the rows, %.0f s: mover A %.2f%%, mover B %.2f%% of a core "
 	       "(bar < 1%%: %s)\n",
 	       secs, idle->a_pct, idle->b_pct, idle->pass ? "ok" : "MISS");
+	/* By thread: which of them an idle mover's CPU went to. */
+	printf("     mover A %.2f%%", idle->a_pct);
+	if (na0 >= 0 && na1 >= 0)
+		print_threads(ta0, na0, ta1, na1, secs, idle->a_pct);
+	printf(", mover B %.2f%%", idle->b_pct);
+	if (nb0 >= 0 && nb1 >= 0)
+		print_threads(tb0, nb0, tb1, nb1, secs, idle->b_pct);
+	printf("\n");
 	fflush(stdout);
 	for (int i = first; i < *nrows; i++)
 		if (rows[i].failed)
