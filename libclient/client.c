@@ -9,6 +9,7 @@
 #include "mvc_int.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,9 +163,46 @@ static int wait_spin(int64_t *out, char *why, size_t whylen)
 	return 0;
 }
 
+/* A size in bytes from environment variable name, the one grammar of
+ * libmvc's size variables: decimal digits, then an optional K, M or G (in
+ * either case; 1024-based), at most max. 1 and *out when set, 0 when unset
+ * or empty, -EINVAL with why when it is not such a size. */
+static int env_bytes(const char *name, uint64_t max, uint64_t *out, char *why, size_t whylen)
+{
+	const char *env = getenv(name), *p;
+	uint64_t v = 0;
+	int shift = 0;
+
+	if (!env || !*env)
+		return 0;
+	for (p = env; *p >= '0' && *p <= '9'; p++) {
+		if (v > (UINT64_MAX - 9) / 10)
+			goto bad;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (p == env)
+		goto bad;
+	shift = *p == 'K' || *p == 'k'   ? 10
+	        : *p == 'M' || *p == 'm' ? 20
+	        : *p == 'G' || *p == 'g' ? 30
+	                                 : 0;
+	if (shift)
+		p++;
+	if (*p || v > max >> shift)
+		goto bad;
+	*out = v << shift;
+	return 1;
+bad:
+	snprintf(why, whylen,
+	         "%s=%s: give bytes as digits with an optional K, M or G (such as 64M), "
+	         "at most %" PRIu64,
+	         name, env, max);
+	return -EINVAL;
+}
+
 /* From how many bytes a list goes into the arena by streaming stores
- * (mv_copy.h): $MVC_ARENA_NT_MIN (bytes, with an optional K or M; 0 never),
- * else MVC_ARENA_NT_MIN_DEFAULT. The mover reads a list from another core,
+ * (mv_copy.h): $MVC_ARENA_NT_MIN (env_bytes(); 0 never), else
+ * MVC_ARENA_NT_MIN_DEFAULT. The mover reads a list from another core,
  * so a list's lines cached here would only be fetched from this core's
  * caches there; with ordinary stores each line is also read for ownership
  * first. Measured (2026-11-26, bench_submit.py's C side, write_paged +
@@ -174,55 +212,30 @@ static int wait_spin(int64_t *out, char *why, size_t whylen)
 #define MVC_ARENA_NT_MIN_DEFAULT (64u << 10)
 static int arena_nt_min(uint64_t *out, char *why, size_t whylen)
 {
-	const char *env = getenv("MVC_ARENA_NT_MIN");
-	char *end;
+	int ret = env_bytes("MVC_ARENA_NT_MIN", 1ull << 40, out, why, whylen);
 
-	*out = MVC_ARENA_NT_MIN_DEFAULT;
-	if (!env || !*env)
-		return 0;
-	errno = 0;
-	unsigned long long v = strtoull(env, &end, 10);
-	uint64_t mul = *end == 'K' ? 1u << 10 : *end == 'M' ? 1u << 20 : 1;
-	if (mul > 1)
-		end++;
-	if (errno || *end || *env == '-' || v > (1ull << 40) / mul) {
-		snprintf(why, whylen,
-		         "MVC_ARENA_NT_MIN=%s: give bytes (K or M suffix allowed), 0 for never",
-		         env);
-		return -EINVAL;
+	if (ret <= 0) {
+		if (!ret)
+			*out = MVC_ARENA_NT_MIN_DEFAULT;
+		return ret;
 	}
-	*out = v ? v * mul : UINT64_MAX;
+	if (!*out)
+		*out = UINT64_MAX; /* 0: never */
 	return 0;
 }
 
-/* The arena size: opts, else $MVC_LIST_ARENA (bytes, with an optional K, M
- * or G), else the default. */
+/* The arena size: opts, else $MVC_LIST_ARENA (env_bytes()), else the
+ * default. */
 static int arena_size(const struct mvc_opts *o, uint64_t *out, char *why, size_t whylen)
 {
-	const char *env = getenv("MVC_LIST_ARENA");
-	char *end;
-
-	*out = MV_ARENA_DEFAULT;
 	if (o && o->list_arena) {
 		*out = o->list_arena;
 		return 0;
 	}
-	if (!env || !*env)
-		return 0;
-	errno = 0;
-	unsigned long long v = strtoull(env, &end, 0);
-	int shift = *end == 'K' || *end == 'k'   ? 10
-	            : *end == 'M' || *end == 'm' ? 20
-	            : *end == 'G' || *end == 'g' ? 30
-	                                         : 0;
-	if (shift)
-		end++;
-	if (errno || end == env || *end || v > MV_ARENA_MAX >> shift) {
-		snprintf(why, whylen, "MVC_LIST_ARENA='%s' is not a size such as 64M", env);
-		return -EINVAL;
-	}
-	*out = (uint64_t)v << shift;
-	return 0;
+	int ret = env_bytes("MVC_LIST_ARENA", MV_ARENA_MAX, out, why, whylen);
+	if (!ret)
+		*out = MV_ARENA_DEFAULT;
+	return ret < 0 ? ret : 0;
 }
 
 int mvc_connect(struct mvc **out, const char *path)

@@ -334,14 +334,26 @@ START_TEST(test_batch_larger_than_arena_is_e2big_with_advice)
 	o.list_arena = 1000;
 	ck_assert_int_eq(mvc_connect_opts(&c, A.sock, &o), -EINVAL);
 	ck_assert_msg(strstr(mvc_connect_error(), "list arena"), "%s", mvc_connect_error());
-	setenv("MVC_LIST_ARENA", "12Q", 1);
-	ck_assert_int_eq(mvc_connect(&c, A.sock), -EINVAL);
-	ck_assert_msg(strstr(mvc_connect_error(), "MVC_LIST_ARENA"), "%s", mvc_connect_error());
-	setenv("MVC_LIST_ARENA", "1M", 1);
-	ck_assert_int_eq(mvc_connect(&c, A.sock), 0);
-	ck_assert_uint_eq(c->arena.size, 1u << 20);
+	/* One grammar for every size variable: digits and K, M or G. */
+	static const char *const bad[] = {"12Q", "0x100000", "M", "1M1", "-1M", "99999999999G"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("MVC_LIST_ARENA", bad[i], 1);
+		ck_assert_int_eq(mvc_connect(&c, A.sock), -EINVAL);
+		ck_assert_msg(strstr(mvc_connect_error(), "MVC_LIST_ARENA=") &&
+		                  strstr(mvc_connect_error(), "such as 64M"),
+		              "%s: %s", bad[i], mvc_connect_error());
+	}
+	static const struct {
+		const char *env;
+		uint64_t want;
+	} good[] = {{"1M", 1u << 20}, {"2m", 2u << 20}, {"3145728", 3u << 20}, {"4096k", 4u << 20}};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		setenv("MVC_LIST_ARENA", good[i].env, 1);
+		ck_assert_int_eq(mvc_connect(&c, A.sock), 0);
+		ck_assert_uint_eq(c->arena.size, good[i].want);
+		mvc_disconnect(c);
+	}
 	unsetenv("MVC_LIST_ARENA");
-	mvc_disconnect(c);
 	free(sp);
 }
 END_TEST
@@ -387,11 +399,11 @@ START_TEST(test_arena_streaming_is_read_at_connect)
 	static const struct {
 		const char *env;
 		uint64_t want;
-	} set[] = {{"0", UINT64_MAX}, {"1", 1}, {"64K", 65536}, {NULL, 65536}};
+	} set[] = {{"0", UINT64_MAX}, {"1", 1}, {"64k", 65536}, {NULL, 65536}};
 	struct mvc *c;
 
 	for (int i = 0; i < 2; i++) {
-		const char *bad = i ? "-1" : "64Q";
+		const char *bad = i ? "-1" : "0x10000";
 		setenv("MVC_ARENA_NT_MIN", bad, 1);
 		ck_assert_int_eq(mvc_connect(&c, A.sock), -EINVAL);
 		ck_assert_msg(strstr(mvc_connect_error(), "MVC_ARENA_NT_MIN="), "%s",
