@@ -221,8 +221,8 @@ static int put_span(struct mvc *c, uint32_t s, uint32_t src, uint64_t so, uint32
 	return 0;
 }
 
-int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint64_t dst_off,
-              uint64_t len)
+static int write_in(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint64_t dst_off,
+                    uint64_t len)
 {
 	struct mark m;
 	int ret = batch_open(c);
@@ -310,7 +310,8 @@ static uint64_t page_bytes(const void *arg, uint32_t i, uint32_t j)
 	return (uint64_t)(j - i) * *(const uint64_t *)arg;
 }
 
-int mvc_writev(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc_seg *segs, uint32_t n)
+static int writev_in(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc_seg *segs,
+                     uint32_t n)
 {
 	struct mark m;
 	int ret = batch_open(c);
@@ -357,7 +358,7 @@ static uint32_t run_end(const struct mvc_pages *p, uint32_t i)
 	return k;
 }
 
-int mvc_write_paged(struct mvc *c, const struct mvc_pages *p)
+static int write_paged_in(struct mvc *c, const struct mvc_pages *p)
 {
 	struct mark m;
 	uint32_t runs = 0, i, k;
@@ -410,7 +411,7 @@ int mvc_write_paged(struct mvc *c, const struct mvc_pages *p)
 	return 0;
 }
 
-int mvc_write_imm(struct mvc *c, uint32_t dst, uint32_t imm)
+static int write_imm_in(struct mvc *c, uint32_t dst, uint32_t imm)
 {
 	int ret = batch_open(c);
 
@@ -436,6 +437,46 @@ void mvc_abort(struct mvc *c)
 	c->free_ids[c->nfree++] = c->batch;
 	mvc_arena_batch_abort(&c->arena);
 	c->open = 0;
+}
+
+/* The calls that add to the batch: one that opened it and then failed drops
+ * it again, so whatever the error the open batch is as it was before the
+ * call (else a refused first write left an empty batch open, which the next
+ * mvc_submit() handed over). */
+static int added(struct mvc *c, int was_open, int ret)
+{
+	if (ret < 0 && !was_open)
+		mvc_abort(c);
+	return ret;
+}
+
+int mvc_write(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint64_t dst_off,
+              uint64_t len)
+{
+	int was_open = c->open;
+
+	return added(c, was_open, write_in(c, src, src_off, dst, dst_off, len));
+}
+
+int mvc_writev(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc_seg *segs, uint32_t n)
+{
+	int was_open = c->open;
+
+	return added(c, was_open, writev_in(c, src, dst, segs, n));
+}
+
+int mvc_write_paged(struct mvc *c, const struct mvc_pages *p)
+{
+	int was_open = c->open;
+
+	return added(c, was_open, write_paged_in(c, p));
+}
+
+int mvc_write_imm(struct mvc *c, uint32_t dst, uint32_t imm)
+{
+	int was_open = c->open;
+
+	return added(c, was_open, write_imm_in(c, dst, imm));
 }
 
 /* Moves every reserved WRITE of the open batch onto the home shard. */
@@ -553,4 +594,11 @@ int mvc_submit(struct mvc *c, uint64_t cookie)
 	c->inflight++;
 	c->open = 0;
 	return 0;
+}
+
+int mvc_submit_paged(struct mvc *c, const struct mvc_pages *p, uint64_t cookie)
+{
+	int ret = mvc_write_paged(c, p);
+
+	return ret ? ret : mvc_submit(c, cookie);
 }

@@ -292,10 +292,11 @@ int mvc_lookup(struct mvc *c, const char *name, int timeout_ms, struct mvc_found
  * Building a batch: each call adds to the open batch (opened by the first);
  * mvc_submit closes it and hands it over; one MVC_EV_BATCH reports it, after
  * every write of it landed, whatever its length. Page and segment lists are
- * copied before the call returns: the arrays are the caller's again.
- * -EAGAIN: the rings or the list arena are full right now; the batch is kept
- * as it was before the call, so poll completions and call again, or
- * mvc_abort() it.
+ * copied before the call returns: the arrays are the caller's again. A call
+ * that fails leaves the batch as it was before it (none open, if it had
+ * opened one).
+ * -EAGAIN: the rings or the list arena are full right now: poll completions
+ * and call again, or mvc_abort() the batch.
  * -E2BIG: the batch's lists are larger than the whole list arena (see
  * mvc_opts), or a batch with an immediate on a provider that needs one shard
  * has more than one ring's worth of short writes; submit what it has, or
@@ -308,6 +309,11 @@ int mvc_write_paged(struct mvc *c, const struct mvc_pages *p);
 /* After every write of the batch has landed, the target's client receives imm. */
 int mvc_write_imm(struct mvc *c, uint32_t dst, uint32_t imm);
 int mvc_submit(struct mvc *c, uint64_t cookie);
+/* mvc_write_paged() then mvc_submit() in one call, for bindings that pay for
+ * every foreign call (a layer's pages from Python): a write that fails
+ * leaves the open batch as it was; a submit that fails leaves it open with
+ * the write in it, as mvc_submit() does. */
+int mvc_submit_paged(struct mvc *c, const struct mvc_pages *p, uint64_t cookie);
 void mvc_abort(struct mvc *c);
 
 /* Completions: non-blocking poll, and a wait that sleeps (timeout ms, -1

@@ -610,6 +610,61 @@ START_TEST(test_client_killed_mid_list_spares_others)
 }
 END_TEST
 
+/* mvc_submit_paged(): a paged write and its submit in one call. The
+ * immediate added before it still follows the pages; a write it refuses
+ * submits nothing and leaves the open batch as it was. */
+START_TEST(test_submit_paged_is_write_paged_then_submit)
+{
+	enum { NP = 5000, PS = 256 };
+	struct pair p;
+	uint32_t *sp = perm(NP, 61), *dp = perm(NP, 62);
+	struct mvc_pages pg = {.src = 0,
+	                       .dst = 0,
+	                       .src_stride = PS,
+	                       .dst_stride = PS,
+	                       .page_size = PS,
+	                       .src_pages = sp,
+	                       .dst_pages = dp,
+	                       .npages = NP};
+
+	pair_open(&p, (uint64_t)NP * PS, (uint64_t)NP * PS);
+	pg.src = p.src.region;
+	pg.dst = p.imp;
+	/* Refused: no batch opened, nothing submitted. */
+	pg.npages = 0;
+	ck_assert_int_eq(mvc_submit_paged(p.a, &pg, 9), -EINVAL);
+	ck_assert_uint_eq(mvc_inflight(p.a), 0);
+	ck_assert_int_eq(mvc_submit(p.a, 9), -EINVAL); /* no open batch */
+	pg.npages = NP;
+	for (uint64_t round = 1; round <= 2; round++) {
+		fill(p.src.addr, (uint64_t)NP * PS, 70 + (int)round);
+		memset(p.dst.addr, 0, (uint64_t)NP * PS);
+		uint32_t imm = 0x5b000000u | (uint32_t)round;
+		ck_assert_int_eq(mvc_imm_expect(p.b, imm, 1, round), 0);
+		ck_assert_int_eq(mvc_write_imm(p.a, p.imp, imm), 0);
+		ck_assert_msg(mvc_submit_paged(p.a, &pg, round) == 0, "%s", mvc_error(p.a));
+		struct mvc_event e = wait_batch(p.a, round, 60);
+		ck_assert_msg(e.status == 0, "%s", e.msg);
+		ck_assert_uint_eq(e.bytes, (uint64_t)NP * PS);
+		struct mvc_event ev;
+		double end = now_s() + 20;
+		int got = 0;
+		while (!got && now_s() < end)
+			got = mvc_wait(p.b, &ev, 1, 200) == 1 && ev.type == MVC_EV_IMM_COUNT &&
+			      ev.imm == imm;
+		ck_assert_msg(got, "round %llu: the immediate did not arrive",
+		              (unsigned long long)round);
+		for (uint32_t i = 0; i < NP; i++)
+			ck_assert_msg(!memcmp((uint8_t *)p.dst.addr + (uint64_t)dp[i] * PS,
+			                      (uint8_t *)p.src.addr + (uint64_t)sp[i] * PS, PS),
+			              "round %llu: page %u differs", (unsigned long long)round, i);
+	}
+	free(sp);
+	free(dp);
+	pair_close(&p);
+}
+END_TEST
+
 static TCase *lists(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -618,6 +673,7 @@ static TCase *lists(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_million_scattered_pages_in_one_batch);
 	tcase_add_test(tc, test_adjacent_pages_merge_and_land);
 	tcase_add_test(tc, test_many_segments_in_one_batch);
+	tcase_add_test(tc, test_submit_paged_is_write_paged_then_submit);
 	tcase_add_test(tc, test_entries_longer_than_a_write_land_in_pieces);
 	tcase_add_test(tc, test_full_arena_is_eagain_and_keeps_the_batch);
 	tcase_add_test(tc, test_batch_larger_than_arena_is_e2big_with_advice);
