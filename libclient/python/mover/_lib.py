@@ -104,6 +104,7 @@ _PROTOTYPES = {
     "mvc_write_paged": (c_int, [c_void_p, POINTER(mvc_pages)]),
     "mvc_write_imm": (c_int, [c_void_p, c_uint32, c_uint32]),
     "mvc_submit": (c_int, [c_void_p, c_uint64]),
+    "mvc_submit_paged": (c_int, [c_void_p, POINTER(mvc_pages), c_uint64]),
     "mvc_abort": (None, [c_void_p]),
     "mvc_poll": (c_int, [c_void_p, POINTER(mvc_event), c_int]),
     "mvc_wait": (c_int, [c_void_p, POINTER(mvc_event), c_int, c_int]),
@@ -164,5 +165,5 @@ lib = _load()
 # arguments made as ctypes objects beforehand: a plain int would go as a C
 # int. Returns are the same c_int.
 raw = ctypes.CDLL(lib.path)
-for _name in ("mvc_write_paged", "mvc_submit"):
+for _name in ("mvc_write_paged", "mvc_submit", "mvc_submit_paged"):
     getattr(raw, _name).restype = c_int

@@ -41,6 +41,7 @@ _lib_ = _lib.lib
 # a byref() and a c_uint64.
 _write_paged = _lib.raw.mvc_write_paged
 _submit = _lib.raw.mvc_submit
+_submit_paged = _lib.raw.mvc_submit_paged
 _NO_ARG = object()  # is no argument
 _NO_ARGS = (_NO_ARG,) * 5
 _INT_OR_NONE = (int, type(None))
@@ -168,6 +169,7 @@ class Client(Completions):
         # write_paged took them as they are (None otherwise), and that length.
         self._taken: tuple[Any, Any] = (None, None)
         self._taken_n = 0
+        self._keep: Any = None  # converted page arrays of the last paged call (_paged)
         self._held: deque[Event] = deque()  # events wait_for() set aside
         self._cookies = itertools.count(1)
         self._read_info()
@@ -213,6 +215,7 @@ class Client(Completions):
                 pass  # the mover is gone: disconnecting releases the rest
         self._c = None
         self._taken = (None, None)
+        self._keep = None
         _lib_.mvc_disconnect(c)
 
     def __enter__(self) -> Client:
@@ -526,6 +529,41 @@ class Client(Completions):
         they cannot be resized in place meanwhile (numpy refuses), and an
         in-place change of their shape or strides that keeps the length
         (numpy's setters) is not seen. Pass the reshaped array instead."""
+        ret = _write_paged(self._paged(src, dst, src_pages, dst_pages, page_size, src_base,
+                                       dst_base, src_stride, dst_stride), self._pages_ref)
+        if ret < 0:
+            raise self._fail(ret, "mvc_write_paged")
+
+    def submit_paged(self, src: Region | int, dst: Import | int, src_pages: Any, dst_pages: Any,
+                     page_size: int, *, src_base: int = 0, dst_base: int = 0,
+                     src_stride: int | None = None, dst_stride: int | None = None,
+                     cookie: int | None = None) -> int:
+        """write_paged() then submit(), as one call into libmvc
+        (mvc_submit_paged): a layer's pages as one batch, each foreign call
+        of a layer loop costing what it does from Python. Arguments as
+        write_paged's, and submit's cookie; returns the cookie. A write
+        libmvc refuses leaves the open batch as it was; a submit it refuses
+        leaves the batch open with the write in it (submit() or abort() it),
+        and raises MoverError either way."""
+        c = self._paged(src, dst, src_pages, dst_pages, page_size, src_base, dst_base,
+                        src_stride, dst_stride)
+        if type(cookie) is int and 0 <= cookie <= U64_MAX:
+            ck = cookie
+        elif cookie is None:
+            ck = next(self._cookies)
+        else:
+            ck = _index(cookie, "cookie")
+        self._cookie.value = ck
+        ret = _submit_paged(c, self._pages_ref, self._cookie)
+        if ret < 0:
+            raise self._fail(ret, "mvc_submit_paged")
+        return ck
+
+    def _paged(self, src: Any, dst: Any, src_pages: Any, dst_pages: Any, page_size: Any,
+               src_base: Any, dst_base: Any, src_stride: Any, dst_stride: Any) -> c_void_p:
+        """Checks a paged write's arguments and stores them in self._pages
+        for write_paged and submit_paged; returns the connection. Raises
+        what a closed client or bad arguments do."""
         # A server's hot path, each line of it measured (bench_submit.py).
         # The same two arrays as the last call, still of that length and
         # dtype: self._pages holds their addresses already, and numpy cannot
@@ -553,8 +591,10 @@ class Client(Completions):
             self._taken = (src_pages, dst_pages)
             self._taken_n = n
         else:
-            # keep: numpy's converted arrays, alive until libmvc has copied them
-            c, sa, da, n, keep = self._checked_pages(src_pages, dst_pages)
+            # numpy's converted arrays, held until libmvc has copied them (the
+            # caller's call, after this returns): until the next such call,
+            # or close()
+            c, sa, da, n, self._keep = self._checked_pages(src_pages, dst_pages)
             p = self._pages
             p.src_pages = sa
             p.dst_pages = da
@@ -575,9 +615,7 @@ class Client(Completions):
                 self._dst_base = dst_base
             else:
                 self._paged_bases(src_base, dst_base)
-        ret = _write_paged(c, self._pages_ref)
-        if ret < 0:
-            raise self._fail(ret, "mvc_write_paged")
+        return c
 
     def _checked_pages(self, src_pages: Any,
                        dst_pages: Any) -> tuple[c_void_p, int, int, int, tuple[Any, ...]]:

@@ -6,16 +6,18 @@ only for the very same immutable arguments. Each case is checked against
 numpy's own view of the array, and by the bytes that land on the receiver."""
 from __future__ import annotations
 
+import errno
 import sys
 
 import numpy as np
 import pytest
 
+import mover
 from mover import _arrays
 from mover import client as client_module
 
 from test_errors import refused_before_the_mover
-from test_transfer import fill, land
+from test_transfer import fill, land, recv_imm
 
 PAGE = 4096
 NPAGES = 256  # the pair's 1 MiB regions
@@ -276,3 +278,47 @@ def test_an_in_place_change_of_the_same_arrays_is_seen(tcp_pair, heads):
     mutated("a dtype", lambda: setattr(a, "dtype", np.float32))
     refused_before_the_mover(p, TypeError, lambda: p.a.write_paged(p.src, p.imp, a, b, 64),
                              "integers")
+
+
+def test_submit_paged_lands_every_kind_of_page_array(pair):
+    """submit_paged: write_paged and submit in one call into libmvc. Arrays
+    of every kind land their pages (those numpy converted are held until
+    libmvc copied them), each batch after the immediate added before it,
+    under the cookie given or a new one."""
+    src = fill(pair, 13)
+    s = src.reshape(NPAGES, PAGE)
+    rng = np.random.default_rng(13)
+    for i, (name, kind) in enumerate(KINDS.items()):
+        sp = rng.integers(0, NPAGES, 16)
+        dp = rng.permutation(NPAGES)[:16]
+        pair.dst.numpy()[:] = 0
+        pair.a.write_imm(pair.imp, 100 + i)
+        want = None if i % 2 else 1000 + i
+        ck = pair.a.submit_paged(pair.src, pair.imp, kind(sp), kind(dp), PAGE, cookie=want)
+        assert want is None or ck == want
+        pair.a.wait_batch(ck, timeout=10)
+        recv_imm(pair, 100 + i)
+        d = pair.dst.numpy().reshape(NPAGES, PAGE)
+        assert np.array_equal(d[dp], s[sp]), name
+
+
+def test_submit_paged_refused_submits_nothing(tcp_pair):
+    """What write_paged refuses, submit_paged refuses before the mover; what
+    libmvc refuses (a list larger than the arena) leaves no batch open."""
+    p = tcp_pair
+    a = np.arange(8, dtype=np.uint32)
+    refused_before_the_mover(p, ValueError,
+                             lambda: p.a.submit_paged(p.src, p.imp, a, a[:7], 64),
+                             "one destination page")
+    refused_before_the_mover(p, TypeError,
+                             lambda: p.a.submit_paged(p.src, p.imp, a, a, 64, cookie=-1.5))
+    with mover.Client(p.ma.sock, list_arena=64 << 10) as c:
+        r = c.alloc(1 << 20)
+        imp = c.import_region(c.peer_add(p.b.address()), p.dst.blob())
+        pages = np.arange(16384, dtype=np.uint32)  # 128 KiB of page numbers
+        with pytest.raises(mover.MoverError) as ei:
+            c.submit_paged(r, imp, pages, pages, 16)
+        assert ei.value.errno == errno.E2BIG and ei.value.call == "mvc_submit_paged"
+        assert c.inflight == 0
+        with pytest.raises(mover.MoverError, match="no open batch"):
+            c.submit()
