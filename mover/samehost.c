@@ -134,11 +134,12 @@ static uint64_t nt_min(void)
 	return n;
 }
 
-int mv_host_copy(struct mv_shard *s, struct mv_wr *op, char *why, size_t whylen)
+int64_t mv_host_copy(struct mv_shard *s, struct mv_wr *op, uint64_t step, int (*stop)(void *),
+                     void *arg, char *why, size_t whylen)
 {
 	struct mv_host_remote *hr = op->hr;
 	_Atomic uint32_t *busy = &hr->fence->busy[hr->slot + (uint32_t)s->id].region;
-	uint64_t nt = nt_min();
+	uint64_t nt = nt_min(), done = 0;
 
 	/* F1 pairs with F2 in mv_host_revoke(): say where we copy, then look
 	 * whether the region is still there. */
@@ -149,14 +150,33 @@ int mv_host_copy(struct mv_shard *s, struct mv_wr *op, char *why, size_t whylen)
 		snprintf(why, whylen, "peer region %u was freed by its owner", hr->region);
 		return -ENOENT;
 	}
-	for (uint32_t i = 0; i < op->niov; i++) {
-		uint8_t *d = (uint8_t *)(uintptr_t)op->riov[i].addr;
-		if (op->iov[i].iov_len >= nt)
-			mv_copy_nt(d, op->iov[i].iov_base, op->iov[i].iov_len);
+	while (op->niov) {
+		uint64_t n = op->iov[0].iov_len;
+		if (step && n > step)
+			n = step;
+		uint8_t *d = (uint8_t *)(uintptr_t)op->riov[0].addr;
+		if (n >= nt)
+			mv_copy_nt(d, op->iov[0].iov_base, n);
 		else
-			memcpy(d, op->iov[i].iov_base, op->iov[i].iov_len);
+			memcpy(d, op->iov[0].iov_base, n);
+		done += n;
+		if (n == op->iov[0].iov_len) {
+			op->niov--;
+			memmove(op->iov, op->iov + 1, op->niov * sizeof(op->iov[0]));
+			memmove(op->desc, op->desc + 1, op->niov * sizeof(op->desc[0]));
+			memmove(op->riov, op->riov + 1, op->niov * sizeof(op->riov[0]));
+		} else {
+			op->iov[0].iov_base = (uint8_t *)op->iov[0].iov_base + n;
+			op->iov[0].iov_len -= n;
+			op->riov[0].addr += n;
+			op->riov[0].len -= n;
+		}
+		if (stop && op->niov && stop(arg))
+			break;
 	}
 	/* R8: the copy is done before the owner may see the slot free. */
 	atomic_store_explicit(busy, 0, memory_order_release);
-	return 0;
+	op->bytes -= done;
+	op->copied += done;
+	return (int64_t)done;
 }

@@ -76,6 +76,7 @@ struct mv_wr {
 	uint8_t with_imm; /* a WRITE that carries its batch's immediate (data) */
 	uint8_t on_small; /* posted on the small-write endpoint (fab.ep_small) */
 	uint64_t bytes;
+	uint64_t copied; /* MV_PATH_SAMEHOST: bytes copied so far (bytes: what is left) */
 	uint64_t data;
 	uint64_t cookie;
 	struct iovec iov[MV_IOV_MAX];
@@ -331,8 +332,13 @@ int mv_land_init(struct mv_shard *s, char *why, size_t whylen);
 void mv_land_event(struct mv_shard *s, struct mv_land_buf *lb, void *ctx, size_t len, int err);
 int mv_land_progress(struct mv_shard *s);
 
-/* samehost.c: copies op's iovs into its peer region; 0 or -errno with why */
-int mv_host_copy(struct mv_shard *s, struct mv_wr *op, char *why, size_t whylen);
+/* samehost.c: copies op's iovs into its peer region, front to back, in steps
+ * of step bytes (0: whole iovs), asking stop(arg) after each step but the
+ * last: when it says so the copy stops there, the rest of op left (its iovs
+ * advanced past what was copied; op->bytes what is left, op->copied what
+ * was). Returns the bytes copied, or -errno with why (nothing copied). */
+int64_t mv_host_copy(struct mv_shard *s, struct mv_wr *op, uint64_t step, int (*stop)(void *),
+                     void *arg, char *why, size_t whylen);
 
 /* post.c */
 #define MV_FAIR_LINGER_NS 10000000ll /* a client counts as active this long after a take */

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI   7u                  /* 6: same-host bytes; 7: posted_small */
+#define MV_STATS_ABI   8u                  /* 6: same-host bytes; 7: posted_small; 8: copy_stops */
 #define MV_STATS_RINGS 256u                /* ring rows per shard: client slots */
 #define MV_STATS_PEERS 256u                /* peer rows per shard: the first peer slots */
 
@@ -144,6 +144,8 @@ struct mv_stats_shard {
 	alignas(64) _Atomic uint64_t samehost_bytes;
 	/* ABI 7: of posted, those on the small-write endpoint (tcp; post.c) */
 	_Atomic uint64_t posted_small;
+	/* ABI 8: same-host copies stopped partway for another client (post.c) */
+	_Atomic uint64_t copy_stops;
 };
 
 /* One client's rings on one shard (row slot = client slot). */

@@ -151,6 +151,76 @@ START_TEST(test_small_batch_completes_before_a_flood_drains)
 }
 END_TEST
 
+/*
+ * Same-host copies, while the shard is shared, go in steps and stop when
+ * another client waits (mover/post.c): the flood's write must still land
+ * whole, every byte where it belongs, however often it stopped. Client F
+ * sends one 64 MiB write at a time, a new pattern each, while client S
+ * sends small batches back to back; each flood batch is compared where it
+ * landed. Until the shard's copy_stops counter says a copy stopped (up to
+ * 20 flood batches: S must come while a piece is being copied).
+ */
+START_TEST(test_copy_stopped_for_another_client_lands_whole)
+{
+	struct mvc *f, *s, *owner;
+	struct mvc_mem fsrc, ssrc, dst;
+	struct mvc_event ev[16];
+	uint64_t stops0 = stat_sum(&A, "\"copy_stops\""), stops = 0, small = 100;
+	int k;
+
+	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&f, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&s, A.sock), 0);
+	ck_assert_msg(mvc_alloc(owner, FLOOD + 4096, &dst) == 0, "%s", mvc_error(owner));
+	ck_assert_msg(mvc_alloc(f, FLOOD, &fsrc) == 0, "%s", mvc_error(f));
+	ck_assert_msg(mvc_alloc(s, 4096, &ssrc) == 0, "%s", mvc_error(s));
+	uint32_t fimp = reach(f, owner, dst.region), simp = reach(s, owner, dst.region);
+	fill(ssrc.addr, 4096, 5);
+	ck_assert_int_eq(mvc_write(s, ssrc.region, 0, simp, FLOOD, 4096), 0);
+	submit_ok(s, small++);
+	for (k = 0; k < 20 && !stops; k++) {
+		fill(fsrc.addr, FLOOD, 40 + (uint64_t)k);
+		ck_assert_int_eq(mvc_write(f, fsrc.region, 0, fimp, 0, FLOOD), 0);
+		ck_assert_int_eq(mvc_submit(f, (uint64_t)k), 0);
+		int done = 0;
+		for (double end = now_s() + 30; !done && now_s() < end;) {
+			/* One small batch at a time, back to back. */
+			ck_assert_int_eq(mvc_write(s, ssrc.region, 0, simp, FLOOD, 4096), 0);
+			ck_assert_int_eq(mvc_submit(s, small), 0);
+			for (int got = 0; !got;) {
+				int n = mvc_poll(s, ev, 16);
+				ck_assert_int_ge(n, 0);
+				for (int i = 0; i < n; i++) {
+					ck_assert_msg(ev[i].status == 0, "%s", ev[i].msg);
+					got |= ev[i].cookie == small;
+				}
+			}
+			small++;
+			int n = mvc_poll(f, ev, 16);
+			ck_assert_int_ge(n, 0);
+			for (int i = 0; i < n; i++) {
+				ck_assert_msg(ev[i].status == 0, "flood batch %d: %s", k,
+				              ev[i].msg);
+				done |= ev[i].cookie == (uint64_t)k;
+			}
+		}
+		ck_assert_msg(done, "flood batch %d did not complete", k);
+		/* Same host: a copy is done when its batch completes. */
+		for (uint64_t off = 0; off < FLOOD; off += 4096)
+			ck_assert_msg(
+			    !memcmp((uint8_t *)dst.addr + off, (uint8_t *)fsrc.addr + off, 4096),
+			    "flood batch %d: bytes at %llu differ", k, (unsigned long long)off);
+		stops = stat_sum(&A, "\"copy_stops\"") - stops0;
+	}
+	fprintf(stderr, "same-host flood beside small batches: %llu copies stopped in %d batches\n",
+	        (unsigned long long)stops, k);
+	ck_assert_msg(stops > 0, "no copy stopped for the small client in %d flood batches", k);
+	mvc_disconnect(s);
+	mvc_disconnect(f);
+	mvc_disconnect(owner);
+}
+END_TEST
+
 /* ---- two floods, by weight ---- */
 
 /* A client that keeps `window` batches of one `size` write in flight and
@@ -652,6 +722,7 @@ static TCase *flows_copy(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_small_batch_completes_before_a_flood_drains);
 	tcase_add_test(tc, test_cut_write_keeps_its_imm_after_its_data);
+	tcase_add_test(tc, test_copy_stopped_for_another_client_lands_whole);
 	return tc;
 }
 

@@ -767,29 +767,6 @@ START_TEST(test_idle_mover_sleeps)
 }
 END_TEST
 
-/* A counter's total over a mover's shards ("wakes", "sleeps"), from
- * mvstat --json; -1 on failure. */
-static long stat_total(const struct mvproc *m, const char *key)
-{
-	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
-	char cmd[512], out[16384];
-	long total = 0;
-
-	snprintf(cmd, sizeof(cmd), "%s/bin/mvstat --socket %s --json --interval 0.05", b, m->sock);
-	FILE *f = popen(cmd, "r");
-	if (!f)
-		return -1;
-	size_t n = fread(out, 1, sizeof(out) - 1, f);
-	if (pclose(f) != 0)
-		return -1;
-	out[n] = 0;
-	char pat[32];
-	int len = snprintf(pat, sizeof(pat), "\"%s\":", key);
-	for (char *q = out; (q = strstr(q, pat)); q++)
-		total += strtol(q + len, NULL, 10);
-	return total;
-}
-
 /*
  * shm: the receiver copies a write of several segments (one segment the
  * sender copies itself), and shm has no wait object, so a receiving shard
@@ -827,8 +804,7 @@ START_TEST(test_idle_shm_receiver_is_woken_by_its_sender)
 		for (int k = 0; k < 4; k++)
 			ck_assert(!memcmp((uint8_t *)p.dst.addr + seg[k].dst_off,
 			                  (uint8_t *)p.src.addr + seg[k].src_off, 1u << 14));
-		wakes = stat_total(&A, "wakes");
-		ck_assert_int_ge(wakes, 0);
+		wakes = (long)stat_sum(&A, "\"wakes\"");
 	}
 	ck_assert_msg(wakes > 0, "the sender never woke the idle receiver");
 	pair_close(&p);
@@ -850,10 +826,9 @@ START_TEST(test_idle_mover_with_a_peer_keeps_its_long_sleeps)
 	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 4096), 0);
 	submit_ok(p.a, 1);
 	usleep(1200000); /* past 1 s idle: shm shards sleep 50 ms at a time */
-	long a0 = stat_total(&A, "sleeps"), b0 = stat_total(&B, "sleeps");
+	long a0 = (long)stat_sum(&A, "\"sleeps\""), b0 = (long)stat_sum(&B, "\"sleeps\"");
 	sleep(3);
-	long a1 = stat_total(&A, "sleeps"), b1 = stat_total(&B, "sleeps");
-	ck_assert(a0 >= 0 && b0 >= 0 && a1 >= 0 && b1 >= 0);
+	long a1 = (long)stat_sum(&A, "\"sleeps\""), b1 = (long)stat_sum(&B, "\"sleeps\"");
 	fprintf(stderr, "idle %s movers with a peer, 3 s: %ld sleeps (watcher), %ld (watched)\n",
 	        prov, a1 - a0, b1 - b0);
 	/* Two shards each: ~60 sleeps in 3 s at 50 ms, the heartbeats' own
