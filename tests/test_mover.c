@@ -822,19 +822,25 @@ START_TEST(test_idle_mover_with_a_peer_keeps_its_long_sleeps)
 {
 	struct pair p;
 
+	if (strcmp(prov, "shm")) {
+		fprintf(stderr, "skipped on %s: its shards sleep on the CQ fd, with no short steps\n",
+		        prov);
+		return;
+	}
 	pair_open(&p, 1u << 20, 1u << 20);
 	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 4096), 0);
 	submit_ok(p.a, 1);
-	usleep(1200000); /* past 1 s idle: shm shards sleep 50 ms at a time */
+	usleep(1100000); /* past 1 s idle: shm shards sleep 50 ms at a time */
 	long a0 = (long)stat_sum(&A, "\"sleeps\""), b0 = (long)stat_sum(&B, "\"sleeps\"");
-	sleep(3);
+	sleep(2);
 	long a1 = (long)stat_sum(&A, "\"sleeps\""), b1 = (long)stat_sum(&B, "\"sleeps\"");
-	fprintf(stderr, "idle %s movers with a peer, 3 s: %ld sleeps (watcher), %ld (watched)\n",
-	        prov, a1 - a0, b1 - b0);
-	/* Two shards each: ~60 sleeps in 3 s at 50 ms, the heartbeats' own
-	 * looks (8 a second on A's shard 0) and wakes on top. */
-	ck_assert_msg(a1 - a0 < 300 && b1 - b0 < 300,
-	              "idle movers slept %ld and %ld times in 3 s: short sleeps again", a1 - a0,
+	fprintf(stderr, "idle shm movers with a peer, 2 s: %ld sleeps (watcher), %ld (watched)\n",
+	        a1 - a0, b1 - b0);
+	/* Two shards each: ~40 sleeps in 2 s at 50 ms, the heartbeats' own
+	 * looks (8 a second on A's shard 0) and wakes on top; with the short
+	 * steps again, ~500. */
+	ck_assert_msg(a1 - a0 < 200 && b1 - b0 < 200,
+	              "idle movers slept %ld and %ld times in 2 s: short sleeps again", a1 - a0,
 	              b1 - b0);
 	pair_close(&p);
 }
