@@ -290,9 +290,9 @@ static int copy_stop(void *arg)
  * copied. Its size is the burst's and the round's like a post's: an op of
  * MV_CHUNK at most, a piece while shared, so a long copy never holds the
  * shard from its other clients for more than a burst. With piece (the
- * shard shared, and at not owed the rest of its burst) the copy goes in
- * COPY_STEP steps and stops at the first step after which another client
- * waits, the rest of the op staying at the head of at's queue: a small
+ * shard shared) the copy goes in COPY_STEP steps and stops at the first
+ * step after which another client waits, the rest of the op staying at
+ * the head of at's queue: a small
  * batch that comes while a flood's piece is being copied waits a step, not
  * the piece (32 KiB of a 64 MiB write from memory: 3-4 us on the H100,
  * most of the small batch's wait in its ring there). Returns the bytes
@@ -470,7 +470,12 @@ int mv_post(struct mv_shard *s)
 		}
 		if (op->path == MV_PATH_SAMEHOST) {
 			capped = NULL;
-			burst += copy_op(s, at, op, cost, shared && burst >= grace ? piece : 0);
+			/* Steps whatever the yields say: a copy moves at
+			 * least a step a turn, so a flood never waits on a
+			 * run of small batches for more than a step each, and
+			 * a whole piece after a run of yields (grace) would
+			 * hold a small batch for the piece again. */
+			burst += copy_op(s, at, op, cost, shared ? piece : 0);
 			n++;
 			if (shared && burst >= grace && others_wait(s, at, piece)) {
 				if (yield(s, &at->cut_short))

@@ -712,8 +712,10 @@ static TCase *flows(const char *name, void (*setup)(void))
 	return tc;
 }
 
-/* Same-host copies: a small batch still goes before a flood drains, and a
- * write cut into pieces keeps its immediate after its data. */
+/* Same-host copies: a small batch still goes before a flood drains, a
+ * write cut into pieces keeps its immediate after its data, a copy stopped
+ * for another client lands whole, and a flood still moves beside small
+ * batches back to back (a copy moves a step a turn). */
 static TCase *flows_copy(void)
 {
 	TCase *tc = tcase_create("flows_shm_copy");
@@ -723,6 +725,7 @@ static TCase *flows_copy(void)
 	tcase_add_test(tc, test_small_batch_completes_before_a_flood_drains);
 	tcase_add_test(tc, test_cut_write_keeps_its_imm_after_its_data);
 	tcase_add_test(tc, test_copy_stopped_for_another_client_lands_whole);
+	tcase_add_test(tc, test_flood_moves_beside_back_to_back_small_writes);
 	return tc;
 }
 
