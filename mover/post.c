@@ -290,13 +290,13 @@ static int copy_stop(void *arg)
  * copied. Its size is the burst's and the round's like a post's: an op of
  * MV_CHUNK at most, a piece while shared, so a long copy never holds the
  * shard from its other clients for more than a burst. With piece (the
- * shard shared) the copy goes in COPY_STEP steps and stops at the first
- * step after which another client waits, the rest of the op staying at
- * the head of at's queue: a small
- * batch that comes while a flood's piece is being copied waits a step, not
- * the piece (32 KiB of a 64 MiB write from memory: 3-4 us on the H100,
- * most of the small batch's wait in its ring there). Returns the bytes
- * copied.
+ * shard shared, whatever the yields say) the copy goes in COPY_STEP steps
+ * and stops at the first step after which another client waits, the rest
+ * of the op staying at the head of at's queue: a small batch that comes
+ * while a flood's piece is being copied waits a step, not the piece (32 KiB
+ * of a 64 MiB write from memory: 3-4 us on the H100, most of the small
+ * batch's wait in its ring there), and the flood still moves a step a
+ * turn. Returns the bytes copied.
  */
 #define COPY_STEP 4096u
 
@@ -333,8 +333,8 @@ static uint64_t copy_op(struct mv_shard *s, struct mv_attach *at, struct mv_wr *
 		s->st.bytes += (uint64_t)n;
 	}
 	uint64_t bytes = n >= 0 ? (uint64_t)n : op->bytes;
-	mv_op_done(s, op, n < 0 ? (int)n : 0,
-	           n < 0 ? why : NULL); /* its part may queue the immediate */
+	/* Its part may queue the immediate. */
+	mv_op_done(s, op, n < 0 ? (int)n : 0, n < 0 ? why : NULL);
 	return bytes;
 }
 
