@@ -296,12 +296,12 @@ static int copy_stop(void *arg)
  * while a flood's piece is being copied waits a step, not the piece (32 KiB
  * of a 64 MiB write from memory: 3-4 us on the H100, most of the small
  * batch's wait in its ring there), and the flood still moves a step a
- * turn. Returns the bytes copied.
+ * turn. Returns the bytes copied; *stopped says whether it stopped so.
  */
 #define COPY_STEP 4096u
 
 static uint64_t copy_op(struct mv_shard *s, struct mv_attach *at, struct mv_wr *op, int64_t cost,
-                        uint64_t piece)
+                        uint64_t piece, int *stopped)
 {
 	struct copy_stop cs = {s, at, piece};
 	char why[MV_ERRLEN];
@@ -316,6 +316,7 @@ static uint64_t copy_op(struct mv_shard *s, struct mv_attach *at, struct mv_wr *
 	}
 	if (n >= 0 && op->bytes) {
 		/* Stopped for another client: charged what it copied. */
+		*stopped = 1;
 		s->st.copy_stops++;
 		at->deficit -= n;
 		at->posted_bytes += (uint64_t)n;
@@ -470,13 +471,16 @@ int mv_post(struct mv_shard *s)
 		}
 		if (op->path == MV_PATH_SAMEHOST) {
 			capped = NULL;
-			/* Steps whatever the yields say: a copy moves at
-			 * least a step a turn, so a flood never waits on a
-			 * run of small batches for more than a step each, and
-			 * a whole piece after a run of yields (grace) would
-			 * hold a small batch for the piece again. */
-			burst += copy_op(s, at, op, cost, shared ? piece : 0);
+			/* Steps whatever the yields say, and a copy that
+			 * stopped for another client ends the burst: it moves
+			 * at least a step a turn, so a flood is never held
+			 * for good, and a whole piece after a run of yields
+			 * (grace) would hold a small batch for it again. */
+			int stopped = 0;
+			burst += copy_op(s, at, op, cost, shared ? piece : 0, &stopped);
 			n++;
+			if (stopped)
+				break;
 			if (shared && burst >= grace && others_wait(s, at, piece)) {
 				if (yield(s, &at->cut_short))
 					break;
