@@ -310,8 +310,10 @@ int mv_hb_tick(struct mv_shard *s)
 	/* Every peer's heartbeat in one round an interval: their completions
 	 * wake this shard once, not once a peer at scattered times (each
 	 * wake costs a spin; an idle tcp mover with eight peers spent 0.5%
-	 * of a core so on the 2-core machine). A peer added meanwhile waits
-	 * for the next round, within the two intervals its silence needs. */
+	 * of a core so on the 2-core machine). A peer added meanwhile is
+	 * probed at once (mv_hb_peer_add()), then goes with the rounds; one
+	 * whose heartbeat is still in flight, or the queue refused, goes at
+	 * the first look after (due). */
 	int round = s->now >= s->hb_round;
 	if (round)
 		s->hb_round = s->now + iv;
