@@ -234,17 +234,7 @@ static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct 
 		pc->riov[pc->niov].len = n;
 		pc->niov++;
 		left -= n;
-		if (n == op->iov[0].iov_len) {
-			op->niov--;
-			memmove(op->iov, op->iov + 1, op->niov * sizeof(op->iov[0]));
-			memmove(op->desc, op->desc + 1, op->niov * sizeof(op->desc[0]));
-			memmove(op->riov, op->riov + 1, op->niov * sizeof(op->riov[0]));
-		} else {
-			op->iov[0].iov_base = (uint8_t *)op->iov[0].iov_base + n;
-			op->iov[0].iov_len -= n;
-			op->riov[0].addr += n;
-			op->riov[0].len -= n;
-		}
+		mv_wr_advance(op, n);
 	}
 	pc->bytes = piece;
 	op->bytes -= piece;

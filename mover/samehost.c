@@ -160,17 +160,7 @@ int64_t mv_host_copy(struct mv_shard *s, struct mv_wr *op, uint64_t step, int (*
 		else
 			memcpy(d, op->iov[0].iov_base, n);
 		done += n;
-		if (n == op->iov[0].iov_len) {
-			op->niov--;
-			memmove(op->iov, op->iov + 1, op->niov * sizeof(op->iov[0]));
-			memmove(op->desc, op->desc + 1, op->niov * sizeof(op->desc[0]));
-			memmove(op->riov, op->riov + 1, op->niov * sizeof(op->riov[0]));
-		} else {
-			op->iov[0].iov_base = (uint8_t *)op->iov[0].iov_base + n;
-			op->iov[0].iov_len -= n;
-			op->riov[0].addr += n;
-			op->riov[0].len -= n;
-		}
+		mv_wr_advance(op, n);
 		if (stop && op->niov && stop(arg))
 			break;
 	}

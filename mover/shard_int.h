@@ -87,6 +87,24 @@ struct mv_wr {
 
 /* ---- run once an op or a completion, so inline: the op pool, its queues, lookups ---- */
 
+/* Moves op's front past n bytes of its first iov (n at most that iov's
+ * length, whose local and remote sides have the same length: take.c):
+ * that iov shrinks, or goes when all of it is passed. op->bytes stays. */
+static inline void mv_wr_advance(struct mv_wr *op, uint64_t n)
+{
+	if (n == op->iov[0].iov_len) {
+		op->niov--;
+		memmove(op->iov, op->iov + 1, op->niov * sizeof(op->iov[0]));
+		memmove(op->desc, op->desc + 1, op->niov * sizeof(op->desc[0]));
+		memmove(op->riov, op->riov + 1, op->niov * sizeof(op->riov[0]));
+	} else {
+		op->iov[0].iov_base = (uint8_t *)op->iov[0].iov_base + n;
+		op->iov[0].iov_len -= n;
+		op->riov[0].addr += n;
+		op->riov[0].len -= n;
+	}
+}
+
 static inline struct mv_wr *mv_op_get(struct mv_shard *s)
 {
 	struct mv_wr *op = s->free_ops;
