@@ -580,11 +580,11 @@ void lat_print_bench(const struct lrow *r)
 	printf("\n");
 }
 
-/* CPU seconds a process has used (utime + stime), or < 0. */
-static double proc_cpu_s(int pid)
+/* The CPU seconds (utime + stime) a /proc stat file says, and the command
+ * name in it when name is not NULL; < 0 when it cannot be read. */
+static double stat_cpu_s(const char *path, char *name, size_t namelen)
 {
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	char buf[1024];
 	FILE *f = fopen(path, "r");
 	if (!f)
 		return -1;
@@ -592,12 +592,23 @@ static double proc_cpu_s(int pid)
 	fclose(f);
 	buf[n] = 0;
 	/* Fields after the command, which may hold spaces: from the last ')'. */
-	char *p = strrchr(buf, ')');
+	char *l = strchr(buf, '('), *r = strrchr(buf, ')');
 	unsigned long ut, st;
-	if (!p ||
-	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+	if (!l || !r || r < l ||
+	    sscanf(r + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
 		return -1;
+	if (name)
+		snprintf(name, namelen, "%.*s", (int)(r - l - 1), l + 1);
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* CPU seconds a process has used (utime + stime), or < 0. */
+static double proc_cpu_s(int pid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	return stat_cpu_s(path, NULL, 0);
 }
 
 /* A process's CPU seconds by thread name ("mv-shard0", "mover", ...): fills
@@ -618,23 +629,13 @@ static int threads_cpu(int pid, struct tcpu *t, int max)
 	if (!d)
 		return -1;
 	for (struct dirent *e; (e = readdir(d));) {
-		char sp[96], buf[1024], name[20];
+		char sp[96], name[20];
 		if (e->d_name[0] == '.')
 			continue;
 		snprintf(sp, sizeof(sp), "%s/%s/stat", path, e->d_name);
-		FILE *f = fopen(sp, "r");
-		if (!f)
+		double cpu = stat_cpu_s(sp, name, sizeof(name));
+		if (cpu < 0)
 			continue; /* the thread ended */
-		size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-		fclose(f);
-		buf[len] = 0;
-		char *l = strchr(buf, '('), *r = strrchr(buf, ')');
-		unsigned long ut, st;
-		if (!l || !r || r < l ||
-		    sscanf(r + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) !=
-		        2)
-			continue;
-		snprintf(name, sizeof(name), "%.*s", (int)(r - l - 1), l + 1);
 		int i = 0;
 		while (i < n && strcmp(t[i].name, name))
 			i++;
@@ -644,7 +645,7 @@ static int threads_cpu(int pid, struct tcpu *t, int max)
 			memcpy(t[n].name, name, sizeof(name));
 			t[n++].s = 0;
 		}
-		t[i].s += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+		t[i].s += cpu;
 	}
 	closedir(d);
 	return n;
@@ -653,8 +654,8 @@ static int threads_cpu(int pid, struct tcpu *t, int max)
 /* Prints, after "mover X p%", which threads used that CPU: " (mv-shard0
  * 0.40%, mover 0.10%)", those that used any; "ended" the rest of pct, the
  * time of threads that ended meanwhile. */
-static void print_threads(const struct tcpu *t0, int n0, const struct tcpu *t1, int n1,
-                          double secs, double pct)
+static void print_threads(const struct tcpu *t0, int n0, const struct tcpu *t1, int n1, double secs,
+                          double pct)
 {
 	const char *sep = " (";
 	double rest = pct;
