@@ -547,12 +547,7 @@ class Client(Completions):
         and raises MoverError either way."""
         c = self._paged(src, dst, src_pages, dst_pages, page_size, src_base, dst_base,
                         src_stride, dst_stride)
-        if type(cookie) is int and 0 <= cookie <= U64_MAX:
-            ck = cookie
-        elif cookie is None:
-            ck = next(self._cookies)
-        else:
-            ck = _index(cookie, "cookie")
+        ck = cookie if type(cookie) is int and 0 <= cookie <= U64_MAX else self._cookie_of(cookie)
         self._cookie.value = ck
         ret = _submit_paged(c, self._pages_ref, self._cookie)
         if ret < 0:
@@ -690,17 +685,20 @@ class Client(Completions):
         c = self._c
         if c is None:
             c = self._h()
-        if type(cookie) is int and 0 <= cookie <= U64_MAX:
-            ck = cookie
-        elif cookie is None:
-            ck = next(self._cookies)
-        else:
-            ck = _index(cookie, "cookie")
+        ck = cookie if type(cookie) is int and 0 <= cookie <= U64_MAX else self._cookie_of(cookie)
         self._cookie.value = ck
         ret = _submit(c, self._cookie)
         if ret < 0:
             raise self._fail(ret, "mvc_submit")
         return ck
+
+    def _cookie_of(self, cookie: Any) -> int:
+        """A cookie that is not a plain int in range: None takes the next
+        of the counter, anything else is checked as an index (submit and
+        submit_paged test the plain int in place)."""
+        if cookie is None:
+            return next(self._cookies)
+        return _index(cookie, "cookie")
 
     def abort(self) -> None:
         """Drops the open batch, if any."""
