@@ -76,16 +76,24 @@ static int open_lists(struct mvc *c, struct mv_desc **out, int max)
 	return n;
 }
 
+/* Pages sp[i] of p's source to pages dp[i] of its import, ps bytes each. */
+static struct mvc_pages pages_of(const struct pair *p, uint32_t *sp, uint32_t *dp, uint32_t n,
+                                 uint64_t ps)
+{
+	return (struct mvc_pages){.src = p->src.region,
+	                          .dst = p->imp,
+	                          .src_stride = ps,
+	                          .dst_stride = ps,
+	                          .page_size = ps,
+	                          .src_pages = sp,
+	                          .dst_pages = dp,
+	                          .npages = n};
+}
+
 static void paged(struct pair *p, uint32_t *sp, uint32_t *dp, uint32_t n, uint64_t ps)
 {
-	struct mvc_pages pg = {.src = p->src.region,
-	                       .dst = p->imp,
-	                       .src_stride = ps,
-	                       .dst_stride = ps,
-	                       .page_size = ps,
-	                       .src_pages = sp,
-	                       .dst_pages = dp,
-	                       .npages = n};
+	struct mvc_pages pg = pages_of(p, sp, dp, n, ps);
+
 	ck_assert_msg(mvc_write_paged(p->a, &pg) == 0, "%s", mvc_error(p->a));
 }
 
@@ -618,18 +626,9 @@ START_TEST(test_submit_paged_is_write_paged_then_submit)
 	enum { NP = 5000, PS = 256 };
 	struct pair p;
 	uint32_t *sp = perm(NP, 61), *dp = perm(NP, 62);
-	struct mvc_pages pg = {.src = 0,
-	                       .dst = 0,
-	                       .src_stride = PS,
-	                       .dst_stride = PS,
-	                       .page_size = PS,
-	                       .src_pages = sp,
-	                       .dst_pages = dp,
-	                       .npages = NP};
 
 	pair_open(&p, (uint64_t)NP * PS, (uint64_t)NP * PS);
-	pg.src = p.src.region;
-	pg.dst = p.imp;
+	struct mvc_pages pg = pages_of(&p, sp, dp, NP, PS);
 	/* Refused: no batch opened, nothing submitted. */
 	pg.npages = 0;
 	ck_assert_int_eq(mvc_submit_paged(p.a, &pg, 9), -EINVAL);
