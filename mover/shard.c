@@ -406,10 +406,13 @@ void *mv_shard_main(void *arg)
 		sem_post(&s->started);
 		return NULL;
 	}
-	for (uint32_t i = 0; i < MV_OPS_PER_SHARD; i++) {
-		s->ops[i].chunk = -1;
-		mv_op_put(s, &s->ops[i]);
-	}
+	/* Handed out in order by mv_op_get() as first needed: of the pool's
+	 * MV_OPS_PER_SHARD ops (~1 KiB each) a shard touches only as many
+	 * pages as its traffic reaches, so its start spends no page faults on
+	 * them and an idle mover keeps them unresident. */
+	s->free_ops = NULL;
+	s->ops_fresh = 0;
+	s->nfree = MV_OPS_PER_SHARD;
 	/* Landing headers live in the ops: register them, for providers that
 	 * want local buffers registered (FI_MR_LOCAL). */
 	ret = mv_fabric_reg(&s->fab, s->ops, MV_OPS_PER_SHARD * sizeof(*s->ops),

@@ -109,9 +109,12 @@ static inline struct mv_wr *mv_op_get(struct mv_shard *s)
 {
 	struct mv_wr *op = s->free_ops;
 
-	if (!op)
+	if (op)
+		s->free_ops = op->next;
+	else if (s->ops_fresh < MV_OPS_PER_SHARD)
+		op = &s->ops[s->ops_fresh++]; /* first use: calloc'd, never put */
+	else
 		return NULL;
-	s->free_ops = op->next;
 	s->nfree--;
 	memset(op, 0, offsetof(struct mv_wr, iov));
 	op->chunk = -1;
