@@ -111,6 +111,23 @@ static inline void mover_start(struct mvproc *m, const char *name, int shards)
 	mover_listening(m, name, 30);
 }
 
+/*
+ * Waits until every mover launched (A, B and C, those with a pid) listens.
+ * Launch a test's movers first, then wait here: a mover's start is mostly
+ * waiting (Debian's libfabric links a PSM library whose constructor spends
+ * ~200 ms calibrating a clock in sleeps, and reads /proc/kallsyms for its
+ * verbs provider), so two started side by side take the time of one.
+ */
+static inline void movers_listening(void)
+{
+	struct mvproc *m[] = {&A, &B, &C};
+	const char *name[] = {"a", "b", "c"};
+
+	for (int i = 0; i < 3; i++)
+		if (m[i]->pid > 0)
+			mover_listening(m[i], name[i], 30);
+}
+
 /* A killed shm mover leaves its endpoint's segments behind (/dev/shm/PID:*)
  * and its wake files (/dev/shm/mv.PID.*). */
 static inline void shm_cleanup(pid_t pid)
@@ -155,15 +172,17 @@ static inline int mover_stop(struct mvproc *m)
 static inline void setup_tcp(void)
 {
 	prov = "tcp";
-	mover_start(&A, "a", 2);
-	mover_start(&B, "b", 2);
+	mover_launch(&A, "a", 2);
+	mover_launch(&B, "b", 2);
+	movers_listening();
 }
 
 static inline void setup_shm(void)
 {
 	prov = "shm";
-	mover_start(&A, "a", 2);
-	mover_start(&B, "b", 2);
+	mover_launch(&A, "a", 2);
+	mover_launch(&B, "b", 2);
+	movers_listening();
 }
 
 static inline void teardown(void)
@@ -179,6 +198,37 @@ static inline void teardown(void)
 			unlink(all[i]->log);
 			unlink(all[i]->sock); /* a killed mover leaves it */
 		}
+}
+
+/*
+ * Comparisons that let a test assert once over a whole buffer or page list:
+ * check's fork mode reports every assertion that passes to its parent
+ * through a pipe, a system call each, and one a byte or a page of a
+ * 100,000-page batch costs seconds.
+ */
+
+/* The offset of the first of n bytes at p that is not v; n if none. */
+static inline size_t first_not(const void *p, size_t n, uint8_t v)
+{
+	const uint8_t *b = p;
+	size_t i = 0;
+
+	while (i < n && b[i] == v)
+		i++;
+	return i;
+}
+
+/* The index of the first of n pages of ps bytes that differ between page
+ * sp[i] of src and page dp[i] of dst (dp NULL: page sp[i] of both); n if
+ * none. */
+static inline uint32_t first_page_differing(const void *src, const uint32_t *sp, const void *dst,
+                                            const uint32_t *dp, size_t ps, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (memcmp((const uint8_t *)dst + (size_t)(dp ? dp[i] : sp[i]) * ps,
+		           (const uint8_t *)src + (size_t)sp[i] * ps, ps))
+			return i;
+	return n;
 }
 
 /* Words of a xorshift sequence from seed; p need not be aligned (a range

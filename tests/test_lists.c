@@ -122,10 +122,8 @@ START_TEST(test_million_scattered_pages_in_one_batch)
 	while (!got && now_s() < end)
 		got = mvc_wait(p.b, &ev, 1, 200) == 1 && ev.type == MVC_EV_IMM_COUNT;
 	ck_assert_msg(got, "the immediate after the batch did not arrive");
-	for (uint32_t i = 0; i < NP; i++)
-		ck_assert_msg(!memcmp((uint8_t *)p.dst.addr + (uint64_t)dp[i] * PS,
-		                      (uint8_t *)p.src.addr + (uint64_t)sp[i] * PS, PS),
-		              "page %u (src %u -> dst %u) differs", i, sp[i], dp[i]);
+	uint32_t bad = first_page_differing(p.src.addr, sp, p.dst.addr, dp, PS, NP);
+	ck_assert_msg(bad == NP, "page %u (src %u -> dst %u) differs", bad, sp[bad], dp[bad]);
 	ck_assert_uint_eq(mvc_inflight(p.a), 0);
 	free(sp);
 	free(dp);
@@ -151,10 +149,8 @@ START_TEST(test_adjacent_pages_merge_and_land)
 	sp[5999] = 100;
 	paged(&p, sp, dp, NP, PS);
 	landed(p.a, p.imp, p.b, 1);
-	for (uint32_t i = 0; i < NP; i++)
-		ck_assert_msg(!memcmp((uint8_t *)p.dst.addr + (uint64_t)dp[i] * PS,
-		                      (uint8_t *)p.src.addr + (uint64_t)sp[i] * PS, PS),
-		              "page %u differs", i);
+	uint32_t bad = first_page_differing(p.src.addr, sp, p.dst.addr, dp, PS, NP);
+	ck_assert_msg(bad == NP, "page %u differs", bad);
 	pair_close(&p);
 }
 END_TEST
@@ -432,11 +428,10 @@ START_TEST(test_arena_streaming_is_read_at_connect)
 		/* NP - k pages: lists of 8 x (3001 - k) bytes */
 		paged(&p, sp, dp, NP - (uint32_t)k, PS);
 		landed(p.a, p.imp, p.b, 1);
-		for (uint32_t j = 0; j < NP - k; j++)
-			ck_assert_msg(!memcmp((uint8_t *)p.dst.addr + (uint64_t)dp[j] * PS,
-			                      (uint8_t *)p.src.addr + (uint64_t)sp[j] * PS, PS),
-			              "MVC_ARENA_NT_MIN=%s: page %u differs",
-			              set[k].env ? set[k].env : "(unset)", j);
+		uint32_t n = NP - (uint32_t)k;
+		uint32_t bad = first_page_differing(p.src.addr, sp, p.dst.addr, dp, PS, n);
+		ck_assert_msg(bad == n, "MVC_ARENA_NT_MIN=%s: page %u differs",
+		              set[k].env ? set[k].env : "(unset)", bad);
 		pair_close(&p);
 		free(sp);
 		free(dp);
@@ -653,10 +648,9 @@ START_TEST(test_submit_paged_is_write_paged_then_submit)
 			      ev.imm == imm;
 		ck_assert_msg(got, "round %llu: the immediate did not arrive",
 		              (unsigned long long)round);
-		for (uint32_t i = 0; i < NP; i++)
-			ck_assert_msg(!memcmp((uint8_t *)p.dst.addr + (uint64_t)dp[i] * PS,
-			                      (uint8_t *)p.src.addr + (uint64_t)sp[i] * PS, PS),
-			              "round %llu: page %u differs", (unsigned long long)round, i);
+		uint32_t bad = first_page_differing(p.src.addr, sp, p.dst.addr, dp, PS, NP);
+		ck_assert_msg(bad == NP, "round %llu: page %u differs", (unsigned long long)round,
+		              bad);
 	}
 	free(sp);
 	free(dp);

@@ -131,8 +131,9 @@ START_TEST(test_kill9_fails_only_inflight_batches_and_reconnects)
 	uint32_t failed;
 
 	prov = "tcp";
-	mover_start(&A, "a", 2);
-	mover_start(&B, "b", 2);
+	mover_launch(&A, "a", 2);
+	mover_launch(&B, "b", 2);
+	movers_listening();
 	run_across_restart(SIGKILL, 100, &failed);
 	printf("kill -9 under load: %u of %u batches failed (in flight), each once\n", failed,
 	       NBATCH);
@@ -144,8 +145,9 @@ START_TEST(test_sigterm_drains_then_reconnects)
 	uint32_t failed;
 
 	prov = "tcp";
-	mover_start(&A, "a", 2);
-	mover_start(&B, "b", 2);
+	mover_launch(&A, "a", 2);
+	mover_launch(&B, "b", 2);
+	movers_listening();
 	run_across_restart(SIGTERM, 100, &failed);
 }
 END_TEST
@@ -163,8 +165,9 @@ START_TEST(test_shm_kill9_reconnects)
 
 	prov = "shm";
 	mover_extra = _i ? NULL : "--no-host-copy";
-	mover_start(&A, "a", 2);
-	mover_start(&B, "b", 2);
+	mover_launch(&A, "a", 2);
+	mover_launch(&B, "b", 2);
+	movers_listening();
 	run_across_restart(SIGKILL, 50, &failed);
 	mover_extra = NULL;
 }
@@ -175,8 +178,9 @@ START_TEST(test_shm_sigterm_reconnects)
 	uint32_t failed;
 
 	prov = "shm";
-	mover_start(&A, "a", 2);
-	mover_start(&B, "b", 2);
+	mover_launch(&A, "a", 2);
+	mover_launch(&B, "b", 2);
+	movers_listening();
 	run_across_restart(SIGTERM, 50, &failed);
 }
 END_TEST
@@ -216,8 +220,9 @@ START_TEST(test_receivers_mover_death_fails_its_expectations_once)
 	uint32_t pa;
 
 	prov = "tcp";
-	mover_start(&A, "a", 2);
-	mover_start(&B, "b", 2);
+	mover_launch(&A, "a", 2);
+	mover_launch(&B, "b", 2);
+	movers_listening();
 	pair_open(&p, 1 << 16, 1 << 16);
 	ck_assert_int_eq(mvc_address(p.a, blob, &len), 0);
 	ck_assert_msg(mvc_peer_add(p.b, blob, len, &pa) == 0, "%s", mvc_error(p.b));
@@ -297,9 +302,10 @@ START_TEST(test_peer_ids_after_a_restart_still_name_peers)
 	uint32_t pa, pc, pc2;
 
 	prov = "tcp";
-	mover_start(&A, "a", 1);
-	mover_start(&B, "b", 1);
-	mover_start(&C, "c", 1);
+	mover_launch(&A, "a", 1);
+	mover_launch(&B, "b", 1);
+	mover_launch(&C, "c", 1);
+	movers_listening();
 	ck_assert_int_eq(mvc_connect(&a, A.sock), 0);
 	ck_assert_int_eq(mvc_connect(&b, B.sock), 0);
 	ck_assert_int_eq(mvc_connect(&cc, C.sock), 0);
@@ -341,8 +347,9 @@ START_TEST(test_a_write_is_the_call_that_reconnects)
 	uint32_t pages[32];
 
 	prov = "tcp";
-	mover_start(&A, "a", 2);
-	mover_start(&B, "b", 2);
+	mover_launch(&A, "a", 2);
+	mover_launch(&B, "b", 2);
+	movers_listening();
 	pair_open(&p, 4 << 20, 4 << 20);
 	fill(p.src.addr, 4 << 20, 3);
 	kill_a(SIGKILL);

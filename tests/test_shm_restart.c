@@ -216,8 +216,9 @@ START_TEST(test_shm_sender_killed_under_a_stream_never_wedges_the_receiver)
 	/* Fabric writes, not same-host copies: the provider's path is the one
 	 * under test. */
 	mover_extra = "--no-host-copy";
-	mover_start(&A, "a", 1);
-	mover_start(&B, "b", 1);
+	mover_launch(&A, "a", 1);
+	mover_launch(&B, "b", 1);
+	movers_listening();
 	pair_open(&p, SRCLEN, SRCLEN);
 	fill(p.src.addr, SRCLEN, 9);
 	srand(7);
@@ -252,8 +253,9 @@ START_TEST(test_shm_sender_killed_under_a_stream_never_wedges_the_receiver)
 		shm_cleanup(B.pid);
 		B.pid = 0;
 		mover_stop(&A);
-		mover_start(&A, "a", 1);
-		mover_start(&B, "b", 1);
+		mover_launch(&A, "a", 1);
+		mover_launch(&B, "b", 1);
+		movers_listening();
 		pair_open(&p, SRCLEN, SRCLEN);
 		fill(p.src.addr, SRCLEN, 9);
 	}
@@ -311,8 +313,9 @@ START_TEST(test_receiver_repairs_and_frees_a_lock_only_once_its_holder_died)
 
 	prov = "shm";
 	mover_extra = "--no-host-copy";
-	mover_start(&A, "a", 1);
-	mover_start(&B, "b", 1);
+	mover_launch(&A, "a", 1);
+	mover_launch(&B, "b", 1);
+	movers_listening();
 	pair_open(&p, 1 << 16, 1 << 16);
 	fill(p.src.addr, 1 << 16, 5);
 	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 4096), 0);
