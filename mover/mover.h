@@ -411,7 +411,7 @@ struct mv_shard {
 	struct mv_wr *free_ops;
 	uint32_t nfree;     /* ops free: on free_ops, and ops[ops_fresh..] */
 	uint32_t ops_fresh; /* ops[ops_fresh..] were never used (untouched pages) */
-	uint32_t npend; /* ops on the clients' queues (at->pq_head), all together */
+	uint32_t npend;     /* ops on the clients' queues (at->pq_head), all together */
 	/* Clients with queued ops, in deficit round robin order (post.c). */
 	struct mv_attach *round_head, *round_tail;
 	/* Clients active on this shard (ops queued or in flight, or a

@@ -826,7 +826,8 @@ START_TEST(test_idle_mover_with_a_peer_keeps_its_long_sleeps)
 	struct pair p;
 
 	if (strcmp(prov, "shm")) {
-		fprintf(stderr, "skipped on %s: its shards sleep on the CQ fd, with no short steps\n",
+		fprintf(stderr,
+		        "skipped on %s: its shards sleep on the CQ fd, with no short steps\n",
 		        prov);
 		return;
 	}

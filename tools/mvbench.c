@@ -270,7 +270,8 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'M':
 			if (nmover_extra == MOVER_EXTRA_MAX) {
-				fprintf(stderr, "mvbench: --mover-arg: %d at most\n", MOVER_EXTRA_MAX);
+				fprintf(stderr, "mvbench: --mover-arg: %d at most\n",
+				        MOVER_EXTRA_MAX);
 				exit(2);
 			}
 			mover_extra[nmover_extra++] = optarg;
