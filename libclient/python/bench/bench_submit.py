@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """What submitting a batch of one paged write costs from Python against the
-same from C: N scattered pages, timed around the calls only. Five sides, on
+same from C: N scattered pages, timed around the calls only. Six sides, on
 the same connection, page arrays and regions, in the same run:
 
 * c: a C helper (paged_submit.c, built as $MV_BUILD/libmvc_pybench.so)
@@ -16,6 +16,9 @@ the same connection, page arrays and regions, in the same run:
   numbers each call, made before the timer starts): a new request's pages.
 * py2: write_paged() then submit(), the same arrays again: the two-call
   form, shown, not judged.
+* prep: a PagedWrite made once by Client.paged() with the same arrays,
+  its submit(base, base, cookie=...) timed: the prepared form a layer loop
+  can use, shown, not judged.
 * ffi: mvc_submit_paged() through bare ctypes with the struct and the
   arguments prepared beforehand (no argtypes: no conversion), timed in
   Python: the floor any ctypes binding pays (the foreign call itself), so a
@@ -44,7 +47,8 @@ Prints a table and one BENCH line a mode:
 
     BENCH python mode=stream op=submit_paged pages=65536 ... c_us=X py_us=Y
           py_new_us=W py2_us=V ffi_us=Z ratio=Y/X ratio_new=W/X ratio_q1=..
-          ratio_q3=.. ratio2=V/X ffi_ratio=Z/X goal=1|0 pass=0|1
+          ratio_q3=.. ratio2=V/X prep_us=P ratio_prep=P/X ffi_ratio=Z/X goal=1|0
+          pass=0|1
 
 (bar, stream: ratio and ratio_new <= 1.1). Starts two movers of the build
 tree (shm, one shard).
@@ -163,6 +167,18 @@ def main() -> int:
                 out.append((time.perf_counter_ns() - t0) / 1e3)
             return tuple(out)
 
+        pw = a.paged(src, imp, sp, dp, ps)
+
+        def run_prep() -> tuple[float, ...]:
+            nonlocal cookie
+            out = []
+            for b_ in (0, base):
+                cookie += 1
+                t0 = time.perf_counter_ns()
+                pw.submit(b_, b_, cookie=cookie)
+                out.append((time.perf_counter_ns() - t0) / 1e3)
+            return tuple(out)
+
         def run_ffi() -> tuple[float, ...]:
             nonlocal cookie
             c = a._c
@@ -185,7 +201,7 @@ def main() -> int:
 
         sides: list[tuple[str, Callable[[], tuple[float, ...]]]] = [
             ("c", run_c), ("py", lambda: py_side(False)), ("py_new", lambda: py_side(True)),
-            ("py2", run_py2), ("ffi", run_ffi)]
+            ("py2", run_py2), ("prep", run_prep), ("ffi", run_ffi)]
 
         def rep(i: int, out: dict[str, list[float]], wait_each: bool) -> None:
             k = i % len(sides)
@@ -220,14 +236,14 @@ def main() -> int:
           f"mvc_submit, Python: submit_paged (two calls: write_paged + submit)")
     print(f"  {'mode':<11} {'C':>21} {'Python':>21} {'Python, new arrays':>21} "
           f"{'ctypes floor':>21} {'Python/C (quartiles)':>22} {'new/C':>6} {'floor/C':>7} "
-          f"{'two calls/C':>11}  bar")
+          f"{'two calls/C':>11} {'prepared/C':>10}  bar")
     lines = []
     for mode, out in results.items():
         cs, pys, news, ffis = out["c"], out["py"], out["py_new"], out["ffi"]
-        c_us, py_us, new_us, ffi_us, py2_us = (statistics.median(v)
-                                               for v in (cs, pys, news, ffis, out["py2"]))
+        c_us, py_us, new_us, ffi_us, py2_us, prep_us = (
+            statistics.median(v) for v in (cs, pys, news, ffis, out["py2"], out["prep"]))
         ratio, ratio_new, ffi_ratio = py_us / c_us, new_us / c_us, ffi_us / c_us
-        ratio2 = py2_us / c_us
+        ratio2, ratio_prep = py2_us / c_us, prep_us / c_us
         r1, r3 = quartiles([p / c for p, c in zip(pys, cs)])
         (c1, c3), (p1, p3), (n1, n3), (f1, f3) = (quartiles(v) for v in (cs, pys, news, ffis))
         goal = mode == "stream"
@@ -236,12 +252,13 @@ def main() -> int:
         print(f"  {mode:<11} {c_us:7.1f} ({c1:5.1f}-{c3:5.1f}) {py_us:7.1f} ({p1:5.1f}-{p3:5.1f}) "
               f"{new_us:7.1f} ({n1:5.1f}-{n3:5.1f}) {ffi_us:7.1f} ({f1:5.1f}-{f3:5.1f}) "
               f"{ratio:7.3f} ({r1:5.3f}-{r3:5.3f}) {ratio_new:6.3f} {ffi_ratio:7.3f} "
-              f"{ratio2:11.3f}  {verdict}")
+              f"{ratio2:11.3f} {ratio_prep:10.3f}  {verdict}")
         lines.append(f"BENCH python mode={mode} op=submit_paged pages={n} page_size={ps} "
                      f"provider={args.provider} reps={len(cs)} c_us={c_us:.1f} py_us={py_us:.1f} "
                      f"py_new_us={new_us:.1f} py2_us={py2_us:.1f} ffi_us={ffi_us:.1f} "
                      f"ratio={ratio:.3f} ratio_new={ratio_new:.3f} ratio_q1={r1:.3f} "
-                     f"ratio_q3={r3:.3f} ratio2={ratio2:.3f} ffi_ratio={ffi_ratio:.3f} "
+                     f"ratio_q3={r3:.3f} ratio2={ratio2:.3f} prep_us={prep_us:.1f} "
+                     f"ratio_prep={ratio_prep:.3f} ffi_ratio={ffi_ratio:.3f} "
                      f"goal={int(goal)} pass={int(ok)}")
     print(f"  bar: Python/C <= {BAR} in a stream, same arrays and new ones; after a wait is "
           f"shown beside its ctypes floor (the foreign call alone), not judged")

@@ -19,9 +19,11 @@ from .client import Client, Found, Import, Info, Peer
 from .errors import Cause, MoverError
 from .events import Event, EventType, Latency
 from .memory import GpuPath, Region
+from .paged import PagedWrite
 
 __all__ = ["BLOB_MAX", "Cause", "Client", "Event", "EventType", "Found", "GpuPath", "Import",
-           "Info", "Latency", "MoverError", "Peer", "Region", "library_path", "library_version"]
+           "Info", "Latency", "MoverError", "PagedWrite", "Peer", "Region", "library_path",
+           "library_version"]
 
 
 def library_path() -> str:

@@ -28,11 +28,13 @@ from ._arrays import C_ALIGNED as _C_ALIGNED
 from ._arrays import HEADED as _HEADED
 from ._arrays import U32 as _U32
 from ._arrays import U32_ID as _U32_ID
+from ._arrays import address as _address
 from ._arrays import head as _head
 from ._arrays import page_array, segment_array
 from .errors import MoverError
 from .events import Event, Latency
 from .memory import Region, _index
+from .paged import PagedWrite
 
 U32_MAX = 0xFFFFFFFF
 U64_MAX = (1 << 64) - 1
@@ -647,14 +649,7 @@ class Client(Completions):
         and stores them in self._pages; the next call with the same
         (immutable) objects skips this (_free forgets them when a region
         goes). Plain ints in range skip _index."""
-        s = self._src(src)
-        d = dst.id if type(dst) is Import else self._dst(dst)
-        ps = page_size if type(page_size) is int and 0 <= page_size <= U64_MAX else \
-            _index(page_size, "page_size")
-        if ps == 0:
-            raise ValueError("page_size is 0")
-        ss = ps if src_stride is None else _index(src_stride, "src_stride")
-        ds = ps if dst_stride is None else _index(dst_stride, "dst_stride")
+        s, d, ps, ss, ds = self._geometry(src, dst, page_size, src_stride, dst_stride)
         p = self._pages
         p.src = s
         p.dst = d
@@ -669,6 +664,45 @@ class Client(Completions):
             self._paged_args = (src, dst, page_size, src_stride, dst_stride)
         else:
             self._paged_args = _NO_ARGS
+
+    def _geometry(self, src: Any, dst: Any, page_size: Any, src_stride: Any,
+                  dst_stride: Any) -> tuple[int, int, int, int, int]:
+        """A paged write's source and destination ids, page size and
+        strides, checked. Raises what bad ones do."""
+        s = self._src(src)
+        d = dst.id if type(dst) is Import else self._dst(dst)
+        ps = page_size if type(page_size) is int and 0 <= page_size <= U64_MAX else \
+            _index(page_size, "page_size")
+        if ps == 0:
+            raise ValueError("page_size is 0")
+        ss = ps if src_stride is None else _index(src_stride, "src_stride")
+        ds = ps if dst_stride is None else _index(dst_stride, "dst_stride")
+        return s, d, ps, ss, ds
+
+    def paged(self, src: Region | int, dst: Import | int, src_pages: Any, dst_pages: Any,
+              page_size: int, *, src_stride: int | None = None,
+              dst_stride: int | None = None) -> PagedWrite:
+        """A paged write checked once, as write_paged() takes it but for the
+        bases, to send again and again with other bases: a loop over a
+        request's layers, each layer's pages at its own base. Each
+        PagedWrite.submit() or .write() then costs two stores and the
+        foreign call. Page numbers are read at each call: those of the
+        arrays given where they are C-contiguous aligned native uint32 (it
+        holds them, so numpy refuses to resize them meanwhile), else of
+        numpy's converted copies, made here once. Raises what write_paged()
+        raises for bad arguments."""
+        self._h()
+        s, d, ps, ss, ds = self._geometry(src, dst, page_size, src_stride, dst_stride)
+        sp = page_array(src_pages, "src_pages")
+        dp = page_array(dst_pages, "dst_pages")
+        if dp.shape[0] != sp.shape[0]:
+            raise ValueError(f"src_pages has {sp.shape[0]} pages and dst_pages "
+                             f"{dp.shape[0]}: give one destination page per source page")
+        pages = _lib.mvc_pages(src=s, dst=d, page_size=ps, src_stride=ss, dst_stride=ds,
+                               src_pages=_address(sp), dst_pages=_address(dp),
+                               npages=sp.shape[0])
+        return PagedWrite(self, src if type(src) is Region else None,
+                          dst if type(dst) is Import else None, pages, (sp, dp))
 
     def write_imm(self, dst: Import | int, imm: int) -> None:
         """After every write of the batch has landed, the client owning
@@ -759,12 +793,3 @@ class Client(Completions):
             raise ValueError(f"shard {s}: this mover has {self.info.nshards} shards")
         return s
 
-
-def _address(a) -> int:
-    """The address of a C-contiguous array's first element: through a
-    ctypes view where the array is writable (a fraction of the cost of
-    a.ctypes.data, which goes through numpy's Python-level helpers)."""
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
-    except TypeError:  # read-only
-        return a.ctypes.data

@@ -322,3 +322,70 @@ def test_submit_paged_refused_submits_nothing(tcp_pair):
         assert c.inflight == 0
         with pytest.raises(mover.MoverError, match="no open batch"):
             c.submit()
+
+
+def test_prepared_paged_write_sends_each_layer_at_its_base(pair):
+    """Client.paged(): a paged write checked once, sent per layer with the
+    layer's bases (write() into an open batch, submit() as one call); every
+    kind of page array lands, the values read at each call (a uint32 array
+    changed in place between calls sends its new pages)."""
+    layers, lpages = 4, NPAGES // 4  # four layers of 64 pages in each 1 MiB region
+    lbytes = lpages * PAGE
+    src = fill(pair, 17).reshape(NPAGES, PAGE)
+    rng = np.random.default_rng(17)
+    for name, kind in KINDS.items():
+        sp = rng.integers(0, lpages, 8)
+        dp = rng.permutation(lpages)[:8]
+        pair.dst.numpy()[:] = 0
+        pw = pair.a.paged(pair.src, pair.imp, kind(sp), kind(dp), PAGE)
+        assert pw.npages == 8
+        for layer in range(layers - 1):
+            pw.write(layer * lbytes, layer * lbytes)
+        pair.a.wait_batch(pw.submit((layers - 1) * lbytes, (layers - 1) * lbytes, cookie=5),
+                          timeout=10)
+        d = pair.dst.numpy().reshape(NPAGES, PAGE)
+        for layer in range(layers):
+            o = layer * lpages
+            assert np.array_equal(d[o + dp], src[o + sp]), (name, layer)
+    # Values are read at each call: a native uint32 array is used as it is.
+    sp = np.arange(8, dtype=np.uint32)
+    dp = np.arange(8, dtype=np.uint32)
+    pw = pair.a.paged(pair.src, pair.imp, sp, dp, PAGE)
+    pair.dst.numpy()[:] = 0
+    sp[:] = np.arange(100, 108)
+    pair.a.wait_batch(pw.submit(), timeout=10)
+    d = pair.dst.numpy().reshape(NPAGES, PAGE)
+    assert np.array_equal(d[:8], src[100:108])
+    with pytest.raises(ValueError):
+        sp.resize(16)  # held by the PagedWrite: numpy refuses
+
+
+def test_prepared_paged_write_refuses_what_changed_under_it(tcp_pair):
+    """Bad arguments fail at paged(); bad bases, a freed source region, a
+    removed import and a closed client fail at the call, before the mover,
+    and what libmvc refuses is a MoverError naming the call."""
+    p = tcp_pair
+    a = np.arange(8, dtype=np.uint32)
+    refused_before_the_mover(p, ValueError, lambda: p.a.paged(p.src, p.imp, a, a[:7], 64),
+                             "one destination page")
+    refused_before_the_mover(p, TypeError, lambda: p.a.paged(p.src, p.imp, a, a, 64.0))
+    refused_before_the_mover(p, TypeError,
+                             lambda: p.a.paged(p.imp, p.imp, a, a, 64), "source")
+    pw = p.a.paged(p.src, p.imp, a, a, 64)
+    refused_before_the_mover(p, ValueError, lambda: pw.submit(-1, 0), "src_base")
+    refused_before_the_mover(p, TypeError, lambda: pw.write(0, "0"), "dst_base")
+    refused_before_the_mover(p, TypeError, lambda: pw.submit(cookie=1.5), "cookie")
+    # Past the region: the mover refuses the batch, in its words.
+    with pytest.raises(mover.MoverError):
+        p.a.wait_batch(pw.submit(1 << 20, 0), timeout=10)
+    r = p.a.alloc(1 << 16)
+    pr = p.a.paged(r, p.imp, a, a, 64)
+    p.a.free(r)
+    refused_before_the_mover(p, ValueError, lambda: pr.submit(), "was freed")
+    imp = p.a.import_region(p.peer, p.dst.blob())
+    pi = p.a.paged(p.src, imp, a, a, 64)
+    p.a.unimport(imp)
+    refused_before_the_mover(p, ValueError, lambda: pi.write(), "was removed")
+    p.a.close()
+    with pytest.raises(ValueError, match="closed"):
+        pw.submit()
