@@ -5,7 +5,6 @@ and pairs of clients on two movers with a region each and the receiver's
 region imported by the sender. No mocks: every test talks to a mover."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
