@@ -8,7 +8,8 @@ a K and a V tensor of [num_pages, page_tokens, kv_heads, head_dim], all
 layers in one registered region. Per request the decode side picks free
 pages and sends their numbers to the prefill side (out of band: here a pipe);
 the prefill side writes the request's K and V into its own free pages, then
-one write_paged() per layer and K/V (2 x layers of them) into the decode
+one paged write per layer and K/V (2 x layers of them; Client.paged() checks
+the request's pages once, each write gives its layer's bases) into the decode
 pages and an immediate carrying the request id, all in one batch. The decode
 side waits for the immediate and checks every page against what the prefill
 side must have computed, then returns the pages to its free list.
@@ -111,12 +112,13 @@ def prefill(sock: str, conn, a) -> None:
             src_pages = np.array([free.pop() for _ in range(len(dst_pages))], dtype=np.uint32)
             held[req] = src_pages
             idx = as_tensor(src_pages.astype(np.int64), cache.kv[0][0])
+            # The request's pages, checked once; each layer's K and V at its base.
+            pw = c.paged(cache.region, dst, src_pages, dst_pages, cache.page_bytes)
             for layer in range(a.layers):
                 for kv in (0, 1):
                     cache.kv[layer][kv][idx] = as_tensor(
                         expected(req, layer, kv, len(dst_pages), a), cache.kv[0][0])
-                    c.write_paged(cache.region, dst, src_pages, dst_pages, cache.page_bytes,
-                                  src_base=cache.base(layer, kv), dst_base=cache.base(layer, kv))
+                    pw.write(cache.base(layer, kv), cache.base(layer, kv))
             c.write_imm(dst, req)
             c.submit(req)
             while len(held) >= a.window:
