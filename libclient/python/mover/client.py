@@ -691,18 +691,12 @@ class Client(Completions):
         holds them, so numpy refuses to resize them meanwhile), else of
         numpy's converted copies, made here once. Raises what write_paged()
         raises for bad arguments."""
-        self._h()
+        _, sa, da, n, keep = self._checked_pages(src_pages, dst_pages)
         s, d, ps, ss, ds = self._geometry(src, dst, page_size, src_stride, dst_stride)
-        sp = page_array(src_pages, "src_pages")
-        dp = page_array(dst_pages, "dst_pages")
-        if dp.shape[0] != sp.shape[0]:
-            raise ValueError(f"src_pages has {sp.shape[0]} pages and dst_pages "
-                             f"{dp.shape[0]}: give one destination page per source page")
         pages = _lib.mvc_pages(src=s, dst=d, page_size=ps, src_stride=ss, dst_stride=ds,
-                               src_pages=_address(sp), dst_pages=_address(dp),
-                               npages=sp.shape[0])
+                               src_pages=sa, dst_pages=da, npages=n)
         return PagedWrite(self, src if type(src) is Region else None,
-                          dst if type(dst) is Import else None, pages, (sp, dp))
+                          dst if type(dst) is Import else None, pages, keep)
 
     def write_imm(self, dst: Import | int, imm: int) -> None:
         """After every write of the batch has landed, the client owning
