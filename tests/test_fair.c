@@ -77,6 +77,34 @@ static void setup_shm1_copy(void)
 
 /* ---- a small batch beside a flood ---- */
 
+/* Clients F (a flood) and S (small batches) of A, both writing into one
+ * region of the owner, a client of B: F's FLOOD bytes from 0, S's 4 KiB
+ * just past them. */
+struct beside {
+	struct mvc *owner, *f, *s;
+	struct mvc_mem dst, fsrc, ssrc;
+	uint32_t fimp, simp;
+};
+
+static void beside_open(struct beside *t)
+{
+	ck_assert_int_eq(mvc_connect(&t->owner, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&t->f, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&t->s, A.sock), 0);
+	ck_assert_msg(mvc_alloc(t->owner, FLOOD + 4096, &t->dst) == 0, "%s", mvc_error(t->owner));
+	ck_assert_msg(mvc_alloc(t->f, FLOOD, &t->fsrc) == 0, "%s", mvc_error(t->f));
+	ck_assert_msg(mvc_alloc(t->s, 4096, &t->ssrc) == 0, "%s", mvc_error(t->s));
+	t->fimp = reach(t->f, t->owner, t->dst.region);
+	t->simp = reach(t->s, t->owner, t->dst.region);
+}
+
+static void beside_close(struct beside *t)
+{
+	mvc_disconnect(t->s);
+	mvc_disconnect(t->f);
+	mvc_disconnect(t->owner);
+}
+
 /*
  * Client F of A submits eight 64 MiB batches at once; then client S of the
  * same mover and shard submits one 4 KiB write and its immediate. S's batch
@@ -86,38 +114,31 @@ static void setup_shm1_copy(void)
  */
 START_TEST(test_small_batch_completes_before_a_flood_drains)
 {
-	struct mvc *f, *s, *owner;
-	struct mvc_mem fsrc, ssrc, dst;
+	struct beside t;
 	struct mvc_event ev[16];
 	const int nflood = 8;
 
-	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
-	ck_assert_int_eq(mvc_connect(&f, A.sock), 0);
-	ck_assert_int_eq(mvc_connect(&s, A.sock), 0);
-	ck_assert_msg(mvc_alloc(owner, FLOOD + 4096, &dst) == 0, "%s", mvc_error(owner));
-	ck_assert_msg(mvc_alloc(f, FLOOD, &fsrc) == 0, "%s", mvc_error(f));
-	ck_assert_msg(mvc_alloc(s, 4096, &ssrc) == 0, "%s", mvc_error(s));
-	uint32_t fimp = reach(f, owner, dst.region), simp = reach(s, owner, dst.region);
-	fill(fsrc.addr, FLOOD, 7);
-	fill(ssrc.addr, 4096, 8);
+	beside_open(&t);
+	fill(t.fsrc.addr, FLOOD, 7);
+	fill(t.ssrc.addr, 4096, 8);
 	/* Connections up (tcp connects on the first write), before timing
 	 * matters: one small batch of each. */
-	ck_assert_int_eq(mvc_write(f, fsrc.region, 0, fimp, 0, 4096), 0);
-	submit_ok(f, 1000);
-	ck_assert_int_eq(mvc_write(s, ssrc.region, 0, simp, FLOOD, 4096), 0);
-	submit_ok(s, 1000);
+	ck_assert_int_eq(mvc_write(t.f, t.fsrc.region, 0, t.fimp, 0, 4096), 0);
+	submit_ok(t.f, 1000);
+	ck_assert_int_eq(mvc_write(t.s, t.ssrc.region, 0, t.simp, FLOOD, 4096), 0);
+	submit_ok(t.s, 1000);
 
 	for (int i = 0; i < nflood; i++) {
-		ck_assert_int_eq(mvc_write(f, fsrc.region, 0, fimp, 0, FLOOD), 0);
-		ck_assert_msg(mvc_submit(f, (uint64_t)i) == 0, "%s", mvc_error(f));
+		ck_assert_int_eq(mvc_write(t.f, t.fsrc.region, 0, t.fimp, 0, FLOOD), 0);
+		ck_assert_msg(mvc_submit(t.f, (uint64_t)i) == 0, "%s", mvc_error(t.f));
 	}
 	usleep(2000); /* the shard has taken the flood */
-	ck_assert_int_eq(mvc_write(s, ssrc.region, 0, simp, FLOOD, 4096), 0);
-	ck_assert_int_eq(mvc_write_imm(s, simp, 77), 0);
-	ck_assert_int_eq(mvc_submit(s, 1), 0);
-	struct mvc_event e = wait_batch(s, 1, 30);
+	ck_assert_int_eq(mvc_write(t.s, t.ssrc.region, 0, t.simp, FLOOD, 4096), 0);
+	ck_assert_int_eq(mvc_write_imm(t.s, t.simp, 77), 0);
+	ck_assert_int_eq(mvc_submit(t.s, 1), 0);
+	struct mvc_event e = wait_batch(t.s, 1, 30);
 	ck_assert_msg(e.status == 0, "%s", e.msg);
-	int done = mvc_poll(f, ev, 16);
+	int done = mvc_poll(t.f, ev, 16);
 	ck_assert_int_ge(done, 0);
 	ck_assert_msg(done < nflood,
 	              "the small batch completed after all %d flood batches: served behind "
@@ -127,30 +148,28 @@ START_TEST(test_small_batch_completes_before_a_flood_drains)
 	/* Its data and immediate reached the owner. */
 	int got = 0;
 	for (double end = now_s() + 20; !got && now_s() < end;) {
-		int k = mvc_wait(owner, ev, 16, 100);
+		int k = mvc_wait(t.owner, ev, 16, 100);
 		ck_assert_int_ge(k, 0);
 		for (int i = 0; i < k; i++)
 			got |= ev[i].type == MVC_EV_IMM && ev[i].imm == 77;
 	}
 	ck_assert_msg(got, "the small batch's immediate did not arrive");
-	ck_assert(!memcmp((uint8_t *)dst.addr + FLOOD, ssrc.addr, 4096));
+	ck_assert(!memcmp((uint8_t *)t.dst.addr + FLOOD, t.ssrc.addr, 4096));
 
 	/* The flood finishes too, every byte in place. */
 	for (int left = nflood - done; left > 0;) {
-		int k = mvc_wait(f, ev, 16, 200);
+		int k = mvc_wait(t.f, ev, 16, 200);
 		ck_assert_int_ge(k, 0);
 		for (int i = 0; i < k; i++) {
 			ck_assert_msg(ev[i].status == 0, "%s", ev[i].msg);
 			left--;
 		}
-		ck_assert_msg(k || mvc_inflight(f), "flood batches lost");
+		ck_assert_msg(k || mvc_inflight(t.f), "flood batches lost");
 	}
 	for (int i = 0; i < done; i++)
 		ck_assert_msg(ev[i].status == 0, "%s", ev[i].msg);
-	ck_assert(!memcmp(dst.addr, fsrc.addr, FLOOD));
-	mvc_disconnect(s);
-	mvc_disconnect(f);
-	mvc_disconnect(owner);
+	ck_assert(!memcmp(t.dst.addr, t.fsrc.addr, FLOOD));
+	beside_close(&t);
 }
 END_TEST
 
@@ -165,33 +184,26 @@ END_TEST
  */
 START_TEST(test_copy_stopped_for_another_client_lands_whole)
 {
-	struct mvc *f, *s, *owner;
-	struct mvc_mem fsrc, ssrc, dst;
+	struct beside t;
 	struct mvc_event ev[16];
 	uint64_t stops0 = stat_sum(&A, "\"copy_stops\""), stops = 0, small = 100;
 	int k;
 
-	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
-	ck_assert_int_eq(mvc_connect(&f, A.sock), 0);
-	ck_assert_int_eq(mvc_connect(&s, A.sock), 0);
-	ck_assert_msg(mvc_alloc(owner, FLOOD + 4096, &dst) == 0, "%s", mvc_error(owner));
-	ck_assert_msg(mvc_alloc(f, FLOOD, &fsrc) == 0, "%s", mvc_error(f));
-	ck_assert_msg(mvc_alloc(s, 4096, &ssrc) == 0, "%s", mvc_error(s));
-	uint32_t fimp = reach(f, owner, dst.region), simp = reach(s, owner, dst.region);
-	fill(ssrc.addr, 4096, 5);
-	ck_assert_int_eq(mvc_write(s, ssrc.region, 0, simp, FLOOD, 4096), 0);
-	submit_ok(s, small++);
+	beside_open(&t);
+	fill(t.ssrc.addr, 4096, 5);
+	ck_assert_int_eq(mvc_write(t.s, t.ssrc.region, 0, t.simp, FLOOD, 4096), 0);
+	submit_ok(t.s, small++);
 	for (k = 0; k < 20 && !stops; k++) {
-		fill(fsrc.addr, FLOOD, 40 + (uint64_t)k);
-		ck_assert_int_eq(mvc_write(f, fsrc.region, 0, fimp, 0, FLOOD), 0);
-		ck_assert_int_eq(mvc_submit(f, (uint64_t)k), 0);
+		fill(t.fsrc.addr, FLOOD, 40 + (uint64_t)k);
+		ck_assert_int_eq(mvc_write(t.f, t.fsrc.region, 0, t.fimp, 0, FLOOD), 0);
+		ck_assert_int_eq(mvc_submit(t.f, (uint64_t)k), 0);
 		int done = 0;
 		for (double end = now_s() + 30; !done && now_s() < end;) {
 			/* One small batch at a time, back to back. */
-			ck_assert_int_eq(mvc_write(s, ssrc.region, 0, simp, FLOOD, 4096), 0);
-			ck_assert_int_eq(mvc_submit(s, small), 0);
+			ck_assert_int_eq(mvc_write(t.s, t.ssrc.region, 0, t.simp, FLOOD, 4096), 0);
+			ck_assert_int_eq(mvc_submit(t.s, small), 0);
 			for (int got = 0; !got;) {
-				int n = mvc_poll(s, ev, 16);
+				int n = mvc_poll(t.s, ev, 16);
 				ck_assert_int_ge(n, 0);
 				for (int i = 0; i < n; i++) {
 					ck_assert_msg(ev[i].status == 0, "%s", ev[i].msg);
@@ -199,7 +211,7 @@ START_TEST(test_copy_stopped_for_another_client_lands_whole)
 				}
 			}
 			small++;
-			int n = mvc_poll(f, ev, 16);
+			int n = mvc_poll(t.f, ev, 16);
 			ck_assert_int_ge(n, 0);
 			for (int i = 0; i < n; i++) {
 				ck_assert_msg(ev[i].status == 0, "flood batch %d: %s", k,
@@ -211,7 +223,7 @@ START_TEST(test_copy_stopped_for_another_client_lands_whole)
 		/* Same host: a copy is done when its batch completes. */
 		uint64_t off = 0;
 		while (off < FLOOD &&
-		       !memcmp((uint8_t *)dst.addr + off, (uint8_t *)fsrc.addr + off, 4096))
+		       !memcmp((uint8_t *)t.dst.addr + off, (uint8_t *)t.fsrc.addr + off, 4096))
 			off += 4096;
 		ck_assert_msg(off == FLOOD, "flood batch %d: bytes at %llu differ", k,
 		              (unsigned long long)off);
@@ -220,9 +232,7 @@ START_TEST(test_copy_stopped_for_another_client_lands_whole)
 	fprintf(stderr, "same-host flood beside small batches: %llu copies stopped in %d batches\n",
 	        (unsigned long long)stops, k);
 	ck_assert_msg(stops > 0, "no copy stopped for the small client in %d flood batches", k);
-	mvc_disconnect(s);
-	mvc_disconnect(f);
-	mvc_disconnect(owner);
+	beside_close(&t);
 }
 END_TEST
 
