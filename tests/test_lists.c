@@ -76,12 +76,12 @@ static int open_lists(struct mvc *c, struct mv_desc **out, int max)
 	return n;
 }
 
-/* Pages sp[i] of p's source to pages dp[i] of its import, ps bytes each. */
-static struct mvc_pages pages_of(const struct pair *p, uint32_t *sp, uint32_t *dp, uint32_t n,
+/* Pages sp[i] of region src to pages dp[i] of import dst, ps bytes each. */
+static struct mvc_pages pages_of(uint32_t src, uint32_t dst, uint32_t *sp, uint32_t *dp, uint32_t n,
                                  uint64_t ps)
 {
-	return (struct mvc_pages){.src = p->src.region,
-	                          .dst = p->imp,
+	return (struct mvc_pages){.src = src,
+	                          .dst = dst,
 	                          .src_stride = ps,
 	                          .dst_stride = ps,
 	                          .page_size = ps,
@@ -92,7 +92,7 @@ static struct mvc_pages pages_of(const struct pair *p, uint32_t *sp, uint32_t *d
 
 static void paged(struct pair *p, uint32_t *sp, uint32_t *dp, uint32_t n, uint64_t ps)
 {
-	struct mvc_pages pg = pages_of(p, sp, dp, n, ps);
+	struct mvc_pages pg = pages_of(p->src.region, p->imp, sp, dp, n, ps);
 
 	ck_assert_msg(mvc_write_paged(p->a, &pg) == 0, "%s", mvc_error(p->a));
 }
@@ -252,14 +252,7 @@ START_TEST(test_full_arena_is_eagain_and_keeps_the_batch)
 	ck_assert_int_eq(mvc_region_blob(p.b, p.dst.region, blob, &len), 0);
 	ck_assert_int_eq(mvc_import(c, peer, blob, len, &imp), 0);
 
-	struct mvc_pages pg = {.src = src.region,
-	                       .dst = imp,
-	                       .src_stride = PS,
-	                       .dst_stride = PS,
-	                       .page_size = PS,
-	                       .src_pages = sp,
-	                       .dst_pages = sp,
-	                       .npages = NP};
+	struct mvc_pages pg = pages_of(src.region, imp, sp, sp, NP, PS);
 	int submitted = 0, ret = 0;
 	/* Batch k lands at its own eighth of the destination. */
 	for (; submitted < 8; submitted++) {
@@ -319,14 +312,7 @@ START_TEST(test_batch_larger_than_arena_is_e2big_with_advice)
 
 	ck_assert_int_eq(mvc_connect_opts(&c, A.sock, &o), 0);
 	ck_assert_int_eq(mvc_alloc(c, (uint64_t)NP * 64, &src), 0);
-	struct mvc_pages pg = {.src = src.region,
-	                       .dst = 0,
-	                       .src_stride = 64,
-	                       .dst_stride = 64,
-	                       .page_size = 64,
-	                       .src_pages = sp,
-	                       .dst_pages = sp,
-	                       .npages = NP};
+	struct mvc_pages pg = pages_of(src.region, 0, sp, sp, NP, 64);
 	ck_assert_int_eq(mvc_write_paged(c, &pg), -E2BIG);
 	ck_assert_msg(strstr(mvc_error(c), "MVC_LIST_ARENA") && strstr(mvc_error(c), "65536"), "%s",
 	              mvc_error(c));
@@ -623,7 +609,7 @@ START_TEST(test_submit_paged_is_write_paged_then_submit)
 	uint32_t *sp = perm(NP, 61), *dp = perm(NP, 62);
 
 	pair_open(&p, (uint64_t)NP * PS, (uint64_t)NP * PS);
-	struct mvc_pages pg = pages_of(&p, sp, dp, NP, PS);
+	struct mvc_pages pg = pages_of(p.src.region, p.imp, sp, dp, NP, PS);
 	/* Refused: no batch opened, nothing submitted. */
 	pg.npages = 0;
 	ck_assert_int_eq(mvc_submit_paged(p.a, &pg, 9), -EINVAL);
