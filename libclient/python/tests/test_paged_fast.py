@@ -17,7 +17,7 @@ from mover import _arrays
 from mover import client as client_module
 
 from test_errors import refused_before_the_mover
-from test_transfer import fill, land, recv_imm
+from test_transfer import fill, land, recv_imm, small_arena_client
 
 PAGE = 4096
 NPAGES = 256  # the pair's 1 MiB regions
@@ -312,10 +312,7 @@ def test_submit_paged_refused_submits_nothing(tcp_pair):
                              "one destination page")
     refused_before_the_mover(p, TypeError,
                              lambda: p.a.submit_paged(p.src, p.imp, a, a, 64, cookie=-1.5))
-    with mover.Client(p.ma.sock, list_arena=64 << 10) as c:
-        r = c.alloc(1 << 20)
-        imp = c.import_region(c.peer_add(p.b.address()), p.dst.blob())
-        pages = np.arange(16384, dtype=np.uint32)  # 128 KiB of page numbers
+    with small_arena_client(p) as (c, r, imp, pages):
         with pytest.raises(mover.MoverError) as ei:
             c.submit_paged(r, imp, pages, pages, 16)
         assert ei.value.errno == errno.E2BIG and ei.value.call == "mvc_submit_paged"

@@ -5,6 +5,7 @@ imm_expect, batch failures as events, and the batch-building errors libmvc
 reports."""
 from __future__ import annotations
 
+import contextlib
 import errno
 
 import numpy as np
@@ -238,12 +239,20 @@ def test_batch_building_errors_come_from_libmvc(tcp_pair):
     p.a.abort()  # nothing open: a no-op
 
 
-def test_a_batch_larger_than_the_list_arena_is_e2big(tcp_pair):
-    p = tcp_pair
+@contextlib.contextmanager
+def small_arena_client(p):
+    """A second client of p's sender mover with a 64 KiB list arena, a
+    region and p's destination imported, and 128 KiB of page numbers: more
+    than its arena holds. Yields (client, region, import, pages)."""
     with mover.Client(p.ma.sock, list_arena=64 << 10) as c:
         r = c.alloc(1 << 20)
         imp = c.import_region(c.peer_add(p.b.address()), p.dst.blob())
-        pages = np.arange(16384, dtype=np.uint32)  # 128 KiB of page numbers
+        yield c, r, imp, np.arange(16384, dtype=np.uint32)
+
+
+def test_a_batch_larger_than_the_list_arena_is_e2big(tcp_pair):
+    p = tcp_pair
+    with small_arena_client(p) as (c, r, imp, pages):
         with pytest.raises(mover.MoverError) as ei:
             c.write_paged(r, imp, pages, pages, 16)
         assert ei.value.errno == errno.E2BIG and ei.value.message
