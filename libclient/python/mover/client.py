@@ -722,8 +722,8 @@ class Client(Completions):
 
     def _cookie_of(self, cookie: Any) -> int:
         """A cookie that is not a plain int in range: None takes the next
-        of the counter, anything else is checked as an index (submit and
-        submit_paged test the plain int in place)."""
+        of the counter, anything else is checked as an index (submit,
+        submit_paged and PagedWrite.submit test the plain int in place)."""
         if cookie is None:
             return next(self._cookies)
         return _index(cookie, "cookie")
