@@ -73,7 +73,7 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 	tools/bench/rows_lat.c tools/bench/lat_direct.c tools/bench/rows_fair.c tools/bench/rows_reg.c \
 	tools/bench/rows_ext.c tools/bench/hops.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
-TESTS := test_shmring test_validate test_config test_client test_mover test_lists test_hostile \
+TESTS := test_shmring test_shmring_errors test_shmring_procs test_validate test_config test_client test_mover test_lists test_hostile \
 	test_trace test_gpu test_tenants test_fair test_liveness test_reconnect test_samehost \
 	test_samehost_peers test_huge test_shm_restart
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
@@ -175,7 +175,9 @@ $(B)/bin/shmring_bench: $(B)/tools/shmring_bench.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(wildcard /usr/include/dpdk/rte_ring.h),$(shell pkg-config --libs libdpdk 2>/dev/null))
 
-$(B)/tests/test_shmring: $(B)/tests/test_shmring.o $(SHMRING_LIB)
+# The ring's suites: one process, what it refuses, two processes or threads.
+$(B)/tests/test_shmring $(B)/tests/test_shmring_errors $(B)/tests/test_shmring_procs: \
+		$(B)/tests/%: $(B)/tests/%.o $(B)/tests/shmring_util.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
@@ -283,7 +285,7 @@ NPROC := $(shell nproc 2>/dev/null || echo 2)
 check:
 	@$(MAKE) --no-print-directory -j$(NPROC) all $(FUZZ_BINS)
 	@if [ "$(SANITIZE)" != thread ]; then \
-		$(MAKE) --no-print-directory -j$(NPROC) B=$(B)/tsan SANITIZE=thread $(B)/tsan/tests/test_shmring; fi
+		$(MAKE) --no-print-directory -j$(NPROC) B=$(B)/tsan SANITIZE=thread $(B)/tsan/tests/test_shmring_procs; fi
 	@$(MAKE) --no-print-directory -j1 check-unit check-scripts check-python check-tsan check-fuzz \
 		check-soak
 
@@ -327,8 +329,8 @@ check-python: all
 # The threaded ring test under ThreadSanitizer, in its own build tree.
 check-tsan:
 	@if [ "$(SANITIZE)" = thread ]; then echo "check-tsan: already a TSan build"; exit 0; fi; \
-	$(MAKE) --no-print-directory B=$(B)/tsan SANITIZE=thread $(B)/tsan/tests/test_shmring && \
-	MV_BUILD=$(B)/tsan CK_RUN_SUITE=threads TSAN_OPTIONS=halt_on_error=1 $(B)/tsan/tests/test_shmring
+	$(MAKE) --no-print-directory B=$(B)/tsan SANITIZE=thread $(B)/tsan/tests/test_shmring_procs && \
+	MV_BUILD=$(B)/tsan CK_RUN_SUITE=threads TSAN_OPTIONS=halt_on_error=1 $(B)/tsan/tests/test_shmring_procs
 
 # libFuzzer harnesses (tests/fuzz/, one per input surface), built with Debian's
 # clang into $(B)/fuzz/ together with the sources each one drives. `make fuzz`

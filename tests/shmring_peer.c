@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shmring_peer: the other process of the shmring tests. tests/test_shmring.c
+ * shmring_peer: the other process of the shmring tests. tests/test_shmring_procs.c
  * creates a ring, clears CLOEXEC on its memfd and execs this program with the
  * fd number on argv; the program attaches as the role the command names and
  * produces, consumes (verifying every descriptor) or echoes, then exits with
- * a status the test asserts on. The descriptor format and its checksum must
- * match the copy in tests/test_shmring.c.
+ * a status the test asserts on. The descriptor format and its checksum are
+ * tests/shmring_desc.h, which the tests include too.
  *
  *   shmring_peer produce FD COUNT [BATCH]     COUNT 0: until killed; BATCH 0: varying
  *   shmring_peer consume FD COUNT [BATCH]     verify seq and checksum of each
@@ -26,6 +26,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "shmring_desc.h"
+
 #define PEER_EXIT_OK     0
 #define PEER_EXIT_VERIFY 1
 #define PEER_EXIT_USAGE  2
@@ -36,42 +38,8 @@
 /* Spins on an empty or full ring before sleeping or yielding. */
 #define PEER_SPINS 256
 
-/* 64 bytes: a sequence number, a payload derived from it, a checksum over both. */
-struct peer_desc {
-	uint64_t seq;
-	uint64_t payload[6];
-	uint64_t sum;
-};
-
-_Static_assert(sizeof(struct peer_desc) == 64, "descriptors are 64 bytes");
-
-static uint64_t mix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-static uint64_t desc_checksum(const struct peer_desc *d)
-{
-	uint64_t h = 0xcbf29ce484222325ull ^ d->seq;
-
-	for (int i = 0; i < 6; i++)
-		h = (h ^ d->payload[i]) * 0x100000001b3ull;
-	return h;
-}
-
-static void desc_fill(struct peer_desc *d, uint64_t seq)
-{
-	d->seq = seq;
-	for (int i = 0; i < 6; i++)
-		d->payload[i] = mix64(seq * 8 + (uint64_t)i);
-	d->sum = desc_checksum(d);
-}
-
 /* 0 if d is descriptor number seq, intact; else prints what is wrong and returns -EBADMSG. */
-static int desc_verify(const struct peer_desc *d, uint64_t seq)
+static int desc_verify(const struct test_desc *d, uint64_t seq)
 {
 	if (d->seq != seq) {
 		fprintf(stderr, "shmring_peer: descriptor %" PRIu64 " carries seq %" PRIu64 "\n",
@@ -83,24 +51,6 @@ static int desc_verify(const struct peer_desc *d, uint64_t seq)
 		return -EBADMSG;
 	}
 	return 0;
-}
-
-/* Batch sizes that vary from call to call: mostly 1..64, now and then 300. */
-static uint32_t next_batch(uint64_t *state, uint32_t fixed)
-{
-	if (fixed)
-		return fixed;
-	*state ^= *state << 13;
-	*state ^= *state >> 7;
-	*state ^= *state << 17;
-	return (*state & 15) == 0 ? 300 : 1 + (uint32_t)(*state >> 32) % 64;
-}
-
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
 }
 
 static int parse_u64(const char *s, uint64_t *v)
@@ -253,7 +203,7 @@ static int echo(struct shmring *in, struct shmring *out, uint64_t rounds, int ef
 			fprintf(stderr, "shmring_peer: echo ring full in round %" PRIu64 "\n", i);
 			return PEER_EXIT_RING;
 		}
-		memcpy(shmring_slot(out, opos), shmring_slot(in, pos), sizeof(struct peer_desc));
+		memcpy(shmring_slot(out, opos), shmring_slot(in, pos), sizeof(struct test_desc));
 		shmring_release(in, 1);
 		shmring_commit(out);
 	}
