@@ -200,6 +200,17 @@ static inline void teardown(void)
 		}
 }
 
+/* Restarts mover A with --no-host-copy: tests of what the shm provider
+ * does between two movers of this host need their writes on the fabric,
+ * not copied (mover/samehost.c). */
+static inline void sender_on_fabric(void)
+{
+	mover_stop(&A);
+	mover_extra = "--no-host-copy";
+	mover_start(&A, "a", 2);
+	mover_extra = NULL;
+}
+
 /*
  * Comparisons that let a test assert once over a whole buffer or page list:
  * check's fork mode reports every assertion that passes to its parent
