@@ -2,7 +2,9 @@
 /*
  * Topology: which cores sit near each shard's NIC. hwloc finds the NIC's
  * PCI device (or the OS network device of its interface) and the NUMA node
- * above it; each shard is pinned to its own core on that node, never core 0
+ * above it; each shard is pinned to its own physical core on that node (one
+ * hardware thread of it: two busy-polling shards on the two threads of one
+ * core would share its pipeline, whatever the CPU numbering), never core 0
  * when another is free (the control thread and the kernel live there).
  * --cpus overrides the choice.
  */
@@ -39,6 +41,46 @@ static int parse_cpus(const char *list, int *cpus, int max)
 		cpus[n++] = atoi(tok);
 	free(dup);
 	return n;
+}
+
+/*
+ * The PU (hardware thread) for the next shard within near: of the least
+ * used core, its least used PU, where a core's use is the shards on any of
+ * its PUs and the core holding PU 0 counts half a shard more while others
+ * exist (the control thread and the kernel live there). So shards spread
+ * over physical cores first and share one only once each core near the NIC
+ * has a shard. -1 when near holds no PU.
+ */
+static int least_used_pu(hwloc_topology_t t, hwloc_const_cpuset_t near, const int *used, int ncpu)
+{
+	int best = -1, bcost = 1 << 30;
+	hwloc_obj_t pu = NULL;
+
+	while ((pu = hwloc_get_next_obj_inside_cpuset_by_type(t, near, HWLOC_OBJ_PU, pu))) {
+		int c = (int)pu->os_index;
+		if (c >= 1024)
+			continue;
+		/* Its core: the PU itself where hwloc knows of no core above it. */
+		hwloc_obj_t core = hwloc_get_ancestor_obj_by_type(t, HWLOC_OBJ_CORE, pu);
+		hwloc_const_cpuset_t set = core && core->cpuset ? core->cpuset : pu->cpuset;
+		int core_used = 0, zero = 0;
+		int i;
+		hwloc_bitmap_foreach_begin(i, set)
+		{
+			if (i < 1024)
+				core_used += used[i];
+			zero |= i == 0;
+		}
+		hwloc_bitmap_foreach_end();
+		/* In units of half a shard: the core's shards, core 0's half, then
+		 * the PU's own shards to choose within the core. */
+		int cost = (core_used * 2 + (zero && ncpu > 1)) * 4096 + used[c] * 2 + (c == 0);
+		if (cost < bcost) {
+			bcost = cost;
+			best = c;
+		}
+	}
+	return best;
 }
 
 /*
@@ -95,18 +137,7 @@ int mv_topo_place(struct mover *mv, char *why, size_t whylen)
 				break;
 			}
 
-		/* The least used core near the NIC, skipping core 0 while others exist. */
-		int best = -1;
-		hwloc_obj_t pu = NULL;
-		while ((pu = hwloc_get_next_obj_inside_cpuset_by_type(t, near, HWLOC_OBJ_PU, pu))) {
-			int c = (int)pu->os_index;
-			if (c >= 1024)
-				continue;
-			int cost = used[c] * 2 + (c == 0 && ncpu > 1);
-			int bcost = best < 0 ? 1 << 30 : used[best] * 2 + (best == 0 && ncpu > 1);
-			if (cost < bcost)
-				best = c;
-		}
+		int best = least_used_pu(t, near, used, ncpu);
 		sh->cpu = best < 0 ? (int)(s % (uint32_t)ncpu) : best;
 		used[sh->cpu]++;
 	}

@@ -680,6 +680,59 @@ START_TEST(test_small_batches_go_to_the_least_loaded_shard)
 }
 END_TEST
 
+/*
+ * The CPUs a mover started under hwloc's synthetic topology syn
+ * ($HWLOC_SYNTHETIC) gives its n shards, read from its log ("shard k:
+ * ..., CPU c, ..."). CPUs the machine lacks only make pinning fail with a
+ * warning; the choice is the mover's all the same.
+ */
+static void shard_cpus(const char *syn, int n, int *cpu)
+{
+	char line[1024], what[32];
+
+	setenv("HWLOC_SYNTHETIC", syn, 1);
+	mover_start(&A, "a", n);
+	unsetenv("HWLOC_SYNTHETIC");
+	for (int k = 0; k < n; k++) {
+		snprintf(what, sizeof(what), "shard %d: provider", k);
+		ck_assert_msg(log_grep(&A, what, line, sizeof(line)) == 1, "no '%s' in %s", what,
+		              A.log);
+		const char *c = strstr(line, ", CPU ");
+		ck_assert_msg(c, "no CPU in '%s'", line);
+		cpu[k] = atoi(c + 6);
+	}
+	ck_assert_int_eq(mover_stop(&A), 0);
+}
+
+/* Busy-polling shards on the two hardware threads of one core share its
+ * pipeline: each shard gets a core of its own first, whichever way the
+ * machine numbers its threads, core 0 (the kernel's and the control
+ * thread's) last, and only then do shards share cores. */
+START_TEST(test_shards_take_physical_cores_before_sharing_one)
+{
+	struct {
+		const char *syn;
+		int want[5];
+	} cases[] = {
+	    /* Threads of a core side by side (0,1 | 2,3 | ...), as many VMs number them. */
+	    {"pack:1 core:4 pu:2", {2, 4, 6, 1, 3}},
+	    /* Thread n and n + 4 on one core, as most servers do. */
+	    {"pack:1 core:4 pu:2(indexes=0,4,1,5,2,6,3,7)", {1, 2, 3, 4, 5}},
+	    /* One thread a core. */
+	    {"pack:1 core:4 pu:1", {1, 2, 3, 0, 1}},
+	};
+	int cpu[5];
+
+	prov = "shm";
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		shard_cpus(cases[i].syn, 5, cpu);
+		for (int k = 0; k < 5; k++)
+			ck_assert_msg(cpu[k] == cases[i].want[k], "%s: shard %d on CPU %d, not %d",
+			              cases[i].syn, k, cpu[k], cases[i].want[k]);
+	}
+}
+END_TEST
+
 static TCase *ops(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -715,6 +768,11 @@ int main(void)
 	tcase_add_test(tc, test_register_existing_memfd_range);
 	suite_add_tcase(s, ops("ops_tcp", setup_tcp));
 	suite_add_tcase(s, ops("ops_shm", setup_shm));
+	suite_add_tcase(s, tc);
+	tc = tcase_create("placement");
+	tcase_add_checked_fixture(tc, NULL, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_shards_take_physical_cores_before_sharing_one);
 	suite_add_tcase(s, tc);
 
 	SRunner *sr = srunner_create(s);
