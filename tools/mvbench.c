@@ -98,6 +98,36 @@ static int parse_list(const char *arg, uint64_t *v, int max)
 	return n;
 }
 
+/*
+ * 1 when no CPU of set below cpu shares cpu's core (its hardware-thread
+ * siblings, from sysfs): the first thread of its core among those allowed.
+ * 1 where sysfs does not say.
+ */
+static int first_thread(int cpu, const cpu_set_t *set)
+{
+	char path[96], list[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list",
+	         cpu);
+	f = fopen(path, "r");
+	if (!f)
+		return 1;
+	char *ok = fgets(list, sizeof(list), f);
+	fclose(f);
+	for (char *p = ok ? list : NULL; p && *p >= '0' && *p <= '9';) {
+		char *e;
+		long lo = strtol(p, &e, 10), hi = lo;
+		if (*e == '-')
+			hi = strtol(e + 1, &e, 10);
+		for (long j = lo; j <= hi && j < cpu; j++)
+			if (j >= 0 && j < CPU_SETSIZE && CPU_ISSET(j, set))
+				return 0;
+		p = *e == ',' ? e + 1 : NULL;
+	}
+	return 1;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -484,10 +514,14 @@ int main(int argc, char **argv)
 
 	main_pid = getpid();
 	mv_fabric_env(); /* the direct threads' endpoints as the mover's */
+	/* The first thread of each core, then the others: the busy threads
+	 * plan_cpus() places each get a core of their own while there are
+	 * cores, whichever way the machine numbers its threads. */
 	if (sched_getaffinity(0, sizeof(set), &set) == 0)
-		for (int i = 0; i < CPU_SETSIZE && navail < 1024; i++)
-			if (CPU_ISSET(i, &set))
-				avail_cpus[navail++] = i;
+		for (int pass = 1; pass >= 0; pass--)
+			for (int i = 0; i < CPU_SETSIZE && navail < 1024; i++)
+				if (CPU_ISSET(i, &set) && first_thread(i, &set) == pass)
+					avail_cpus[navail++] = i;
 	if (!navail)
 		avail_cpus[navail++] = 0;
 	parse_opts(argc, argv, &o);
