@@ -358,7 +358,7 @@ FUZZ_SRC_fuzz_import := tools/import_parse.c
 FUZZ_SRC_fuzz_etcd := mover/cluster_keys.c mover/validate.c
 FUZZ_LIBS_fuzz_etcd = $(ETCD_LIBS)
 FUZZ_BINS := $(addprefix $(B)/fuzz/,$(FUZZERS))
-FUZZ_HDRS := $(wildcard mover/*.h libclient/*.h shmring/*.h tools/*.h)
+FUZZ_HDRS := $(wildcard mover/*.h libclient/*.h shmring/*.h tools/*.h tests/fuzz/*.h)
 
 .SECONDEXPANSION:
 $(B)/fuzz/%: tests/fuzz/%.c $$(FUZZ_SRC_%) $(FUZZ_HDRS) | $(DEPS_STAMP)

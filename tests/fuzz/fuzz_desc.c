@@ -16,15 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cases.h"
 #include "mover.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-struct desc_case {
-	uint64_t src_len, dst_len;
-	uint32_t owner, arena_size;
-	struct mv_desc d;
-};
 
 #define STEP 256u /* entries list.c copies out of the arena at a time */
 typedef unsigned __int128 u128;

@@ -24,20 +24,11 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "cases.h"
 #include "shard_int.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-struct take_case {
-	uint8_t src_size;  /* index into sizes[] */
-	uint8_t dst_size;  /* index into sizes[] */
-	uint8_t ndesc;     /* descriptors that follow */
-	uint8_t virt;      /* bit 0: the import's base is a virtual address; bit 1: 2 shards */
-	uint32_t fail;     /* bit k: the k-th op completed fails */
-	uint16_t arena_kb; /* arena size in 64-byte units, below 8 KiB */
-	uint16_t iov;      /* the provider's iov limit: 1 + iov % 4 */
-};
 
 static const uint64_t sizes[] = {4096, 65536, 1 << 20, 1ull << 30, 64ull << 30, 1ull << 40};
 #define NSIZES     (sizeof(sizes) / sizeof(sizes[0]))

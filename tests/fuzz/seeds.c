@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cases.h"
 #include "mv_wire.h"
 #include "mvc.h"
 #include "shmring.h"
@@ -142,13 +143,7 @@ static void ring_seeds(void)
 	ring_seed("small_ring", 4, 16, 0, consume, sizeof(consume));
 }
 
-/* fuzz_desc: [struct desc_case] then the arena's bytes (see fuzz_desc.c). */
-struct desc_case {
-	uint64_t src_len, dst_len;
-	uint32_t owner, arena_size;
-	struct mv_desc d;
-};
-
+/* fuzz_desc: [struct desc_case] then the arena's bytes (tests/fuzz/cases.h). */
 static void desc_seeds(void)
 {
 	struct desc_case c = {.src_len = 1 << 20, .dst_len = 1 << 20, .owner = 7};
@@ -263,13 +258,8 @@ static void trace_seeds(const char *data)
 	}
 }
 
-/* fuzz_take: [struct take_case][descriptors][arena] (see fuzz_take.c),
+/* fuzz_take: [struct take_case][descriptors][arena] (tests/fuzz/cases.h),
  * batches as libclient writes them on a one-shard mover. */
-struct take_case {
-	uint8_t src_size, dst_size, ndesc, virt;
-	uint32_t fail;
-	uint16_t arena_kb, iov;
-};
 
 static void take_seed(const char *name, struct take_case c, const struct mv_desc *d, size_t nd,
                       const void *arena, size_t alen)
