@@ -94,7 +94,8 @@ struct mv_land_buf {
 /* A client's memory, mapped into the mover and registered on every shard. */
 struct mv_region {
 	uint32_t id; /* generation << 16 | table index */
-	uint32_t owner;
+	uint32_t owner;  /* the client's id (mv_client.id) */
+	uid_t owner_uid; /* and its uid: a freed GPU region still counts against it (quota.c) */
 	uint8_t *base; /* the mover's mapping */
 	uint64_t len;
 	size_t map_len;

@@ -318,6 +318,7 @@ int mv_region_add(struct mover *mv, struct mv_client *cl, int fd, const struct m
 	r->map_ns = (uint64_t)(mv_now_ns() - t0);
 	r->len = len;
 	r->owner = cl->id;
+	r->owner_uid = cl->uid;
 	/* Kept to hand to same-host peer movers (HOST_FD), who copy into it;
 	 * without an fd to spare the region is written through the fabric. */
 	r->host_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
@@ -352,6 +353,7 @@ int mv_region_add_gpu(struct mover *mv, struct mv_client *cl, const struct mv_gp
 		return -ENOMEM;
 	r->len = len;
 	r->owner = cl->id;
+	r->owner_uid = cl->uid;
 	r->gpu_fd = -1;
 	r->host_fd = -1;
 	ret = mv_gpu_region_open(mv, r, g, fd, why, whylen);

@@ -671,6 +671,55 @@ START_TEST(test_paths_chosen_by_measurement_are_in_mvstat)
 }
 END_TEST
 
+/* ---- quotas: freed GPU memory the mover still holds ---- */
+
+static void quota_setup(void)
+{
+	mover_extra = "--quota-client-bytes=3M";
+	mover_extra2 = "--quota-uid-bytes=4M";
+	gpu_setup();
+	mover_extra = mover_extra2 = NULL;
+}
+
+/* A freed GPU region stays mapped by the mover through its quarantine, its
+ * device memory allocated whatever the client's free, so it still counts
+ * against its client's and its uid's registered bytes, the client gone or
+ * not: registering and freeing in a loop holds no more than the quota. */
+START_TEST(test_freed_gpu_region_counts_against_quota_until_reaped)
+{
+	const size_t mb = 1u << 20;
+	CUdeviceptr p = dev_alloc(2 * mb), p2 = dev_alloc(2 * mb);
+	struct mvc_mem g, g2, h;
+	struct mvc *c, *d;
+
+	ck_assert_int_eq(mvc_connect(&c, A.sock), 0);
+	ck_assert_msg(mvc_register_cuda(c, (void *)p, 2 * mb, &g) == 0, "%s", mvc_error(c));
+	ck_assert_int_eq(mvc_free(c, &g), 0);
+	/* Its 2 MiB in quarantine and 2 more pass the client's 3. */
+	ck_assert_int_eq(mvc_register_cuda(c, (void *)p2, 2 * mb, &g2), -EDQUOT);
+	ck_assert_msg(strstr(mvc_error(c), "quota_client_bytes is 3 MiB: this client holds 2 MiB "
+	                                   "registered (2 MiB of it freed GPU memory, kept up to "),
+	              "%s", mvc_error(c));
+	/* A megabyte of host memory fits beside them. */
+	ck_assert_msg(mvc_alloc(c, mb, &h) == 0, "%s", mvc_error(c));
+	ck_assert_int_eq(mvc_free(c, &h), 0);
+	mvc_disconnect(c);
+
+	/* Gone, the client's quarantined 2 MiB still count against its uid's
+	 * 4: a new client registers 2 MiB, and then not one more. */
+	ck_assert_int_eq(mvc_connect(&d, A.sock), 0);
+	ck_assert_msg(mvc_register_cuda(d, (void *)p2, 2 * mb, &g2) == 0, "%s", mvc_error(d));
+	ck_assert_int_eq(mvc_alloc(d, mb, &h), -EDQUOT);
+	ck_assert_msg(
+	    strstr(mvc_error(d), "quota_uid_bytes is 4 MiB: uid ") &&
+	        strstr(mvc_error(d), " holds 4 MiB registered (2 MiB of it freed GPU memory"),
+	    "%s", mvc_error(d));
+	mvc_disconnect(d);
+	cu->MemFree(p);
+	cu->MemFree(p2);
+}
+END_TEST
+
 /* In a child, so the parent stays free of CUDA: "" if usable, else why not. */
 static int gpu_usable(char *why, size_t len)
 {
@@ -727,6 +776,11 @@ int main(void)
 		tcase_add_test(tf, test_gpu_target_freed_mid_write_disturbs_nobody);
 		suite_add_tcase(s, tf);
 	}
+	TCase *tq = tcase_create("quota");
+	tcase_add_checked_fixture(tq, quota_setup, teardown);
+	tcase_set_timeout(tq, 60);
+	tcase_add_test(tq, test_freed_gpu_region_counts_against_quota_until_reaped);
+	suite_add_tcase(s, tq);
 	TCase *tl = tcase_create("landing");
 	tcase_add_checked_fixture(tl, landing_setup, teardown);
 	tcase_set_timeout(tl, 120);

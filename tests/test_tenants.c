@@ -445,26 +445,29 @@ START_TEST(test_quotas_refuse_with_their_limit_and_free_on_release)
 
 	quota_mover(q);
 	/* The default 64 MiB arena is over client.arena. */
-	ck_refused(mvc_connect(&c1, C.sock), NULL, "(quota_client_arena)");
+	ck_refused(mvc_connect(&c1, C.sock), NULL,
+	           "quota_client_arena is 1 MiB: this client holds 0 bytes of list arena and asks "
+	           "for 64 MiB more");
 	ck_assert_int_eq(mvc_connect_opts(&c1, C.sock, &small), 0);
 	ck_assert_int_eq(mvc_connect_opts(&c2, C.sock, &small), 0);
 
 	ck_assert_int_eq(mvc_alloc(c1, 64 << 10, &m[0]), 0);
 	ck_assert_int_eq(mvc_alloc(c1, 64 << 10, &m[1]), 0);
-	ck_refused(mvc_alloc(c1, 4096, &m[2]), c1, "its limit is 2 (quota_client_regions)");
+	ck_refused(mvc_alloc(c1, 4096, &m[2]), c1,
+	           "quota_client_regions is 2: this client holds 2 regions and asks for 1 more");
 	ck_assert_int_eq(mvc_alloc(c2, 64 << 10, &m[2]), 0);
-	ck_refused(mvc_alloc(c2, 4096, &m[3]), c2, "(quota_uid_bytes)");
+	ck_refused(mvc_alloc(c2, 4096, &m[3]), c2, "quota_uid_bytes is 192 KiB: uid ");
 	/* What a client frees stops counting at once. */
 	ck_assert_int_eq(mvc_free(c1, &m[1]), 0);
 	ck_assert_msg(mvc_alloc(c2, 64 << 10, &m[3]) == 0, "%s", mvc_error(c2));
 
 	ck_assert_int_eq(mvc_address(c1, blob, &len), 0);
 	ck_assert_int_eq(mvc_peer_add(c1, blob, len, &peer), 0);
-	ck_refused(mvc_peer_add(c1, blob, len, &peer), c1, "(quota_client_peers)");
+	ck_refused(mvc_peer_add(c1, blob, len, &peer), c1, "quota_client_peers is 1: ");
 	len = sizeof(blob);
 	ck_assert_int_eq(mvc_region_blob(c1, m[0].region, blob, &len), 0);
 	ck_assert_int_eq(mvc_import(c1, peer, blob, len, &imp), 0);
-	ck_refused(mvc_import(c1, peer, blob, len, &imp), c1, "(quota_client_imports)");
+	ck_refused(mvc_import(c1, peer, blob, len, &imp), c1, "quota_client_imports is 1: ");
 
 	/* Batches: c1 and c2 were granted 4 and 2 of the uid's 6; a third
 	 * connection of the uid gets none and is refused. */
@@ -473,7 +476,7 @@ START_TEST(test_quotas_refuse_with_their_limit_and_free_on_release)
 	ck_assert_int_eq(mvc_info(c2, &i2), 0);
 	ck_assert_uint_eq(i1.max_batches, 4);
 	ck_assert_uint_eq(i2.max_batches, 2);
-	ck_refused(mvc_connect_opts(&c3, C.sock, &small), NULL, "(quota_uid_batches)");
+	ck_refused(mvc_connect_opts(&c3, C.sock, &small), NULL, "quota_uid_batches is 6: ");
 	for (uint64_t b = 0; b < 4; b++) {
 		ck_assert_int_eq(mvc_write(c1, m[0].region, 0, imp, 4096 * b, 4096), 0);
 		ck_assert_msg(mvc_submit(c1, b) == 0, "%s", mvc_error(c1));
@@ -493,7 +496,8 @@ START_TEST(test_quotas_refuse_with_their_limit_and_free_on_release)
 		ck_assert_msg(now_s() < end, "the departed client's batches never came back");
 	mvc_disconnect(c3);
 	mvc_disconnect(c1);
-	ck_assert_msg(log_grep(&C, "(quota_client_regions)", NULL, 0), "no log line for a refusal");
+	ck_assert_msg(log_grep(&C, "quota_client_regions is 2: ", NULL, 0),
+	              "no log line for a refusal");
 }
 END_TEST
 
