@@ -97,7 +97,8 @@ MAN_LINKS := mvc_connect_opts:mvc_connect mvc_disconnect:mvc_connect \
 	mvc_mem_info:mvc_alloc mvc_region_blob:mvc_address \
 	mvc_peer_remove:mvc_peer_add mvc_import:mvc_peer_add mvc_unimport:mvc_peer_add \
 	mvc_writev:mvc_write mvc_write_imm:mvc_write mvc_abort:mvc_submit \
-	mvc_submit_paged:mvc_submit mvc_inflight:mvc_submit mvc_wait:mvc_poll mvc_shard_bytes:mvc_latency \
+	mvc_submit_paged:mvc_submit mvc_inflight:mvc_submit mvc_wait:mvc_poll \
+	mvc_event_fd:mvc_poll mvc_arm:mvc_poll mvc_shard_bytes:mvc_latency \
 	mvc_shard_descs:mvc_latency mvc_unpublish:mvc_publish mvc_lookup:mvc_publish
 MAN_LINK_PAGES := $(foreach l,$(MAN_LINKS),$(B)/man/$(firstword $(subst :, ,$(l))).3)
 

@@ -361,6 +361,7 @@ err_rings:
 	close_rings(c);
 	mvc_arena_close(&c->arena);
 err_sock:
+	mvc_event_fd_unwatch(c);
 	if (c->sock >= 0)
 		close(c->sock);
 	c->sock = -1;
@@ -374,6 +375,7 @@ err_sock:
  * mover, no shards and no batch ids, until the next session. */
 void mvc_session_close(struct mvc *c)
 {
+	mvc_event_fd_unwatch(c);
 	if (c->sock >= 0)
 		close(c->sock);
 	c->sock = -1;
@@ -399,6 +401,7 @@ int mvc_connect_opts(struct mvc **out, const char *path, const struct mvc_opts *
 	if (!c)
 		return -ENOMEM;
 	c->sock = c->efd = c->arena.fd = -1;
+	c->epfd = c->tfd = c->ep_sock = -1;
 	for (uint32_t s = 0; s < MV_MAX_SHARDS; s++)
 		c->sh[s].doorbell = -1;
 	ret = arena_size(opts, &c->arena_size, c->err, sizeof(c->err));
@@ -454,6 +457,7 @@ void mvc_disconnect(struct mvc *c)
 	if (!c)
 		return;
 	mvc_session_close(c);
+	mvc_event_fd_close(c);
 	if (c->efd >= 0)
 		close(c->efd);
 	mvc_objs_free(c);

@@ -9,6 +9,8 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -533,4 +535,115 @@ int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms)
 		for (uint32_t s = 0; s < armed; s++)
 			shmring_disarm(&c->sh[s].comp);
 	}
+}
+
+/* ---- sleeping in the application's event loop ---- */
+
+int mvc_event_fd(struct mvc *c)
+{
+	if (c->epfd >= 0)
+		return c->epfd;
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	int t = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	struct epoll_event e = {.events = EPOLLIN};
+
+	if (ep < 0 || t < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, c->efd, &e) < 0 ||
+	    epoll_ctl(ep, EPOLL_CTL_ADD, t, &e) < 0) {
+		int ret = mvc_fail(c, -errno, "the event fd: %s", strerror(errno));
+		if (ep >= 0)
+			close(ep);
+		if (t >= 0)
+			close(t);
+		return ret;
+	}
+	c->epfd = ep;
+	c->tfd = t;
+	c->ep_sock = -1;
+	return ep;
+}
+
+/* The event fd watches fd for the mover's hang-up (-1: no socket). */
+static void watch_sock(struct mvc *c, int fd)
+{
+	struct epoll_event e = {.events = EPOLLRDHUP};
+
+	if (c->ep_sock == fd)
+		return;
+	mvc_event_fd_unwatch(c);
+	if (fd >= 0 && epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &e) == 0)
+		c->ep_sock = fd;
+}
+
+void mvc_event_fd_unwatch(struct mvc *c)
+{
+	if (c->epfd >= 0 && c->ep_sock >= 0)
+		epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->ep_sock, NULL);
+	c->ep_sock = -1;
+}
+
+void mvc_event_fd_close(struct mvc *c)
+{
+	if (c->epfd >= 0)
+		close(c->epfd);
+	if (c->tfd >= 0)
+		close(c->tfd);
+	c->epfd = c->tfd = c->ep_sock = -1;
+}
+
+int mvc_arm(struct mvc *c)
+{
+	uint64_t v;
+
+	if (c->epfd < 0)
+		return mvc_fail(c, -EINVAL, "mvc_arm: no event fd; call mvc_event_fd() first");
+	/* What woke the fd is taken here: the rings, the flags and the
+	 * connection below say what there is. Both are non-blocking. */
+	if (read(c->efd, &v, sizeof(v)) < 0) {
+		/* nothing to drain */
+	}
+	if (read(c->tfd, &v, sizeof(v)) < 0) {
+		/* the timer had not fired */
+	}
+	if (c->cut[0]) {
+		/* Its batches still to fail, once each; then nothing will come. */
+		watch_sock(c, -1);
+		return c->inflight
+		           ? 1
+		           : mvc_fail(c, -EPROTO, "the mover cut this connection off: %s", c->cut);
+	}
+	if (c->peer_scan || c->back || c->ndue)
+		return 1; /* events mvc_poll makes without the rings */
+	if (!c->dead && c->sock >= 0) {
+		/* A hung-up socket would keep the fd readable: find out now. */
+		struct pollfd pf = {.fd = c->sock, .events = POLLRDHUP};
+		if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLRDHUP | POLLERR)))
+			mvc_gone(c);
+	}
+	if (c->dead) {
+		watch_sock(c, -1);
+		if (c->inflight)
+			return 1; /* batches to fail, once each */
+		int64_t w = mvc_rejoin_wait_ns(c);
+		if (w == 0)
+			return 1; /* a reconnect to try */
+		if (w < 0)
+			return mvc_fail(c, -EPIPE, "the mover is gone%s",
+			                c->open
+			                    ? " (a batch is open: abort it, and a reconnect will "
+			                      "be tried)"
+			                    : "");
+		struct itimerspec it = {
+		    .it_value = {.tv_sec = w / 1000000000, .tv_nsec = w % 1000000000}};
+		if (timerfd_settime(c->tfd, 0, &it, NULL) < 0)
+			return mvc_fail(c, -errno, "the event fd's timer: %s", strerror(errno));
+		return 0;
+	}
+	watch_sock(c, c->sock);
+	for (uint32_t s = 0; s < c->info.nshards; s++)
+		if (shmring_arm_doorbell(&c->sh[s].comp)) {
+			for (uint32_t k = 0; k <= s; k++)
+				shmring_disarm(&c->sh[k].comp);
+			return 1;
+		}
+	return 0;
 }

@@ -332,6 +332,33 @@ void mvc_abort(struct mvc *c);
 int mvc_poll(struct mvc *c, struct mvc_event *ev, int max);
 int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms);
 
+/*
+ * Sleeping in the application's event loop (epoll, libuv, asyncio) instead
+ * of in mvc_wait(). mvc_event_fd() returns a file descriptor that becomes
+ * readable when there may be events for mvc_poll(): completions, or news of
+ * the connection (the mover gone, a reconnect due). It belongs to the
+ * library: never read, write or close it; it stays the same for the
+ * connection's life, reconnects included, and mvc_disconnect() closes it.
+ * -errno if it cannot be made. mvc_arm() readies it before each sleep:
+ * 1 when there are events already (call mvc_poll() now, then arm again);
+ * 0 when armed (sleep until the fd is readable, then mvc_poll() and arm
+ * again); -EPIPE when the mover is gone and no reconnect will be tried
+ * (MVC_OPT_NO_RECONNECT, or a batch left open), -EPROTO when it cut this
+ * connection off, each once every batch in flight was reported; -EINVAL
+ * before mvc_event_fd(). While a reconnect is pending it arms a timer: the
+ * fd wakes when the next try is due. A wake-up may find no event: arm
+ * again. The same one-thread rule as mvc_poll().
+ *
+ *   int fd = mvc_event_fd(c);   // watch fd in the loop; at first and
+ *   do {                        // whenever it is readable:
+ *       while ((n = mvc_poll(c, ev, 16)) > 0)
+ *           handle(ev, n);
+ *   } while ((r = mvc_arm(c)) == 1);
+ *   // r == 0: back to the loop until fd is readable; r < 0: gone for good
+ */
+int mvc_event_fd(struct mvc *c);
+int mvc_arm(struct mvc *c);
+
 /* Ask for one MVC_EV_IMM_COUNT event once count immediates of value imm
  * have arrived (counting those already here). Immediates of a value being
  * counted are not reported one by one. If this connection's mover goes

@@ -103,6 +103,9 @@ struct mvc {
 	int sock;
 	uint32_t seq;
 	int efd; /* the mover wakes us here */
+	/* mvc_event_fd(): an epoll set of efd, tfd and the session's socket
+	 * (ep_sock: the one registered, -1 none); -1 until first asked for. */
+	int epfd, tfd, ep_sock;
 	int dead;
 	char cut[MV_ERRLEN];    /* why the mover cut this connection off; "" while it has not */
 	struct mvc_latency lat; /* immediates' wait in our rings: mvc_latency() */
@@ -210,6 +213,10 @@ MVC_INTERNAL uint32_t mvc_app_slow(const struct mvc *c, uint32_t kind, uint32_t 
 MVC_INTERNAL void mvc_gone(struct mvc *c);
 MVC_INTERNAL void mvc_expects_gone(struct mvc *c);
 MVC_INTERNAL int mvc_rejoin_due(struct mvc *c);
+/* Stops the event fd watching the session's socket, before it is closed. */
+MVC_INTERNAL void mvc_event_fd_unwatch(struct mvc *c);
+/* Closes the event fd's epoll set and timer (mvc_disconnect). */
+MVC_INTERNAL void mvc_event_fd_close(struct mvc *c);
 MVC_INTERNAL int64_t mvc_rejoin_wait_ns(const struct mvc *c);
 
 /* The mover's id for an id the application holds, and back: the same

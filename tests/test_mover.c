@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <poll.h>
 #include <pthread.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -680,6 +681,73 @@ START_TEST(test_small_batches_go_to_the_least_loaded_shard)
 }
 END_TEST
 
+/* An event loop's turn as mvc.h gives it: poll until nothing is left,
+ * arm, sleep on fd (here at most 100 ms a time); the first events, or 0
+ * after secs. */
+static int loop_turns(struct mvc *c, int fd, struct mvc_event *ev, int max, double secs)
+{
+	for (double end = now_s() + secs; now_s() < end;) {
+		int n = mvc_poll(c, ev, max);
+		if (n > 0)
+			return n;
+		int r = mvc_arm(c);
+		if (r < 0)
+			return r;
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		if (r == 0)
+			poll(&pf, 1, 100);
+	}
+	return 0;
+}
+
+/* mvc_event_fd() in an application's event loop: readable when a
+ * completion comes and not before, armed again after; its mover's loss
+ * wakes it, and while the reconnect is pending its timer does, until the
+ * mover is back. */
+START_TEST(test_event_fd_wakes_an_event_loop)
+{
+	const uint64_t n = 1u << 20;
+	struct pair p;
+	struct mvc_event ev[4];
+
+	pair_open(&p, n, n);
+	int fd = mvc_event_fd(p.a);
+	ck_assert_msg(fd >= 0, "%s", mvc_error(p.a));
+	ck_assert_int_eq(mvc_event_fd(p.a), fd);
+	ck_assert_int_eq(mvc_arm(p.a), 0);
+	struct pollfd pf = {.fd = fd, .events = POLLIN};
+	ck_assert_int_eq(poll(&pf, 1, 50), 0);
+
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, n), 0);
+	ck_assert_int_eq(mvc_submit(p.a, 1), 0);
+	ck_assert_msg(poll(&pf, 1, 10000) == 1, "the completion did not wake the fd");
+	/* Not polled yet: arming again finds it waiting. */
+	ck_assert_int_eq(mvc_arm(p.a), 1);
+	ck_assert_int_eq(mvc_poll(p.a, ev, 4), 1);
+	ck_assert_msg(ev[0].type == MVC_EV_BATCH && ev[0].cookie == 1 && ev[0].status == 0,
+	              "event %d, cookie %llu, status %d: %s", ev[0].type,
+	              (unsigned long long)ev[0].cookie, ev[0].status, ev[0].msg);
+	ck_assert_int_eq(mvc_arm(p.a), 0);
+	ck_assert_int_eq(poll(&pf, 1, 50), 0); /* what woke it was taken */
+
+	kill(A.pid, SIGKILL);
+	waitpid(A.pid, NULL, 0);
+	shm_cleanup(A.pid);
+	A.pid = 0;
+	ck_assert_msg(poll(&pf, 1, 5000) == 1, "the mover's loss did not wake the fd");
+	/* Known gone now: the next reconnect is the timer's. */
+	ck_assert_int_eq(mvc_arm(p.a), 0);
+	ck_assert_msg(poll(&pf, 1, 5000) == 1, "the reconnect timer did not wake the fd");
+	ck_assert_int_eq(mvc_poll(p.a, ev, 4), -EPIPE); /* no mover to reconnect to yet */
+	mover_start(&A, "a", 2);
+	int got = loop_turns(p.a, fd, ev, 4, 10);
+	ck_assert_msg(got == 1 && ev[0].type == MVC_EV_MOVER_BACK,
+	              "%d events (the first of type %d) on the mover's return: %s", got,
+	              got > 0 ? ev[0].type : -1, got < 0 ? mvc_error(p.a) : "");
+	pair_close(&p);
+}
+END_TEST
+
 /*
  * The CPUs a mover started under hwloc's synthetic topology syn
  * ($HWLOC_SYNTHETIC) gives its n shards, read from its log ("shard k:
@@ -751,6 +819,7 @@ static TCase *ops(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_idle_shm_receiver_is_woken_by_its_sender);
 	tcase_add_test(tc, test_idle_mover_with_a_peer_keeps_its_long_sleeps);
 	tcase_add_test(tc, test_small_batches_go_to_the_least_loaded_shard);
+	tcase_add_test(tc, test_event_fd_wakes_an_event_loop);
 	return tc;
 }
 
