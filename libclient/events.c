@@ -594,8 +594,11 @@ int mvc_arm(struct mvc *c)
 {
 	uint64_t v;
 
-	if (c->epfd < 0)
-		return mvc_fail(c, -EINVAL, "mvc_arm: no event fd; call mvc_event_fd() first");
+	if (c->epfd < 0) {
+		int ret = mvc_event_fd(c);
+		if (ret < 0)
+			return ret;
+	}
 	/* What woke the fd is taken here: the rings, the flags and the
 	 * connection below say what there is. Both are non-blocking. */
 	if (read(c->efd, &v, sizeof(v)) < 0) {

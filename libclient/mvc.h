@@ -344,10 +344,11 @@ int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms);
  * 0 when armed (sleep until the fd is readable, then mvc_poll() and arm
  * again); -EPIPE when the mover is gone and no reconnect will be tried
  * (MVC_OPT_NO_RECONNECT, or a batch left open), -EPROTO when it cut this
- * connection off, each once every batch in flight was reported; -EINVAL
- * before mvc_event_fd(). While a reconnect is pending it arms a timer: the
- * fd wakes when the next try is due. A wake-up may find no event: arm
- * again. The same one-thread rule as mvc_poll().
+ * connection off, each once every batch in flight was reported; or what
+ * mvc_event_fd() returns (it makes the fd if need be). While a reconnect
+ * is pending it arms a timer: the fd wakes when the next try is due. A
+ * wake-up may find no event: arm again. The same one-thread rule as
+ * mvc_poll().
  *
  *   int fd = mvc_event_fd(c);   // watch fd in the loop; at first and
  *   do {                        // whenever it is readable:

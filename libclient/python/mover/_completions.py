@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: MIT
 """The part of mover.Client that reads completions: poll(), wait(),
 wait_for(), wait_batch() and inflight, over libmvc's mvc_poll() and
-mvc_wait(). A mixin: Client (mover.client) holds the connection, the event
-array and the events wait_for() set aside."""
+mvc_wait(); and for event loops fileno(), arm() and wait_async(), over
+mvc_event_fd() and mvc_arm(). A mixin: Client (mover.client) holds the
+connection, the event array and the events wait_for() set aside."""
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import deque
@@ -56,6 +58,63 @@ class Completions:
         if self._held:
             return [self._held.popleft() for _ in range(min(m, len(self._held)))]
         return self._events(_lib_.mvc_wait(c, self._ev, m, _timeout_ms(timeout)), "mvc_wait")
+
+    def fileno(self) -> int:
+        """A file descriptor that becomes readable when there may be events
+        (libmvc's mvc_event_fd()), for selectors and event loops; arm() it
+        before each sleep. The library owns it: never read or close it; it
+        stays the same for the client's life, reconnects included, and
+        close() closes it."""
+        c = self._h()
+        fd = _lib_.mvc_event_fd(c)
+        if fd < 0:
+            raise self._fail(fd, "mvc_event_fd")
+        return fd
+
+    def arm(self) -> bool:
+        """Readies fileno() for a sleep: True when there are events already
+        (poll() now, then arm again), False when armed (sleep until it is
+        readable, then poll() and arm again). A wake-up may find no event.
+        MoverError EPIPE: the mover is gone and no reconnect will be tried;
+        EPROTO: it cut this connection off (each once every batch in flight
+        was reported)."""
+        c = self._h()
+        if self._held:
+            return True
+        r = _lib_.mvc_arm(c)
+        if r < 0:
+            raise self._fail(r, "mvc_arm")
+        return r == 1
+
+    async def wait_async(self, timeout: float | None = None,
+                         max_events: int | None = None) -> list[Event]:
+        """wait() for asyncio: the events, waiting up to timeout seconds
+        (None: forever) for the first in the running event loop, which
+        goes on with other tasks meanwhile (fileno() is one of its readers
+        while this waits); an empty list when none came. Errors as poll().
+        One waiter at a time per Client."""
+        loop = asyncio.get_running_loop()
+        left = None if timeout is None else _timeout_ms(timeout) / 1000
+        deadline = None if left is None else loop.time() + left
+        fd = self.fileno()
+        while True:
+            evs = self.poll(max_events)
+            if evs:
+                return evs
+            if self.arm():
+                continue
+            if deadline is not None:
+                left = deadline - loop.time()
+                if left <= 0:
+                    return []
+            woken = loop.create_future()
+            loop.add_reader(fd, _wake, woken)
+            try:
+                await asyncio.wait_for(woken, left)
+            except asyncio.TimeoutError:
+                return self.poll(max_events)
+            finally:
+                loop.remove_reader(fd)
 
     def _take_max(self, max_events: int | None) -> int:
         if max_events is None:
@@ -109,3 +168,8 @@ def _timeout_ms(timeout: float | None) -> int:
     if timeout < 0 or math.isnan(timeout):
         raise ValueError(f"timeout is {timeout}; give seconds >= 0, or None for no limit")
     return min(int(math.ceil(timeout * 1000)), 0x7FFFFFFF)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -108,6 +108,8 @@ _PROTOTYPES = {
     "mvc_abort": (None, [c_void_p]),
     "mvc_poll": (c_int, [c_void_p, POINTER(mvc_event), c_int]),
     "mvc_wait": (c_int, [c_void_p, POINTER(mvc_event), c_int, c_int]),
+    "mvc_event_fd": (c_int, [c_void_p]),
+    "mvc_arm": (c_int, [c_void_p]),
     "mvc_imm_expect": (c_int, [c_void_p, c_uint32, c_uint32, c_uint64]),
     "mvc_imm_expect_from": (c_int, [c_void_p, c_uint32, c_uint32, c_uint32, c_uint64]),
     "mvc_latency": (c_int, [c_void_p, POINTER(mvc_latency)]),

@@ -4,7 +4,7 @@ memory (alloc, register_fd, register_cuda), blobs, peers and imports,
 named regions in an etcd cluster (publish, unpublish, lookup),
 building and submitting batches (write, writev, write_paged, write_imm,
 submit, abort), and completions (poll, wait, imm_expect, imm_expect_from,
-latency).
+latency; in an event loop fileno, arm and wait_async).
 
 Every argument is checked before libmvc sees it: TypeError for a wrong type
 or dtype, ValueError for a wrong value, shape or length, ValueError on a

@@ -1,0 +1,82 @@
+# SPDX-License-Identifier: MIT
+"""Waiting in the application's event loop, over tcp and over shm:
+Client.fileno() and arm() with selectors (readable when a completion comes
+and not before; arm() finds events not yet polled), and wait_async() under
+asyncio, whose loop goes on with other tasks while a batch is in flight."""
+from __future__ import annotations
+
+import asyncio
+import selectors
+import time
+
+import pytest
+
+import mover
+
+
+def test_fileno_wakes_a_selector_and_arm_finds_what_is_not_polled(pair):
+    p = pair
+    fd = p.a.fileno()
+    assert fd >= 0 and p.a.fileno() == fd
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        assert p.a.arm() is False
+        assert sel.select(0.05) == []
+        p.a.write(p.src, 0, p.imp, 0, 4096)
+        ck = p.a.submit()
+        assert sel.select(10), "the completion did not wake the fd"
+        assert p.a.arm() is True  # there, not polled yet
+        (ev,) = p.a.poll()
+        assert ev.type == mover.EventType.BATCH and ev.cookie == ck and ev.ok
+        assert p.a.arm() is False
+        assert sel.select(0.05) == [], "what woke the fd was not taken"
+
+
+def test_wait_async_lets_the_loop_run_other_tasks(pair):
+    p = pair
+
+    async def main() -> tuple[list[mover.Event], int, float]:
+        ticks, stop = 0, False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        def send() -> None:
+            p.a.write(p.src, 0, p.imp, 0, 1 << 20)
+            p.a.submit(77)
+
+        task = asyncio.create_task(ticker())
+        asyncio.get_running_loop().call_later(0.1, send)
+        t0 = time.monotonic()
+        evs = await p.a.wait_async(timeout=10)
+        took = time.monotonic() - t0
+        stop = True
+        await task
+        return evs, ticks, took
+
+    evs, ticks, took = asyncio.run(main())
+    assert [(e.type, e.cookie, e.ok) for e in evs] == [(mover.EventType.BATCH, 77, True)]
+    # A wait that held the loop would have let the ticker run once.
+    assert took >= 0.09 and ticks >= 3, (took, ticks)
+
+
+def test_wait_async_times_out_with_no_events(tcp_pair):
+    a = tcp_pair.a
+    t0 = time.monotonic()
+    assert asyncio.run(a.wait_async(timeout=0.1)) == []
+    assert time.monotonic() - t0 >= 0.09
+    with pytest.raises(ValueError):
+        asyncio.run(a.wait_async(timeout=-1))
+
+
+def test_event_loop_calls_on_a_closed_client_raise(client):
+    client.fileno()
+    client.close()
+    for call in (client.fileno, client.arm):
+        with pytest.raises(ValueError):
+            call()
+    with pytest.raises(ValueError):
+        asyncio.run(client.wait_async(0.01))
