@@ -29,6 +29,7 @@ class Completions:
     _ev: Array
     _held: deque[Event]
     _max_events: int
+    _woken: asyncio.Future[None] | None = None  # what wakes a wait_async() asleep
 
     def _events(self, n: int, call: str) -> list[Event]:
         if n < 0:
@@ -91,8 +92,9 @@ class Completions:
         """wait() for asyncio: the events, waiting up to timeout seconds
         (None: forever) for the first in the running event loop, which
         goes on with other tasks meanwhile (fileno() is one of its readers
-        while this waits); an empty list when none came. Errors as poll().
-        One waiter at a time per Client."""
+        while this waits); an empty list when none came. Errors as poll();
+        a close() meanwhile, from any task or thread, ends the wait with
+        its ValueError. One waiter at a time per Client."""
         loop = asyncio.get_running_loop()
         left = None if timeout is None else _timeout_ms(timeout) / 1000
         deadline = None if left is None else loop.time() + left
@@ -107,14 +109,25 @@ class Completions:
                 left = deadline - loop.time()
                 if left <= 0:
                     return []
-            woken = loop.create_future()
+            woken = self._woken = loop.create_future()
             loop.add_reader(fd, _wake, woken)
             try:
                 await asyncio.wait_for(woken, left)
             except asyncio.TimeoutError:
                 return self.poll(max_events)
             finally:
+                self._woken = None
                 loop.remove_reader(fd)
+
+    def _wake_async(self) -> None:
+        """Wakes a wait_async() asleep, from any thread: close() calls it
+        before the fd goes, and the waiter's poll() then raises."""
+        w = self._woken
+        if w is not None and not w.done():
+            try:
+                w.get_loop().call_soon_threadsafe(_wake, w)
+            except RuntimeError:
+                pass  # its loop is closed: nobody waits there any more
 
     def _take_max(self, max_events: int | None) -> int:
         if max_events is None:

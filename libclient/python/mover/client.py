@@ -218,6 +218,7 @@ class Client(Completions):
         self._c = None
         self._taken = (None, None)
         self._keep = None
+        self._wake_async()  # a wait_async() sleeping on the fd closed below
         _lib_.mvc_disconnect(c)
 
     def __enter__(self) -> Client:

@@ -80,3 +80,22 @@ def test_event_loop_calls_on_a_closed_client_raise(client):
             call()
     with pytest.raises(ValueError):
         asyncio.run(client.wait_async(0.01))
+
+
+def test_close_ends_a_wait_async_that_would_wait_forever(start_mover):
+    m = start_mover("tcp", 1)
+    c = m.client()
+
+    async def main() -> float:
+        async def closer() -> None:
+            await asyncio.sleep(0.05)
+            c.close()
+
+        task = asyncio.create_task(closer())
+        t0 = time.monotonic()
+        with pytest.raises(ValueError):  # not a TimeoutError: close() woke it
+            await asyncio.wait_for(c.wait_async(), 5)
+        await task
+        return time.monotonic() - t0
+
+    assert asyncio.run(main()) < 5
