@@ -49,6 +49,7 @@ struct mv_hb {
 	int64_t grace;   /* busy (peer_busy): not called SILENT before this */
 	uint8_t inflight;
 	uint8_t due; /* this round's not posted yet (the queue was full, or one in flight) */
+	uint32_t departures; /* p->departures at the last look */
 };
 
 int mv_hb_init(struct mv_shard *s)
@@ -76,6 +77,7 @@ void mv_hb_peer_add(struct mv_shard *s, struct mv_peer *p)
 	h->p = p;
 	h->ok_at = mv_now_ns();
 	h->sent_at = 0;
+	h->departures = atomic_load_explicit(&p->departures, memory_order_acquire);
 	h->due = 1; /* a first probe now, then with the rounds */
 	if (p->index + 1 > s->hb_n)
 		s->hb_n = p->index + 1;
@@ -89,8 +91,10 @@ int mv_hb_state(const struct mv_peer *p, char *why, size_t whylen)
 
 	switch (live) {
 	case MV_LIVE_SILENT:
-		if (atomic_load_explicit(&p->gone, memory_order_acquire) == MV_PEER_DEPARTED) {
-			mv_peer_why(p, why, whylen); /* left the cluster, and how */
+		if (atomic_load_explicit(&p->gone, memory_order_acquire) == MV_PEER_DEPARTED ||
+		    atomic_load_explicit(&p->left, memory_order_acquire)) {
+			/* left the cluster, and how (gone_why outlives a return) */
+			snprintf(why, whylen, "%s", p->gone_why);
 			break;
 		}
 		snprintf(why, whylen,
@@ -151,10 +155,13 @@ static void set_live(struct mv_shard *s, struct mv_hb *h, int live)
 
 	if (was == live || was == MV_LIVE_DEAD || was == MV_LIVE_CUT)
 		return; /* dead and cut are final for this mover id */
+	if (live == MV_LIVE_OK)
+		atomic_store_explicit(&p->left, 0, memory_order_relaxed);
 	if (live == MV_LIVE_SILENT)
 		atomic_store_explicit(&p->silent_since, h->ok_at, memory_order_relaxed);
 	atomic_store(&p->live, live);
-	if (live == MV_LIVE_SILENT && atomic_load(&p->gone) == MV_PEER_DEPARTED) {
+	if (live == MV_LIVE_SILENT &&
+	    (atomic_load(&p->gone) == MV_PEER_DEPARTED || atomic_load(&p->left))) {
 		mv_hb_state(p, why, sizeof(why));
 		mv_warn("%s; failing the expectations that name it", why);
 	} else if (live == MV_LIVE_SILENT) {
@@ -321,6 +328,17 @@ int mv_hb_tick(struct mv_shard *s)
 		struct mv_hb *h = &s->hb[i];
 		if (!h->p)
 			continue;
+		/* A3 pairs with R3 in mv_peer_departed(). */
+		uint32_t dep = atomic_load_explicit(&h->p->departures, memory_order_acquire);
+		if (dep != h->departures) {
+			/* It left the cluster since the last look, and may be back
+			 * already (its key deleted and put again, a lease lost and
+			 * granted again): the departure fails the expectations that
+			 * name it all the same; its heartbeats then say it is back. */
+			h->departures = dep;
+			atomic_store_explicit(&h->p->left, 1, memory_order_release);
+			set_live(s, h, MV_LIVE_SILENT);
+		}
 		int gone = atomic_load_explicit(&h->p->gone, memory_order_relaxed);
 		if (gone == MV_PEER_EXITED) {
 			set_live(s, h, MV_LIVE_DEAD);

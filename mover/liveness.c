@@ -130,6 +130,10 @@ void mv_peer_departed(struct mover *mv, struct mv_peer *p, const char *why)
 	/* R2 pairs with A2 in mv_peer_why(): gone_why is whole once gone says
 	 * DEPARTED. */
 	atomic_store_explicit(&p->gone, MV_PEER_DEPARTED, memory_order_release);
+	/* R3 pairs with A3 in mv_hb_tick(): a departure is counted, not only
+	 * a state, so shard 0 fails the expectations naming the peer even if
+	 * it is back (mv_peer_rejoined) before it looks. */
+	atomic_fetch_add_explicit(&p->departures, 1, memory_order_release);
 	deaths_bump(mv);
 	mv_log("%s: failing the writes to it", why);
 }

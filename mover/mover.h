@@ -142,6 +142,7 @@ struct mv_peer {
 	int refs;                   /* clients using it (main thread) */
 	_Atomic int gone;           /* enum mv_peer_state: anything but LIVE refuses work */
 	char gone_why[MV_ERRLEN];   /* DEPARTED: who and how, written before gone (R2) */
+	_Atomic uint32_t departures; /* times it left the cluster (main thread; R3) */
 	pid_t pid;                  /* same host and pid namespace: its process; else 0 */
 	int pidfd;                  /* watched while LIVE or REMOVED; else -1 (main thread) */
 	struct mv_wake_page *wake;  /* its shards' sleeping words (shm), or NULL */
@@ -156,6 +157,7 @@ struct mv_peer {
 	 * round trip, written by shard 0 only, read by the main thread at
 	 * PEER_ADD and by the stats. */
 	_Atomic int live;
+	_Atomic int left;       /* SILENT because it left the cluster, back or not */
 	_Atomic int64_t rtt_ns;
 	_Atomic int64_t silent_since; /* CLOCK_MONOTONIC ns of the last answer while not OK */
 	/* Garbage from it (a shard found it): 1 while the finder writes

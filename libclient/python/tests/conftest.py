@@ -32,9 +32,11 @@ class MoverProc(LocalMover):
 
 
 @pytest.fixture
-def start_mover():
-    """start_mover(provider="tcp", shards=2, extra=()) -> MoverProc, stopped after the test."""
+def start_mover(request):
+    """start_mover(provider="tcp", shards=2, extra=()) -> MoverProc, stopped
+    after the test; their logs stay when it failed."""
     procs: list[MoverProc] = []
+    failed_before = request.session.testsfailed
 
     def start(provider: str = "tcp", shards: int = 2, extra: tuple[str, ...] = ()) -> MoverProc:
         m = MoverProc(provider, shards, extra)
@@ -42,8 +44,11 @@ def start_mover():
         return m
 
     yield start
+    failed = request.session.testsfailed > failed_before
     for m in procs:
-        m.stop()
+        m.stop(keep_log=failed)
+        if failed:
+            print(f"mover log kept: {m.log}")
 
 
 _movers: dict[str, tuple[MoverProc, MoverProc]] = {}
