@@ -9,12 +9,12 @@
  * counting at once, but for a freed GPU region, whose device memory the
  * mover keeps mapped (and so allocated) through its quarantine (registry.c):
  * its bytes and the region count against its client and uid until it is
- * reaped, the client gone or not. A request past a limit is refused with -EDQUOT and a
- * message naming the limit and its key; the defaults are unlimited, so a
- * single-user mover never meets them. Batches in flight are granted when a
- * client says hello: its batch ids run below its grant, which the shards
- * hold it to (take.c), and a uid's grants together stay within its quota.
- * Main thread only.
+ * reaped, the client gone or not. A request past a limit is refused with
+ * -EDQUOT and a message naming the limit and its key; the defaults are
+ * unlimited, so a single-user mover never meets them. Batches in flight are
+ * granted when a client says hello: its batch ids run below its grant,
+ * which the shards hold it to (take.c), and a uid's grants together stay
+ * within its quota. Main thread only.
  */
 #include "mover.h"
 
