@@ -6,9 +6,12 @@ module run starts Debian's etcd on a free loopback port and stops it;
 skipped, with the reason, where etcd is not installed."""
 from __future__ import annotations
 
+import base64
 import errno
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -171,30 +174,60 @@ def test_a_mover_in_no_cluster_says_how_to_join_one(start_mover):
         assert e.value.errno == errno.ENOTCONN
 
 
+def _etcd(etcd: str, call: str, body: dict) -> dict:
+    """One call of etcd's JSON gateway (/v3/kv/range, /v3/kv/deleterange)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    req = urllib.request.Request(f"http://{etcd}/v3/kv/{call}", data=json.dumps(body).encode())
+    return json.loads(opener.open(req, timeout=5).read() or b"{}")
+
+
+def _member_key(mb, b) -> str:
+    """mb's member key in its cluster (b a client of it), as etcd's gateway takes keys."""
+    argv = mb._argv
+    cl = argv[argv.index("--cluster") + 1]
+    return base64.b64encode(f"/mover/{cl}/members/{b.info.mover_id:016x}".encode()).decode()
+
+
 def test_an_expectation_from_a_member_that_left_fails_naming_the_departure(etcd, cluster):
     """A receiver expecting immediates from a member looked up by name is
     told when the member leaves the cluster (its key deleted here; a lease
     that expired is the same to the watch): the IMM_COUNT event fails with
     cause PEER_DEAD and a message naming the departure, long before any
     deadline. The member puts its key back, and is expected from again."""
-    import base64
-    import json
-
     ma, mb = cluster
     with mb.client() as b, b.alloc(4096) as r, ma.client() as a:
         b.publish(r, "left")
         found = a.lookup("left", timeout=5)
         a.imm_expect_from(found.peer, 99, 1, cookie=7)
-        argv = mb._argv
-        cl = argv[argv.index("--cluster") + 1]
-        key = f"/mover/{cl}/members/{b.info.mover_id:016x}".encode()
-        body = json.dumps({"key": base64.b64encode(key).decode()}).encode()
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         t0 = time.monotonic()
-        opener.open(urllib.request.Request(f"http://{etcd}/v3/kv/deleterange", data=body),
-                    timeout=5).read()
+        _etcd(etcd, "deleterange", {"key": _member_key(mb, b)})
         ev = a.wait_for(lambda e: e.type == mover.EventType.IMM_COUNT, timeout=5)
         dt = time.monotonic() - t0
         assert not ev.ok and ev.cookie == 7 and ev.cause == mover.Cause.PEER_DEAD, ev
         assert "left cluster" in ev.msg and f"{b.info.mover_id:016x}" in ev.msg, ev.msg
         assert dt < 2, f"told after {dt:.3f} s"
+
+
+def test_a_member_gone_and_back_before_its_watcher_looks_still_fails_expectations(etcd, cluster):
+    """The member's key is deleted and put back (the member does that itself
+    at once) while the mover watching it is stopped: on waking it learns
+    both together, and the departure still fails the expectation naming
+    the member, as a departure the member is slow to return from does."""
+    ma, mb = cluster
+    with mb.client() as b, b.alloc(4096) as r, ma.client() as a:
+        b.publish(r, "blink")
+        found = a.lookup("blink", timeout=5)
+        a.imm_expect_from(found.peer, 98, 1, cookie=8)
+        key = _member_key(mb, b)
+        os.kill(ma.pid, signal.SIGSTOP)
+        try:
+            _etcd(etcd, "deleterange", {"key": key})
+            deadline = time.monotonic() + 5
+            while not _etcd(etcd, "range", {"key": key}).get("kvs"):
+                assert time.monotonic() < deadline, "the member did not put its key back"
+                time.sleep(0.01)
+        finally:
+            os.kill(ma.pid, signal.SIGCONT)
+        ev = a.wait_for(lambda e: e.type == mover.EventType.IMM_COUNT, timeout=5)
+        assert not ev.ok and ev.cookie == 8 and ev.cause == mover.Cause.PEER_DEAD, ev
+        assert "left cluster" in ev.msg and f"{b.info.mover_id:016x}" in ev.msg, ev.msg
