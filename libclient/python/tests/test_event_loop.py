@@ -99,3 +99,33 @@ def test_close_ends_a_wait_async_that_would_wait_forever(start_mover):
         return time.monotonic() - t0
 
     assert asyncio.run(main()) < 5
+
+
+def test_one_waiter_task_serves_many_sending_tasks(pair):
+    """The README's pattern: a task per request submits and awaits its own
+    future; one task waits on the client and resolves them by cookie."""
+    p = pair
+
+    async def main() -> list[mover.Event]:
+        pending: dict[int, asyncio.Future[mover.Event]] = {}
+
+        async def completions() -> None:
+            while True:
+                for ev in await p.a.wait_async():
+                    if ev.type == mover.EventType.BATCH and ev.cookie in pending:
+                        pending.pop(ev.cookie).set_result(ev)
+
+        async def send(i: int) -> mover.Event:
+            await asyncio.sleep(0.001 * (i % 5))
+            p.a.write(p.src, i * 4096, p.imp, i * 4096, 4096)
+            done = pending[p.a.submit()] = asyncio.get_running_loop().create_future()
+            return (await done).raise_for_status()
+
+        waiter = asyncio.create_task(completions())
+        evs = await asyncio.wait_for(asyncio.gather(*(send(i) for i in range(32))), 20)
+        waiter.cancel()
+        return evs
+
+    evs = asyncio.run(main())
+    assert len(evs) == 32 and len({e.cookie for e in evs}) == 32
+    assert all(e.ok and e.bytes == 4096 for e in evs)
