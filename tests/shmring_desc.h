@@ -1,15 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The descriptors the shmring tests stream between two processes or two
- * threads: 64 bytes, a sequence number, a payload derived from it and a
- * checksum over both, so that each one is verified on arrival. Both sides
- * include this header (tests/test_shmring_procs.c and tests/shmring_peer.c,
- * the process it execs); header-only.
+ * What both sides of the shmring tests share, two processes or two
+ * threads: the descriptors they stream (64 bytes, a sequence number, a
+ * payload derived from it and a checksum over both, so that each one is
+ * verified on arrival) and how a consumer sleeps on a doorbell. Both sides
+ * include this header (tests/test_shmring*.c and tests/shmring_peer.c, the
+ * process they exec); header-only.
  */
 #ifndef SHMRING_DESC_H
 #define SHMRING_DESC_H
 
+#include <errno.h>
+#include <poll.h>
 #include <stdint.h>
+#include <unistd.h>
+
+#include "shmring.h"
 
 struct test_desc {
 	uint64_t seq;
@@ -67,6 +73,33 @@ static inline void cpu_relax(void)
 #if defined(__x86_64__) || defined(__i386__)
 	__builtin_ia32_pause();
 #endif
+}
+
+/* Consumer side of a doorbell: arm, sleep on the eventfd, disarm. Same
+ * contract as shmring_wait(): 1 entries, 0 timeout, <0 error. */
+static inline int wait_doorbell(struct shmring *r, int efd, int timeout_ms)
+{
+	uint32_t pos = 0;
+	int n;
+
+	for (;;) {
+		n = shmring_peek(r, 1, &pos);
+		if (n != 0)
+			return n;
+		if (shmring_arm_doorbell(r))
+			return 1;
+		struct pollfd p = {.fd = efd, .events = POLLIN};
+		n = poll(&p, 1, timeout_ms);
+		if (n > 0) {
+			uint64_t v;
+			/* Drain the counter; a stale count only costs a spurious wake. */
+			if (read(efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+				n = -errno;
+		}
+		shmring_disarm(r);
+		if (n <= 0)
+			return n < 0 ? n : shmring_peek(r, 1, &pos);
+	}
 }
 
 #endif /* SHMRING_DESC_H */

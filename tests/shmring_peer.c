@@ -155,29 +155,7 @@ static int consume(struct shmring *r, uint64_t count, uint32_t fixed)
 /* Sleep until in has an entry: on the doorbell eventfd if given, else the futex. */
 static int sleep_for_entry(struct shmring *in, int efd)
 {
-	uint32_t pos = 0;
-	int n;
-
-	if (efd < 0)
-		return shmring_wait(in, PEER_WAIT_MS);
-	for (;;) {
-		n = shmring_peek(in, 1, &pos);
-		if (n != 0)
-			return n;
-		if (shmring_arm_doorbell(in))
-			return 1;
-		struct pollfd p = {.fd = efd, .events = POLLIN};
-		n = poll(&p, 1, PEER_WAIT_MS);
-		if (n > 0) {
-			uint64_t v;
-			/* Drain the counter; a stale count only costs a spurious wake. */
-			if (read(efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-				n = -errno;
-		}
-		shmring_disarm(in);
-		if (n <= 0)
-			return n < 0 ? n : shmring_peek(in, 1, &pos);
-	}
+	return efd < 0 ? shmring_wait(in, PEER_WAIT_MS) : wait_doorbell(in, efd, PEER_WAIT_MS);
 }
 
 static int echo(struct shmring *in, struct shmring *out, uint64_t rounds, int efd_in, int efd_out)

@@ -85,31 +85,6 @@ int pop_values(struct shmring *r, uint64_t first, uint32_t n)
 	return got;
 }
 
-int wait_doorbell(struct shmring *r, int efd, int timeout_ms)
-{
-	uint32_t pos = 0;
-	int n;
-
-	for (;;) {
-		n = shmring_peek(r, 1, &pos);
-		if (n != 0)
-			return n;
-		if (shmring_arm_doorbell(r))
-			return 1;
-		struct pollfd p = {.fd = efd, .events = POLLIN};
-		n = poll(&p, 1, timeout_ms);
-		if (n > 0) {
-			uint64_t v;
-			/* Drain the counter; a stale count only costs a spurious wake. */
-			if (read(efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-				n = -errno;
-		}
-		shmring_disarm(r);
-		if (n <= 0)
-			return n < 0 ? n : shmring_peek(r, 1, &pos);
-	}
-}
-
 static const char *peer_path(void)
 {
 	static char path[PATH_MAX];

@@ -44,9 +44,6 @@ void pair_close(struct ring_pair *p);
 int push_values(struct shmring *r, uint64_t first, uint32_t n);
 /* Peek up to n, check they hold first.., release them. Returns the count. */
 int pop_values(struct shmring *r, uint64_t first, uint32_t n);
-/* Consumer side of a doorbell: arm, sleep on the eventfd, disarm. Same contract
- * as shmring_wait(): 1 entries, 0 timeout, <0 error. */
-int wait_doorbell(struct shmring *r, int efd, int timeout_ms);
 
 /* fork+exec tests/shmring_peer (under $MV_BUILD, default "build") with args;
  * the fds in keep survive the exec. */
