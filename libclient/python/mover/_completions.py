@@ -7,6 +7,7 @@ connection, the event array and the events wait_for() set aside."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
 import time
 from collections import deque
@@ -14,6 +15,7 @@ from ctypes import Array
 from typing import Callable
 
 from . import _lib
+from .errors import MoverError
 from .events import Event, EventType
 from .memory import _index
 
@@ -92,15 +94,25 @@ class Completions:
         """wait() for asyncio: the events, waiting up to timeout seconds
         (None: forever) for the first in the running event loop, which
         goes on with other tasks meanwhile (fileno() is one of its readers
-        while this waits); an empty list when none came. Errors as poll();
-        a close() meanwhile, from any task or thread, ends the wait with
-        its ValueError. One waiter at a time per Client."""
+        while this waits); an empty list when none came. Errors as wait():
+        while the mover is away and a reconnect will be tried, it sleeps
+        until each try and raises MoverError EPIPE only at its timeout, as
+        wait() does. A close() meanwhile, from any task or thread, ends the
+        wait with its ValueError. One waiter at a time per Client."""
         loop = asyncio.get_running_loop()
         left = None if timeout is None else _timeout_ms(timeout) / 1000
         deadline = None if left is None else loop.time() + left
         fd = self.fileno()
         while True:
-            evs = self.poll(max_events)
+            away = None
+            try:
+                evs = self.poll(max_events)
+            except MoverError as e:
+                if e.errno != errno.EPIPE:
+                    raise
+                # The mover is away: arm() raises too when no reconnect
+                # will be tried, else sets the fd's timer for the next try.
+                away, evs = e, []
             if evs:
                 return evs
             if self.arm():
@@ -108,6 +120,8 @@ class Completions:
             if deadline is not None:
                 left = deadline - loop.time()
                 if left <= 0:
+                    if away is not None:
+                        raise away
                     return []
             woken = self._woken = loop.create_future()
             loop.add_reader(fd, _wake, woken)

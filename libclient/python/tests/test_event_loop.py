@@ -129,3 +129,34 @@ def test_one_waiter_task_serves_many_sending_tasks(pair):
     evs = asyncio.run(main())
     assert len(evs) == 32 and len({e.cookie for e in evs}) == 32
     assert all(e.ok and e.bytes == 4096 for e in evs)
+
+
+def test_wait_async_sleeps_through_a_mover_restart(start_mover):
+    """The mover killed (-9) and started again on its socket while a
+    wait_async() with no timeout sleeps: the batches in flight fail once
+    with Cause.MOVER_GONE, then one MOVER_BACK comes, all through the event
+    loop, with no EPIPE raised in between (wait() sleeps through it too)."""
+    ma, mb = start_mover("tcp"), start_mover("tcp")
+    a, b = ma.client(), mb.client()
+    src, dst = a.alloc(1 << 20), b.alloc(1 << 20)
+    imp = a.import_region(a.peer_add(b.address()), dst.blob())
+    cookies = []
+    for k in range(8):
+        a.write(src, k * 4096, imp, k * 4096, 4096)
+        cookies.append(a.submit())
+
+    async def main() -> list[mover.Event]:
+        restart = asyncio.get_running_loop().run_in_executor(None, ma.restart)
+        evs: list[mover.Event] = []
+        while not any(e.type == mover.EventType.MOVER_BACK for e in evs):
+            evs += await asyncio.wait_for(a.wait_async(), 30)
+        await restart
+        return evs
+
+    evs = asyncio.run(main())
+    batches = [e for e in evs if e.type == mover.EventType.BATCH]
+    assert sorted(e.cookie for e in batches) == sorted(cookies)  # each exactly once
+    assert all(e.ok or e.cause == mover.Cause.MOVER_GONE for e in batches)
+    assert [e.type for e in evs].count(mover.EventType.MOVER_BACK) == 1
+    a.close()
+    b.close()
