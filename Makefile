@@ -73,7 +73,7 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 	tools/bench/rows_lat.c tools/bench/lat_direct.c tools/bench/rows_fair.c tools/bench/rows_reg.c \
 	tools/bench/rows_ext.c tools/bench/hops.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
-TESTS := test_shmring test_shmring_errors test_shmring_procs test_validate test_config test_client test_mover test_faults test_lists test_hostile \
+TESTS := test_shmring test_shmring_errors test_shmring_procs test_validate test_config test_client test_mover test_faults test_shards test_lists test_hostile \
 	test_trace test_replay test_gpu test_tenants test_fair test_liveness test_reconnect test_samehost \
 	test_samehost_peers test_huge test_shm_restart
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
@@ -212,7 +212,7 @@ $(B)/tests/test_gpu: $(B)/tests/test_gpu.o $(B)/mover/fabric.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
 
-$(B)/tests/test_mover $(B)/tests/test_faults: $(B)/tests/%: $(B)/tests/%.o $(CLIENT_LIB)
+$(B)/tests/test_mover $(B)/tests/test_faults $(B)/tests/test_shards: $(B)/tests/%: $(B)/tests/%.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 

@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * End-to-end tests of a mover's shards over tcp;ofi_rxm on loopback and shm:
+ * where they are pinned (hwloc's synthetic topologies: physical cores
+ * before a core's second thread), how they sleep when idle (near no CPU, a
+ * sleeping shm receiver woken by its sender, long sleeps kept beside an
+ * idle peer), and which shard a client's small batch goes to (the least
+ * loaded).
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <poll.h>
+#include <pthread.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mv_wire.h"
+#include "mvc.h"
+
+#include "mvtest.h"
+
+/* ---- idle shards ---- */
+
+static long cpu_ticks(pid_t pid)
+{
+	char path[64], buf[1024];
+	long ut = 0, st = 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(buf, sizeof(buf), f));
+	fclose(f);
+	/* Fields 14 and 15 (utime, stime) follow the ')' that ends the name. */
+	char *p = strrchr(buf, ')');
+	ck_assert(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &ut, &st) ==
+	          2);
+	return ut + st;
+}
+
+START_TEST(test_idle_mover_sleeps)
+{
+	struct pair p;
+
+	/* After some traffic, nothing: the shards must go to sleep. */
+	pair_open(&p, 1u << 20, 1u << 20);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 1u << 20), 0);
+	submit_ok(p.a, 1);
+	usleep(300000);
+	long t0 = cpu_ticks(A.pid), hz = sysconf(_SC_CLK_TCK);
+	sleep(3);
+	long used = cpu_ticks(A.pid) - t0;
+	/* 2 shards spinning would be 6 s of CPU; sleeping is near 0. */
+	ck_assert_msg(used * 10 < 3 * hz, "idle mover used %ld of %ld ticks in 3 s", used, 3 * hz);
+	pair_close(&p);
+}
+END_TEST
+
+/*
+ * shm: the receiver copies a write of several segments (one segment the
+ * sender copies itself), and shm has no wait object, so a receiving shard
+ * asleep after a second of idleness would hold such a write for up to
+ * 50 ms. The sending shard wakes it instead (mover/wake.c): its "wakes"
+ * counter says it did. The shard's short wakes between sleeps could meet a
+ * write, so three tries.
+ */
+START_TEST(test_idle_shm_receiver_is_woken_by_its_sender)
+{
+	struct pair p;
+	long wakes = 0;
+
+	if (strcmp(prov, "shm")) {
+		fprintf(stderr, "skipped on %s: its receiver sleeps on the CQ fd\n", prov);
+		return;
+	}
+	sender_on_fabric();
+	pair_open(&p, 1u << 20, 1u << 20);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 1u << 20), 0);
+	submit_ok(p.a, 1);
+	for (int i = 0; i < 3 && wakes <= 0; i++) {
+		usleep(1200000); /* past 1 s idle: B's shards sleep 50 ms at a time */
+		struct mvc_seg seg[4];
+		for (int k = 0; k < 4; k++)
+			seg[k] = (struct mvc_seg){.src_off = (uint64_t)k << 14,
+			                          .dst_off = (uint64_t)k << 16,
+			                          .len = 1u << 14};
+		fill(p.src.addr, 65536, (uint64_t)i);
+		double t0 = now_s();
+		ck_assert_int_eq(mvc_writev(p.a, p.src.region, p.imp, seg, 4), 0);
+		submit_ok(p.a, 2 + (uint64_t)i);
+		fprintf(stderr, "idle shm receiver: 4 x 16 KiB write completed in %.2f ms\n",
+		        (now_s() - t0) * 1e3);
+		for (int k = 0; k < 4; k++)
+			ck_assert(!memcmp((uint8_t *)p.dst.addr + seg[k].dst_off,
+			                  (uint8_t *)p.src.addr + seg[k].src_off, 1u << 14));
+		wakes = (long)stat_sum(&A, "\"wakes\"");
+	}
+	ck_assert_msg(wakes > 0, "the sender never woke the idle receiver");
+	pair_close(&p);
+}
+END_TEST
+
+/*
+ * An idle mover with a peer stays in its long sleeps: the peer's heartbeat
+ * (one a second from the mover that watches it, and its completion there)
+ * is no work. Counted as work, each one started an shm shard's 20 us sleeps
+ * again (mover/shard.c): ~250 sleeps a second on that shard, against ~20 at
+ * 50 ms a sleep, and 0.8% of a core idle on the 2-core machine.
+ */
+START_TEST(test_idle_mover_with_a_peer_keeps_its_long_sleeps)
+{
+	struct pair p;
+
+	if (strcmp(prov, "shm")) {
+		fprintf(stderr,
+		        "skipped on %s: its shards sleep on the CQ fd, with no short steps\n",
+		        prov);
+		return;
+	}
+	pair_open(&p, 1u << 20, 1u << 20);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 4096), 0);
+	submit_ok(p.a, 1);
+	usleep(1100000); /* past 1 s idle: shm shards sleep 50 ms at a time */
+	long a0 = (long)stat_sum(&A, "\"sleeps\""), b0 = (long)stat_sum(&B, "\"sleeps\"");
+	sleep(2);
+	long a1 = (long)stat_sum(&A, "\"sleeps\""), b1 = (long)stat_sum(&B, "\"sleeps\"");
+	fprintf(stderr, "idle shm movers with a peer, 2 s: %ld sleeps (watcher), %ld (watched)\n",
+	        a1 - a0, b1 - b0);
+	/* Two shards each: ~40 sleeps in 2 s at 50 ms, the heartbeats' own
+	 * looks (8 a second on A's shard 0) and wakes on top; with the short
+	 * steps again, ~500. */
+	ck_assert_msg(a1 - a0 < 200 && b1 - b0 < 200,
+	              "idle movers slept %ld and %ld times in 2 s: short sleeps again", a1 - a0,
+	              b1 - b0);
+	pair_close(&p);
+}
+END_TEST
+
+/* ---- which shard ---- */
+
+/* Batches that are not striped go to the shard with the fewest bytes in
+ * flight: with a big batch outstanding on one shard (its completion not yet
+ * read), the small ones that follow all go to the other, where strict turns
+ * would have put every second one behind the big one. */
+START_TEST(test_small_batches_go_to_the_least_loaded_shard)
+{
+	struct pair p;
+	struct mvc_event ev[4];
+	const uint64_t n = 1u << 20, big = 200u << 10;
+	const uint64_t cookies[4] = {21, 22, 23, 24};
+
+	pair_open(&p, n, n);
+	fill(p.src.addr, n, 5);
+	memset(p.dst.addr, 0, n);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, big), 0);
+	ck_assert_int_eq(mvc_submit(p.a, cookies[0]), 0);
+	for (int i = 1; i < 4; i++) {
+		uint64_t off = big + (uint64_t)(i - 1) * 4096;
+		ck_assert_int_eq(mvc_write(p.a, p.src.region, off, p.imp, off, 4096), 0);
+		ck_assert_int_eq(mvc_submit(p.a, cookies[i]), 0);
+	}
+	uint64_t b0 = mvc_shard_bytes(p.a, 0), b1 = mvc_shard_bytes(p.a, 1);
+	ck_assert_msg((b0 == big && b1 == 3 * 4096) || (b1 == big && b0 == 3 * 4096),
+	              "shard 0 took %llu bytes and shard 1 %llu; the big batch was %llu",
+	              (unsigned long long)b0, (unsigned long long)b1, (unsigned long long)big);
+	wait_batches(p.a, cookies, ev, 4, 20);
+	for (int i = 0; i < 4; i++)
+		ck_assert_msg(ev[i].status == 0, "batch %d: %s", i, ev[i].msg);
+	ck_assert(!memcmp(p.dst.addr, p.src.addr, big + 3 * 4096));
+	pair_close(&p);
+}
+END_TEST
+
+/* ---- where shards run ---- */
+
+/*
+ * The CPUs a mover started under hwloc's synthetic topology syn
+ * ($HWLOC_SYNTHETIC) gives its n shards, read from its log ("shard k:
+ * ..., CPU c, ..."). CPUs the machine lacks only make pinning fail with a
+ * warning; the choice is the mover's all the same.
+ */
+static void shard_cpus(const char *syn, int n, int *cpu)
+{
+	char line[1024], what[32];
+
+	setenv("HWLOC_SYNTHETIC", syn, 1);
+	mover_start(&A, "a", n);
+	unsetenv("HWLOC_SYNTHETIC");
+	for (int k = 0; k < n; k++) {
+		snprintf(what, sizeof(what), "shard %d: provider", k);
+		ck_assert_msg(log_grep(&A, what, line, sizeof(line)) == 1, "no '%s' in %s", what,
+		              A.log);
+		const char *c = strstr(line, ", CPU ");
+		ck_assert_msg(c, "no CPU in '%s'", line);
+		cpu[k] = atoi(c + 6);
+	}
+	ck_assert_int_eq(mover_stop(&A), 0);
+}
+
+/* Busy-polling shards on the two hardware threads of one core share its
+ * pipeline: each shard gets a core of its own first, whichever way the
+ * machine numbers its threads, core 0 (the kernel's and the control
+ * thread's) last, and only then do shards share cores. */
+START_TEST(test_shards_take_physical_cores_before_sharing_one)
+{
+	struct {
+		const char *syn;
+		int want[5];
+	} cases[] = {
+	    /* Threads of a core side by side (0,1 | 2,3 | ...), as many VMs number them. */
+	    {"pack:1 core:4 pu:2", {2, 4, 6, 1, 3}},
+	    /* Thread n and n + 4 on one core, as most servers do. */
+	    {"pack:1 core:4 pu:2(indexes=0,4,1,5,2,6,3,7)", {1, 2, 3, 4, 5}},
+	    /* One thread a core. */
+	    {"pack:1 core:4 pu:1", {1, 2, 3, 0, 1}},
+	};
+	int cpu[5];
+
+	prov = "shm";
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		shard_cpus(cases[i].syn, 5, cpu);
+		for (int k = 0; k < 5; k++)
+			ck_assert_msg(cpu[k] == cases[i].want[k], "%s: shard %d on CPU %d, not %d",
+			              cases[i].syn, k, cpu[k], cases[i].want[k]);
+	}
+}
+END_TEST
+
+static TCase *shards(const char *name, void (*setup)(void))
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_idle_mover_sleeps);
+	tcase_add_test(tc, test_idle_shm_receiver_is_woken_by_its_sender);
+	tcase_add_test(tc, test_idle_mover_with_a_peer_keeps_its_long_sleeps);
+	tcase_add_test(tc, test_small_batches_go_to_the_least_loaded_shard);
+	return tc;
+}
+
+int main(void)
+{
+	Suite *s = suite_create("shards");
+	TCase *tc = tcase_create("placement");
+
+	tcase_add_checked_fixture(tc, NULL, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_shards_take_physical_cores_before_sharing_one);
+	suite_add_tcase(s, tc);
+	suite_add_tcase(s, shards("shards_tcp", setup_tcp));
+	suite_add_tcase(s, shards("shards_shm", setup_shm));
+
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
