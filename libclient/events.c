@@ -377,6 +377,14 @@ static int mover_gone(struct mvc *c, struct mvc_event *ev, int max)
 #define HUP_CHECK_POLLS 64
 #define HUP_CHECK_NS    10000000ll
 
+/* Whether the mover's end of the socket hung up, asked now. */
+static int sock_hung_up(const struct mvc *c)
+{
+	struct pollfd pf = {.fd = c->sock, .events = POLLRDHUP};
+
+	return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLRDHUP | POLLERR));
+}
+
 static int hung_up(struct mvc *c)
 {
 	struct timespec ts;
@@ -389,8 +397,26 @@ static int hung_up(struct mvc *c)
 	if (now - c->hup_at < HUP_CHECK_NS)
 		return 0;
 	c->hup_at = now;
-	struct pollfd pf = {.fd = c->sock, .events = POLLRDHUP};
-	return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLRDHUP | POLLERR));
+	return sock_hung_up(c);
+}
+
+static void disarm_rings(struct mvc *c, uint32_t n)
+{
+	for (uint32_t s = 0; s < n; s++)
+		shmring_disarm(&c->sh[s].comp);
+}
+
+/* Arms the doorbell of every completion ring before a sleep: 1, none left
+ * armed, when one holds entries already; else 0, all armed (disarm_rings()
+ * after the sleep). */
+static int arm_rings(struct mvc *c)
+{
+	for (uint32_t s = 0; s < c->info.nshards; s++)
+		if (shmring_arm_doorbell(&c->sh[s].comp)) {
+			disarm_rings(c, s); /* ring s disarmed itself */
+			return 1;
+		}
+	return 0;
 }
 
 /* Cut off: what is in flight fails with the mover's reason. */
@@ -501,17 +527,10 @@ int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms)
 			continue;
 		}
 
-		uint32_t armed = 0, ready = 0;
-		for (; armed < c->info.nshards; armed++)
-			if (shmring_arm_doorbell(&c->sh[armed].comp)) {
-				ready = 1;
-				break;
-			}
-		if (!ready) {
+		if (!arm_rings(c)) {
 			int64_t left = deadline - now_ms();
 			if (left <= 0) {
-				for (uint32_t s = 0; s < armed; s++)
-					shmring_disarm(&c->sh[s].comp);
+				disarm_rings(c, c->info.nshards);
 				return 0;
 			}
 			struct pollfd pf[2] = {{.fd = c->efd, .events = POLLIN},
@@ -526,14 +545,12 @@ int mvc_wait(struct mvc *c, struct mvc_event *ev, int max, int timeout_ms)
 			if (p > 0 && (pf[1].revents & (POLLHUP | POLLRDHUP | POLLERR))) {
 				/* Completions already in the rings still count:
 				 * the next mvc_poll reads them, then fails the rest. */
-				for (uint32_t s = 0; s < armed; s++)
-					shmring_disarm(&c->sh[s].comp);
+				disarm_rings(c, c->info.nshards);
 				mvc_gone(c);
 				continue;
 			}
+			disarm_rings(c, c->info.nshards);
 		}
-		for (uint32_t s = 0; s < armed; s++)
-			shmring_disarm(&c->sh[s].comp);
 	}
 }
 
@@ -616,12 +633,9 @@ int mvc_arm(struct mvc *c)
 	}
 	if (c->peer_scan || c->back || c->ndue)
 		return 1; /* events mvc_poll makes without the rings */
-	if (!c->dead && c->sock >= 0) {
-		/* A hung-up socket would keep the fd readable: find out now. */
-		struct pollfd pf = {.fd = c->sock, .events = POLLRDHUP};
-		if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLRDHUP | POLLERR)))
-			mvc_gone(c);
-	}
+	/* A hung-up socket would keep the fd readable: find out now. */
+	if (!c->dead && c->sock >= 0 && sock_hung_up(c))
+		mvc_gone(c);
 	if (c->dead) {
 		watch_sock(c, -1);
 		if (c->inflight)
@@ -642,11 +656,5 @@ int mvc_arm(struct mvc *c)
 		return 0;
 	}
 	watch_sock(c, c->sock);
-	for (uint32_t s = 0; s < c->info.nshards; s++)
-		if (shmring_arm_doorbell(&c->sh[s].comp)) {
-			for (uint32_t k = 0; k <= s; k++)
-				shmring_disarm(&c->sh[k].comp);
-			return 1;
-		}
-	return 0;
+	return arm_rings(c);
 }
