@@ -16,13 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "mvtest.h" /* now_s() */
 
 char dir[64];
 char bindir[4096];

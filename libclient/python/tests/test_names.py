@@ -25,6 +25,10 @@ import pytest
 import mover
 
 
+# etcd on loopback, never through a proxy the environment names.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -44,11 +48,10 @@ def etcd():
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
             "--initial-cluster", f"mvpy=http://127.0.0.1:{pport}"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     t0 = time.monotonic()
     while True:
         try:
-            if b"true" in opener.open(url + "/health", timeout=1).read():
+            if b"true" in _OPENER.open(url + "/health", timeout=1).read():
                 break
         except OSError:
             pass
@@ -176,9 +179,8 @@ def test_a_mover_in_no_cluster_says_how_to_join_one(start_mover):
 
 def _etcd(etcd: str, call: str, body: dict) -> dict:
     """One call of etcd's JSON gateway (/v3/kv/range, /v3/kv/deleterange)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     req = urllib.request.Request(f"http://{etcd}/v3/kv/{call}", data=json.dumps(body).encode())
-    return json.loads(opener.open(req, timeout=5).read() or b"{}")
+    return json.loads(_OPENER.open(req, timeout=5).read() or b"{}")
 
 
 def _member_key(mb, b) -> str:
