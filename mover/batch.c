@@ -197,6 +197,7 @@ static void publish_batch(struct mv_shard *s, struct mv_attach *at, uint32_t b, 
 	atomic_store_explicit(&B->parts_done, 0, memory_order_release);
 	at->batches++;
 	s->st.batches++;
+	at->done_at = now;
 	mv_push_cqe(at, &c);
 }
 

@@ -298,6 +298,12 @@ struct mv_attach {
 	struct mv_yields cut_short;   /* its bursts ended early for other clients (post.c) */
 	uint64_t posted_bytes;        /* bytes handed to the fabric, ever */
 	int64_t last_take;            /* when this shard last took a descriptor of it */
+	/* Anticipation (post.c): when its last batch completed here (until
+	 * its next END is taken), and its rhythm (take.c's react_note()). */
+	int64_t done_at;
+	int64_t last_stamp; /* the client's stamp on its last END */
+	int64_t react_ns;   /* from a completion to its next submit, on average */
+	int64_t cycle_ns;   /* from one submit to the next, on average */
 	/* Its share against the shard's other clients: the weight its uid
 	 * has (mv_config.weights, default 1) times the percent it asked for
 	 * (its submission ring's hdr.user, mv_wire.h), so 1 to 100 * 100. */
@@ -432,6 +438,8 @@ struct mv_shard {
 	int64_t now;          /* CLOCK_MONOTONIC ns at the start of this loop turn */
 	int64_t woke_at;      /* when this shard last woke a client or a peer shard */
 	int64_t post_hold;    /* after a full queue, no post before this (post.c) */
+	int64_t piece_ns;     /* a large piece's post while shared, on average (post.c) */
+	int ring_cut;         /* mv_post() ended its burst for another client's ring */
 	int64_t hold_ns;      /* the wait after the last refusal in a row, or 0 */
 	uint64_t rx_seen;     /* rx_cntr's value when last read */
 	/* Heartbeats (heartbeat.c), shard 0 only: one slot per peer index. */

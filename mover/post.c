@@ -51,6 +51,10 @@
  *    the hold would stall the flood for a round trip per small batch and
  *    buy nothing: the small write waits on the bytes ahead of it, which
  *    the share in flight bounds;
+ *  - where posting a piece takes long (tcp's send, shm's copy), holds a
+ *    flood's next piece briefly for a client whose small batch just
+ *    completed and that usually sends its next one at once (anticipated()
+ *    below);
  *  - ends a burst after FAIR_BURST bytes, or at once when another client
  *    waits on it (others_wait()): the loop takes its descriptors, or reads
  *    its small write's completion, without waiting out the burst.
@@ -125,15 +129,21 @@ static int small_in_flight(const struct mv_shard *s, const struct mv_attach *at,
 
 /*
  * Whether another client waits on this burst: one with nothing queued that
- * has descriptors in its ring (the loop must take them), or one whose few
- * bytes in flight (half a piece or less: a small batch, not a stream) may have
- * completed already, which only the next read of the completion queue
- * tells. Where a post copies before it returns (shm), each post of a burst
- * holds both off for the length of a copy. The ring check is a hint
- * (relaxed; mv_consume() checks what it takes).
+ * has descriptors in its ring (OTHERS_RING: the loop must take them), or
+ * one whose few bytes in flight (half a piece or less: a small batch, not a
+ * stream) may have completed already, which only the next read of the
+ * completion queue tells (OTHERS_REAP). Where a post copies before it
+ * returns (shm), each post of a burst holds both off for the length of a
+ * copy. A ring with descriptors is told first: the loop takes them before
+ * it reads the completion queue (s->ring_cut, shard.c). The ring check is a
+ * hint (relaxed; mv_consume() checks what it takes).
  */
+enum { OTHERS_NONE, OTHERS_REAP, OTHERS_RING };
+
 static int others_wait(const struct mv_shard *s, const struct mv_attach *at, uint64_t piece)
 {
+	int why = OTHERS_NONE;
+
 	for (uint32_t i = 0; i < s->natt; i++) {
 		struct mv_attach *o = s->att[i];
 		if (o == at || !mv_serving(o))
@@ -142,14 +152,14 @@ static int others_wait(const struct mv_shard *s, const struct mv_attach *at, uin
 		 * path's, after its copies) has none, and its completion is
 		 * what the client waits for. */
 		if (o->inflight_ops && o->inflight <= piece / 2)
-			return 1;
+			why = OTHERS_REAP;
 		if (o->npq || o->cur.active)
 			continue;
 		if (atomic_load_explicit(&o->sub.lay->prod.idx, memory_order_relaxed) !=
 		    o->sub.local)
-			return 1;
+			return OTHERS_RING;
 	}
-	return 0;
+	return why;
 }
 
 /*
@@ -164,6 +174,54 @@ static int one_may_come(const struct mv_shard *s)
 		const struct mv_attach *o = s->att[i];
 		if (mv_serving(o) && !o->npq && !o->cur.active &&
 		    s->now - o->last_take < MV_FAIR_LINGER_NS)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Anticipation. A client that sends one small batch at a time sends its
+ * next one a moment after it reads the last one's completion: if a flood's
+ * piece is posted in that moment, the next batch waits out the whole post
+ * (tcp's send of a piece, shm's copy inside the post: 8-10 us on the H100,
+ * most of the small batch's wait beside a flood). So, where posting a piece
+ * takes long, a flood's piece waits a little for a client whose batch just
+ * completed with nothing of it left queued or in flight: about as long as
+ * that client took to come back before (twice that, and a microsecond),
+ * never as long as a piece's post, and never more than a quarter of the
+ * client's own cycle, so the waiting costs the others a quarter of the
+ * shard's time at most (the anticipatory disk scheduler's idea, bounded).
+ * Only a client of the flood's weight or more is waited for: an operator
+ * who weighs a bulk job above the others keeps its pieces from waiting.
+ * Holds are yields (yield()): a run of them ends with one piece posted
+ * whatever comes.
+ */
+#define ANTICIPATE_MIN_NS 2000 /* posts quicker than this hold nobody long */
+#define ANTICIPATE_PAD_NS 1000 /* past twice the client's usual return */
+
+/* Notes how long a large piece's post took (shared shards only). */
+static void piece_post_note(struct mv_shard *s, int64_t ns)
+{
+	s->piece_ns = s->piece_ns ? (s->piece_ns * 7 + ns) / 8 : ns;
+}
+
+/* Whether a client other than at is expected back before at's next piece
+ * could be posted and done with. */
+static int anticipated(const struct mv_shard *s, const struct mv_attach *at)
+{
+	int64_t post = s->piece_ns;
+
+	if (post < ANTICIPATE_MIN_NS)
+		return 0;
+	for (uint32_t i = 0; i < s->natt; i++) {
+		const struct mv_attach *o = s->att[i];
+		if (o == at || !o->done_at || !o->react_ns || o->weight < at->weight || o->npq ||
+		    o->cur.active || o->inflight_ops || !mv_serving(o))
+			continue;
+		int64_t wait = 2 * o->react_ns + ANTICIPATE_PAD_NS;
+		if (wait > o->cycle_ns / 4)
+			wait = o->cycle_ns / 4;
+		if (wait < post && s->now - o->done_at < wait)
 			return 1;
 	}
 	return 0;
@@ -263,15 +321,17 @@ struct copy_stop {
 	const struct mv_shard *s;
 	const struct mv_attach *at;
 	uint64_t piece;
+	int why; /* others_wait()'s answer when it stopped the copy */
 };
 
 static int others_wait(const struct mv_shard *s, const struct mv_attach *at, uint64_t piece);
 
 static int copy_stop(void *arg)
 {
-	const struct copy_stop *c = arg;
+	struct copy_stop *c = arg;
 
-	return others_wait(c->s, c->at, c->piece);
+	c->why = others_wait(c->s, c->at, c->piece);
+	return c->why != OTHERS_NONE;
 }
 
 /*
@@ -286,14 +346,15 @@ static int copy_stop(void *arg)
  * while a flood's piece is being copied waits a step, not the piece (32 KiB
  * of a 64 MiB write from memory: 3-4 us on the H100, most of the small
  * batch's wait in its ring there), and the flood still moves a step a
- * turn. Returns the bytes copied; *stopped says whether it stopped so.
+ * turn. Returns the bytes copied; *stopped says whether it stopped so
+ * (others_wait()'s answer, or OTHERS_NONE).
  */
 #define COPY_STEP 4096u
 
 static uint64_t copy_op(struct mv_shard *s, struct mv_attach *at, struct mv_wr *op, int64_t cost,
                         uint64_t piece, int *stopped)
 {
-	struct copy_stop cs = {s, at, piece};
+	struct copy_stop cs = {s, at, piece, OTHERS_NONE};
 	char why[MV_ERRLEN];
 	int64_t n;
 
@@ -306,7 +367,7 @@ static uint64_t copy_op(struct mv_shard *s, struct mv_attach *at, struct mv_wr *
 	}
 	if (n >= 0 && op->bytes) {
 		/* Stopped for another client: charged what it copied. */
-		*stopped = 1;
+		*stopped = cs.why;
 		s->st.copy_stops++;
 		at->deficit -= n;
 		at->posted_bytes += (uint64_t)n;
@@ -402,6 +463,7 @@ int mv_post(struct mv_shard *s)
 	int n = 0;
 	uint64_t grace = 0; /* a client whose yields ran out posts on to this burst byte */
 
+	s->ring_cut = 0;
 	if (s->post_hold && s->now < s->post_hold)
 		return 0;
 	/* While shared and a client may come (one_may_come()), a burst also
@@ -444,8 +506,10 @@ int mv_post(struct mv_shard *s)
 				round_next(s);
 				continue;
 			}
-			if (!s->fab.dc_flag && op->bytes > piece / 2 &&
-			    small_in_flight(s, at, piece / 2) && yield(s, &at->held)) {
+			if (op->bytes > piece / 2 &&
+			    ((!s->fab.dc_flag && small_in_flight(s, at, piece / 2)) ||
+			     (op->path != MV_PATH_SAMEHOST && anticipated(s, at))) &&
+			    yield(s, &at->held)) {
 				/* Held turns pile up no credit, as full shares do. */
 				if (at->deficit > (int64_t)quantum(piece, at))
 					at->deficit = (int64_t)quantum(piece, at);
@@ -466,14 +530,18 @@ int mv_post(struct mv_shard *s)
 			 * at least a step a turn, so a flood is never held
 			 * for good, and a whole piece after a run of yields
 			 * (grace) would hold a small batch for it again. */
-			int stopped = 0;
+			int stopped = OTHERS_NONE, why;
 			burst += copy_op(s, at, op, cost, shared ? piece : 0, &stopped);
 			n++;
-			if (stopped)
+			if (stopped) {
+				s->ring_cut = stopped == OTHERS_RING;
 				break;
-			if (shared && burst >= grace && others_wait(s, at, piece)) {
-				if (yield(s, &at->cut_short))
+			}
+			if (shared && burst >= grace && (why = others_wait(s, at, piece))) {
+				if (yield(s, &at->cut_short)) {
+					s->ring_cut = why == OTHERS_RING;
 					break;
+				}
 				grace = burst + piece;
 			} else if (shared && burst >= grace) {
 				at->cut_short.since = 0;
@@ -520,7 +588,10 @@ int mv_post(struct mv_shard *s)
 				                   .context = &op->ctx};
 				ret = fi_sendmsg(s->fab.ep, &m, flags & (FI_COMPLETION | FI_MORE));
 			} else {
+				int64_t t0 = shared && op->bytes > piece / 2 ? mv_now_ns() : 0;
 				ret = fi_writemsg(ep_of(s, op, piece), &msg, flags);
+				if (t0 && !ret)
+					piece_post_note(s, mv_now_ns() - t0);
 			}
 			if (ret == -FI_EAGAIN) {
 				s->st.eagain++;
@@ -567,9 +638,12 @@ int mv_post(struct mv_shard *s)
 		if (op->bytes > piece / 2)
 			at->held.since = 0; /* a large piece went: a next hold is a new run */
 		n++;
-		if (shared && burst >= grace && others_wait(s, at, piece)) {
-			if (yield(s, &at->cut_short))
+		int why;
+		if (shared && burst >= grace && (why = others_wait(s, at, piece))) {
+			if (yield(s, &at->cut_short)) {
+				s->ring_cut = why == OTHERS_RING;
 				break;
+			}
 			/* One piece more whatever the others do: enough that a
 			 * client kept waiting cannot pin the flood to one op a
 			 * turn, little enough (a piece, not the rest of a

@@ -286,6 +286,15 @@ static void shard_loop(struct mv_shard *s)
 			mv_fence(s, why, sizeof(why));
 		}
 		work += mv_post(s);
+		if (s->ring_cut) {
+			/* The burst ended because another client has
+			 * descriptors in its ring: take and post them now,
+			 * before the completion queue is read (on tcp that
+			 * read runs the provider's progress, several us
+			 * beside a flood). Once a turn; the reap follows. */
+			work += mv_consume(s);
+			work += mv_post(s);
+		}
 		work += mv_reap(s);
 		if (s->ngpu)
 			work += mv_gpu_progress(s);

@@ -361,7 +361,8 @@ int mv_land_progress(struct mv_shard *s);
 int64_t mv_host_copy(struct mv_shard *s, struct mv_wr *op, uint64_t step, int (*stop)(void *),
                      void *arg, char *why, size_t whylen);
 
-/* post.c */
+/* post.c: posts the clients' queues; sets s->ring_cut when a burst ended
+ * because another client has descriptors in its ring. */
 #define MV_FAIR_LINGER_NS 10000000ll /* a client counts as active this long after a take */
 int mv_post(struct mv_shard *s);
 int mv_retry(struct mv_shard *s, struct mv_wr *op, int err);

@@ -177,6 +177,37 @@ static int take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_
 }
 
 /*
+ * A client's rhythm, for post.c's anticipation, from the stamps on its
+ * ENDs (its own clock, not the shard's in taking them), on average: how
+ * soon it submitted its next batch after its last one completed here
+ * (react_ns), and how far apart its batches come (cycle_ns). Gaps longer
+ * than REACT_MAX_NS count as that much, so a client that pauses between
+ * batches soon stops being waited for; a batch submitted before the last
+ * one completed is no return.
+ */
+#define REACT_MAX_NS 50000
+
+static int64_t ewma(int64_t avg, int64_t v)
+{
+	v = v > REACT_MAX_NS ? REACT_MAX_NS : v;
+	return avg ? (avg * 7 + v) / 8 : v + 1;
+}
+
+static void react_note(struct mv_attach *at, uint64_t stamp, int64_t now)
+{
+	int64_t done = at->done_at, last = at->last_stamp;
+
+	at->done_at = 0;
+	if (!stamp || stamp > (uint64_t)now)
+		return;
+	at->last_stamp = (int64_t)stamp;
+	if (last && stamp > (uint64_t)last)
+		at->cycle_ns = ewma(at->cycle_ns, (int64_t)stamp - last);
+	if (done && stamp >= (uint64_t)done)
+		at->react_ns = ewma(at->react_ns, (int64_t)stamp - done);
+}
+
+/*
  * A batch of one part whose one write is still queued carries its
  * immediate on that write (FI_REMOTE_CQ_DATA): the target's CQ entry comes
  * only once the write's data is in place, so the order the contract asks
@@ -232,6 +263,7 @@ static void take_end(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 	 * as a signed number it made the difference overflow). */
 	if (d->stamp && d->stamp <= (uint64_t)p->t_take)
 		mv_hop(s, MV_HOP_QUEUE, p->t_take - (int64_t)d->stamp);
+	react_note(at, d->stamp, p->t_take);
 	p->end = *d;
 	if (p->end.nparts == 0 || p->end.nparts > s->mv->nshards)
 		p->end.nparts = 1; /* complete it alone, with its error */
