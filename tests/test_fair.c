@@ -512,9 +512,11 @@ END_TEST
 
 /*
  * A client that sends small batches back to back, one at a time, keeps a
- * small write in flight nearly all the time: where the shard holds other
- * clients' pieces for a small write (shm), the hold must run out, so a
- * flood beside it still moves. Counted, not timed: while the small client
+ * small write in flight nearly all the time, and its next batch always
+ * about to come: where the shard holds other clients' pieces for a small
+ * write (shm) or for the next batch of a client about to come back
+ * (anticipation, tcp and shm), the holds must run out, so a flood beside
+ * it still moves. Counted, not timed: while the small client
  * completes 3000 batches (each at least a post and a completion, so the
  * run lasts far longer than the 128 holds of SMALL_HOLD_NS a 4 MiB write
  * needs at worst), the flooder must complete a 4 MiB batch.
