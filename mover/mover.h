@@ -374,6 +374,7 @@ struct mv_shard_counters {
 	uint64_t posted, completed, bytes, eagain, cq_errors, imm_rx, descs, retries;
 	uint64_t posted_small; /* of posted, on the small-write endpoint (fab.ep_small) */
 	uint64_t copy_stops;   /* same-host copies stopped partway for another client */
+	uint64_t holds;        /* large pieces held for another client (post.c) */
 	uint64_t batches, timeouts, sleeps, wakes, trace_dropped;
 	uint64_t path_bytes[5]; /* by enum mv_gpu_path: host, HMEM, CUDA copy, staged, same host */
 	uint64_t hop_sum[MV_HOPS];

@@ -510,6 +510,7 @@ int mv_post(struct mv_shard *s)
 			    ((!s->fab.dc_flag && small_in_flight(s, at, piece / 2)) ||
 			     (op->path != MV_PATH_SAMEHOST && anticipated(s, at))) &&
 			    yield(s, &at->held)) {
+				s->st.holds++;
 				/* Held turns pile up no credit, as full shares do. */
 				if (at->deficit > (int64_t)quantum(piece, at))
 					at->deficit = (int64_t)quantum(piece, at);

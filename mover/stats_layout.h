@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI   8u                  /* 6: same-host bytes; 7: posted_small; 8: copy_stops */
+#define MV_STATS_ABI   9u                  /* 7: posted_small; 8: copy_stops; 9: holds */
 #define MV_STATS_RINGS 256u                /* ring rows per shard: client slots */
 #define MV_STATS_PEERS 256u                /* peer rows per shard: the first peer slots */
 
@@ -146,6 +146,9 @@ struct mv_stats_shard {
 	_Atomic uint64_t posted_small;
 	/* ABI 8: same-host copies stopped partway for another client (post.c) */
 	_Atomic uint64_t copy_stops;
+	/* ABI 9: turns a client's large piece waited for another client's
+	 * small write in flight or its next batch (post.c) */
+	_Atomic uint64_t holds;
 };
 
 /* One client's rings on one shard (row slot = client slot). */
