@@ -301,9 +301,9 @@ struct mv_attach {
 	/* Anticipation (post.c): when its last batch completed here (until
 	 * its next END is taken), and its rhythm (take.c's react_note()). */
 	int64_t done_at;
-	int64_t last_stamp; /* the client's stamp on its last END */
-	int64_t react_ns;   /* from a completion to its next submit, on average */
-	int64_t cycle_ns;   /* from one submit to the next, on average */
+	int64_t last_end; /* when this shard took its last END */
+	int64_t react_ns; /* from a completion to its next submit, on average */
+	int64_t cycle_ns; /* from one END taken to the next, on average */
 	/* Its share against the shard's other clients: the weight its uid
 	 * has (mv_config.weights, default 1) times the percent it asked for
 	 * (its submission ring's hdr.user, mv_wire.h), so 1 to 100 * 100. */

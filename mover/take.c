@@ -177,13 +177,17 @@ static int take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_
 }
 
 /*
- * A client's rhythm, for post.c's anticipation, from the stamps on its
- * ENDs (its own clock, not the shard's in taking them), on average: how
- * soon it submitted its next batch after its last one completed here
- * (react_ns), and how far apart its batches come (cycle_ns). Gaps longer
- * than REACT_MAX_NS count as that much, so a client that pauses between
- * batches soon stops being waited for; a batch submitted before the last
- * one completed is no return.
+ * A client's rhythm, for post.c's anticipation, on average: how soon it
+ * submitted its next batch after its last one completed here (react_ns:
+ * from that completion to the stamp on the next END, the client's own time
+ * rather than the shard's in taking it), and how far apart the shard took
+ * its ENDs (cycle_ns). Intervals longer than REACT_MAX_NS count as that
+ * much, so a client that pauses between batches soon stops being waited
+ * for; a batch submitted before the last one completed is no return. The
+ * stamp is the client's word, taken only between that completion and the
+ * take: it can make the client look quicker than it was, never slower, and
+ * the cycle is the shard's own clock, so what others wait for a client
+ * stays within the quarter of its real cycle that post.c allows.
  */
 #define REACT_MAX_NS 50000
 
@@ -195,15 +199,13 @@ static int64_t ewma(int64_t avg, int64_t v)
 
 static void react_note(struct mv_attach *at, uint64_t stamp, int64_t now)
 {
-	int64_t done = at->done_at, last = at->last_stamp;
+	int64_t done = at->done_at, last = at->last_end;
 
 	at->done_at = 0;
-	if (!stamp || stamp > (uint64_t)now)
-		return;
-	at->last_stamp = (int64_t)stamp;
-	if (last && stamp > (uint64_t)last)
-		at->cycle_ns = ewma(at->cycle_ns, (int64_t)stamp - last);
-	if (done && stamp >= (uint64_t)done)
+	at->last_end = now;
+	if (last && now > last)
+		at->cycle_ns = ewma(at->cycle_ns, now - last);
+	if (done && stamp >= (uint64_t)done && stamp <= (uint64_t)now)
 		at->react_ns = ewma(at->react_ns, (int64_t)stamp - done);
 }
 
