@@ -199,12 +199,6 @@ static int one_may_come(const struct mv_shard *s)
 #define ANTICIPATE_MIN_NS 2000 /* posts quicker than this hold nobody long */
 #define ANTICIPATE_PAD_NS 1000 /* past twice the client's usual return */
 
-/* Notes how long a large piece's post took (shared shards only). */
-static void piece_post_note(struct mv_shard *s, int64_t ns)
-{
-	s->piece_ns = s->piece_ns ? (s->piece_ns * 7 + ns) / 8 : ns;
-}
-
 /* Whether a client other than at is expected back before at's next piece
  * could be posted and done with. */
 static int anticipated(const struct mv_shard *s, const struct mv_attach *at)
@@ -323,8 +317,6 @@ struct copy_stop {
 	uint64_t piece;
 	int why; /* others_wait()'s answer when it stopped the copy */
 };
-
-static int others_wait(const struct mv_shard *s, const struct mv_attach *at, uint64_t piece);
 
 static int copy_stop(void *arg)
 {
@@ -592,7 +584,7 @@ int mv_post(struct mv_shard *s)
 				int64_t t0 = shared && op->bytes > piece / 2 ? mv_now_ns() : 0;
 				ret = fi_writemsg(ep_of(s, op, piece), &msg, flags);
 				if (t0 && !ret)
-					piece_post_note(s, mv_now_ns() - t0);
+					s->piece_ns = mv_avg8(s->piece_ns, mv_now_ns() - t0);
 			}
 			if (ret == -FI_EAGAIN) {
 				s->st.eagain++;

@@ -90,6 +90,13 @@ struct mv_wr {
 /* Moves op's front past n bytes of its first iov (n at most that iov's
  * length, whose local and remote sides have the same length: take.c):
  * that iov shrinks, or goes when all of it is passed. op->bytes stays. */
+/* A running average that weighs the newest value an eighth; 0 means none
+ * yet, so the first value (1 at least) starts it. */
+static inline int64_t mv_avg8(int64_t avg, int64_t v)
+{
+	return avg ? (avg * 7 + v) / 8 : v > 0 ? v : 1;
+}
+
 static inline void mv_wr_advance(struct mv_wr *op, uint64_t n)
 {
 	if (n == op->iov[0].iov_len) {

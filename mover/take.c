@@ -191,10 +191,9 @@ static int take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_
  */
 #define REACT_MAX_NS 50000
 
-static int64_t ewma(int64_t avg, int64_t v)
+static int64_t capped(int64_t v)
 {
-	v = v > REACT_MAX_NS ? REACT_MAX_NS : v;
-	return avg ? (avg * 7 + v) / 8 : v + 1;
+	return v > REACT_MAX_NS ? REACT_MAX_NS : v;
 }
 
 static void react_note(struct mv_attach *at, uint64_t stamp, int64_t now)
@@ -204,9 +203,9 @@ static void react_note(struct mv_attach *at, uint64_t stamp, int64_t now)
 	at->done_at = 0;
 	at->last_end = now;
 	if (last && now > last)
-		at->cycle_ns = ewma(at->cycle_ns, now - last);
+		at->cycle_ns = mv_avg8(at->cycle_ns, capped(now - last));
 	if (done && stamp >= (uint64_t)done && stamp <= (uint64_t)now)
-		at->react_ns = ewma(at->react_ns, (int64_t)stamp - done);
+		at->react_ns = mv_avg8(at->react_ns, capped((int64_t)stamp - done));
 }
 
 /*
