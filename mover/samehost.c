@@ -134,12 +134,38 @@ static uint64_t nt_min(void)
 	return n;
 }
 
+/*
+ * Warms piece k of op (or, past its last, of the same-host op queued after
+ * it) for the copy two pieces from now: the first line of its source and
+ * of its destination. Pieces of a scattered page list lie anywhere in
+ * their regions, and a core's prefetchers stop at each 4 KiB page: every
+ * page began with a TLB walk and a cold line on each side. Touching them a
+ * piece ahead overlaps that with the copy before it: 2.4-2.8 M random 4 KiB
+ * pages/s against 1.7-2.0 without on the 2-core EPYC (a 512 MiB pool a
+ * side; a line more or a page further ahead gained nothing there). A
+ * prefetch never faults, so a stale address costs a wasted walk at most.
+ */
+#define COPY_AHEAD 2u
+
+static inline void warm_piece(const struct mv_wr *op, uint32_t k)
+{
+	if (k >= op->niov) {
+		k -= op->niov;
+		op = op->next;
+		if (!op || !op->hr || k >= op->niov)
+			return;
+	}
+	__builtin_prefetch(op->iov[k].iov_base, 0, 3);
+	__builtin_prefetch((const void *)(uintptr_t)op->riov[k].addr, 1, 3);
+}
+
 int64_t mv_host_copy(struct mv_shard *s, struct mv_wr *op, uint64_t step, int (*stop)(void *),
                      void *arg, char *why, size_t whylen)
 {
 	struct mv_host_remote *hr = op->hr;
 	_Atomic uint32_t *busy = &hr->fence->busy[hr->slot + (uint32_t)s->id].region;
 	uint64_t nt = nt_min(), done = 0;
+	uint32_t k = 0; /* pieces copied whole */
 
 	/* F1 pairs with F2 in mv_host_revoke(): say where we copy, then look
 	 * whether the region is still there. */
@@ -150,22 +176,39 @@ int64_t mv_host_copy(struct mv_shard *s, struct mv_wr *op, uint64_t step, int (*
 		snprintf(why, whylen, "peer region %u was freed by its owner", hr->region);
 		return -ENOENT;
 	}
-	while (op->niov) {
-		uint64_t n = op->iov[0].iov_len;
+	while (k < op->niov) {
+		struct iovec *v = &op->iov[k];
+		uint64_t n = v->iov_len;
 		if (step && n > step)
 			n = step;
-		uint8_t *d = (uint8_t *)(uintptr_t)op->riov[0].addr;
+		uint8_t *d = (uint8_t *)(uintptr_t)op->riov[k].addr;
+		warm_piece(op, k + COPY_AHEAD);
 		if (n >= nt)
-			mv_copy_nt(d, op->iov[0].iov_base, n);
+			mv_copy_nt(d, v->iov_base, n);
 		else
-			memcpy(d, op->iov[0].iov_base, n);
+			memcpy(d, v->iov_base, n);
 		done += n;
-		mv_wr_advance(op, n);
-		if (stop && op->niov && stop(arg))
+		if (n == v->iov_len) {
+			k++;
+		} else {
+			v->iov_base = (uint8_t *)v->iov_base + n;
+			v->iov_len -= n;
+			op->riov[k].addr += n;
+			op->riov[k].len -= n;
+		}
+		if (stop && k < op->niov && stop(arg))
 			break;
 	}
 	/* R8: the copy is done before the owner may see the slot free. */
 	atomic_store_explicit(busy, 0, memory_order_release);
+	/* The pieces copied whole leave the op at once (mv_wr_advance() one
+	 * at a time would move the rest of the arrays for each). */
+	if (k) {
+		op->niov = (uint8_t)(op->niov - k);
+		memmove(op->iov, op->iov + k, op->niov * sizeof(op->iov[0]));
+		memmove(op->desc, op->desc + k, op->niov * sizeof(op->desc[0]));
+		memmove(op->riov, op->riov + k, op->niov * sizeof(op->riov[0]));
+	}
 	op->bytes -= done;
 	op->copied += done;
 	return (int64_t)done;
