@@ -132,6 +132,7 @@ static int batch_open(struct mvc *c)
 	c->home = least_loaded(c);
 	c->open = 1;
 	c->has_imm = 0;
+	c->uncopied = 0;
 	c->kind = 0;
 	c->nops = 0;
 	c->page_size = 0;
@@ -221,6 +222,33 @@ static int put_span(struct mvc *c, uint32_t s, uint32_t src, uint64_t so, uint32
 	return 0;
 }
 
+/*
+ * A write into an import the shards copy into (same host): from
+ * 2 x MV_HOST_PART_MIN bytes, parts on as many shards, each part on the
+ * shard its destination offset names (mv_host_shard()), so that a buffer
+ * written again and again is copied part by part by the same cores, and
+ * writes streaming through a region spread over all of them. Smaller
+ * writes go as any other.
+ */
+static int host_parts(struct mvc *c, struct mark *m, uint32_t src, uint64_t src_off, uint32_t dst,
+                      uint64_t dst_off, uint64_t len, uint32_t n)
+{
+	uint32_t parts = mv_host_parts(len, n);
+	uint64_t part = parts > 1 ? mv_stripe_part(len, parts) : len;
+	int ret;
+
+	for (uint32_t k = 0; k < parts && (uint64_t)k * part < len; k++) {
+		uint64_t o = (uint64_t)k * part, l = len - o < part ? len - o : part;
+		uint32_t sh = parts > 1 ? mv_host_shard(dst_off, part, k, n) : pick(c, src, 0, 0);
+		ret = put_span(c, sh, src, src_off + o, dst, dst_off + o, l);
+		if (ret)
+			return mark_undo(c, m, ret);
+	}
+	c->kind |= MV_TK_WRITE;
+	c->nops++;
+	return 0;
+}
+
 static int write_in(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint64_t dst_off,
                     uint64_t len)
 {
@@ -233,6 +261,12 @@ static int write_in(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst,
 	if (len == 0)
 		return mvc_fail(c, -EINVAL, "write of 0 bytes");
 	mark_take(c, &m);
+	if (mvc_copied(c, dst)) {
+		if (n > 1)
+			return host_parts(c, &m, src, src_off, dst, dst_off, len, n);
+	} else {
+		c->uncopied = 1;
+	}
 	int local_gpu = 0;
 	for (uint32_t i = 0; i < c->nlocal_gpu; i++)
 		local_gpu |= c->local_gpu[i] == dst;
@@ -325,6 +359,7 @@ static int writev_in(struct mvc *c, uint32_t src, uint32_t dst, const struct mvc
 		if (segs[i].len == 0)
 			return mvc_fail(c, -EINVAL, "segment %u has length 0", i);
 	mark_take(c, &m);
+	c->uncopied |= !mvc_copied(c, dst);
 	if (n >= MV_LIST_MIN && c->arena.map) {
 		static_assert(sizeof(struct mvc_seg) == sizeof(struct mv_seg), "segments as sent");
 		struct mv_list_hdr h = {.magic = MV_LIST_MAGIC, .kind = MV_LIST_SEGS, .count = n};
@@ -374,6 +409,7 @@ static int write_paged_in(struct mvc *c, const struct mvc_pages *p)
 		return mvc_fail(c, -EINVAL, "paged write without %s page array",
 		                p->src_pages ? "a destination" : "a source");
 	mark_take(c, &m);
+	c->uncopied |= !mvc_copied(c, p->dst);
 	if (p->npages >= MV_LIST_MIN && c->arena.map) {
 		/* By reference: the mover merges runs of adjacent pages. */
 		struct mv_list_hdr h = {.magic = MV_LIST_MAGIC,
@@ -532,7 +568,8 @@ int mvc_submit(struct mvc *c, uint64_t cookie)
 		return mvc_fail(c, -EPROTO, "the mover cut this connection off: %s", c->cut);
 	if (!c->open)
 		return mvc_fail(c, -EINVAL, "no open batch: add a write or an immediate first");
-	if (c->has_imm && (c->flags & MV_HELLO_IMM_ONE_SHARD) && (ret = gather_home(c)))
+	if (c->has_imm && c->uncopied && (c->flags & MV_HELLO_IMM_ONE_SHARD) &&
+	    (ret = gather_home(c)))
 		return ret;
 	for (s = 0; s < c->info.nshards; s++)
 		parts += c->sh[s].ndesc > 0;

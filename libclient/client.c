@@ -562,6 +562,7 @@ int mvc_unimport(struct mvc *c, uint32_t handle)
 	for (uint32_t i = 0; i < c->nlocal_gpu; i++)
 		if (c->local_gpu[i] == handle)
 			c->local_gpu[i] = c->local_gpu[--c->nlocal_gpu];
+	mvc_copied_set(c, handle, 0);
 	uint32_t cur = mvc_obj_del(c, MVC_OBJ_IMPORT, handle);
 	return cur == MVC_ID_LOST ? 0 : mvc_id_call(c, MV_MSG_UNIMPORT, cur);
 }
@@ -591,6 +592,7 @@ int mvc_import(struct mvc *c, uint32_t peer, const void *blob, size_t len, uint3
 		mvc_id_call(c, MV_MSG_UNIMPORT, rep.id);
 		return mvc_fail(c, ret, "no memory to keep the import for a reconnect");
 	}
+	mvc_copied_set(c, *handle, rep.path);
 	/* A handle freed with its peer can come back for another region. */
 	for (uint32_t i = 0; i < c->nlocal_gpu; i++)
 		if (c->local_gpu[i] == *handle)

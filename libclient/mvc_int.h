@@ -83,7 +83,8 @@ struct mvc_arena {
  * current mover's (cur). Until a mover is replaced the two are equal.
  */
 enum mvc_obj_kind { MVC_OBJ_REGION, MVC_OBJ_PEER, MVC_OBJ_IMPORT, MVC_OBJ_KINDS };
-#define MVC_ID_LOST UINT32_MAX /* not restored by the last reconnect */
+#define MVC_ID_LOST     UINT32_MAX /* not restored by the last reconnect */
+#define MVC_MAX_IMPORTS 4096u      /* the mover's per-client limit */
 
 struct mvc_obj {
 	uint32_t app, cur;
@@ -123,6 +124,11 @@ struct mvc {
 	uint32_t home; /* shard for small writes: the least loaded, per batch */
 	uint32_t turn; /* where the search for the next home starts */
 	int has_imm;
+	/* The open batch writes into an import the shards do not copy into
+	 * (c->copied): one with an immediate must gather on one shard where
+	 * the mover says MV_HELLO_IMM_ONE_SHARD. Copies are in the target's
+	 * memory once their parts complete, before any immediate goes. */
+	int uncopied;
 	uint32_t imm_dst, imm;
 	uint32_t kind;      /* MV_TK_* bits of the open batch, for the trace */
 	uint64_t nops;      /* writes, segments or pages asked for */
@@ -157,6 +163,10 @@ struct mvc {
 	 * splitting a copy over shards only doubles its launch costs. */
 	uint32_t local_gpu[64];
 	uint32_t nlocal_gpu;
+	/* Imports the mover's shards copy into (the same-host path, as the
+	 * import's reply said), by handle: their writes split by
+	 * mv_host_parts(). */
+	uint64_t copied[MVC_MAX_IMPORTS / 64];
 	uint8_t host[16];
 
 	/* Staying connected (rejoin.c). */
@@ -218,6 +228,20 @@ MVC_INTERNAL void mvc_event_fd_unwatch(struct mvc *c);
 /* Closes the event fd's epoll set and timer (mvc_disconnect). */
 MVC_INTERNAL void mvc_event_fd_close(struct mvc *c);
 MVC_INTERNAL int64_t mvc_rejoin_wait_ns(const struct mvc *c);
+
+/* Whether the shards copy into import handle h (struct mvc's copied). */
+static inline int mvc_copied(const struct mvc *c, uint32_t h)
+{
+	return h < MVC_MAX_IMPORTS && (c->copied[h / 64] >> (h % 64) & 1);
+}
+
+static inline void mvc_copied_set(struct mvc *c, uint32_t h, uint32_t path)
+{
+	if (h >= MVC_MAX_IMPORTS)
+		return;
+	c->copied[h / 64] &= ~(1ull << (h % 64));
+	c->copied[h / 64] |= (uint64_t)(path == MV_PATH_SAMEHOST) << (h % 64);
+}
 
 /* The mover's id for an id the application holds, and back: the same
  * until a reconnect gave some object another id. */

@@ -90,6 +90,7 @@ int mvc_lookup(struct mvc *c, const char *name, int timeout_ms, struct mvc_found
 		mvc_id_call(c, MV_MSG_UNIMPORT, rep.handle);
 		return mvc_fail(c, ret, "no memory to keep the import for a reconnect");
 	}
+	mvc_copied_set(c, out->dst, rep.path);
 	out->peer = peer;
 	out->len = rep.len;
 	out->mover_id = rep.mover_id;

@@ -148,6 +148,8 @@ int mvc_obj_add(struct mvc *c, const struct mvc_obj *o, const void *blob, uint32
 
 static void obj_drop(struct mvc *c, uint32_t i)
 {
+	if (c->objs[i].kind == MVC_OBJ_IMPORT)
+		mvc_copied_set(c, c->objs[i].app, 0);
 	free(c->objs[i].blob);
 	c->objs[i] = c->objs[--c->nobj];
 }
@@ -276,6 +278,7 @@ static int restore_named(struct mvc *c, struct mvc_obj *o)
 		               rep.live == MV_LIVE_OK ? "" : "the peer mover is down");
 	} else {
 		o->cur = rep.handle;
+		mvc_copied_set(c, o->app, rep.path);
 	}
 	return 0;
 }
@@ -318,8 +321,11 @@ static int restore(struct mvc *c, struct mvc_obj *o)
 	memcpy(&req.blob, o->blob, o->blob_len);
 	ret = mvc_call(c, MV_MSG_IMPORT, &req, offsetof(struct mv_import_req, blob) + o->blob_len,
 	               NULL, 0, &rep, sizeof(rep), NULL, 0, NULL);
-	if (!ret)
+	if (!ret) {
 		o->cur = rep.id;
+		/* The new mover may copy where the last went by the fabric. */
+		mvc_copied_set(c, o->app, rep.path);
+	}
 	return ret;
 }
 

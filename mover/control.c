@@ -404,6 +404,7 @@ static int handle(struct mover *mv, struct mv_client *cl, struct mv_rx *m, char 
 		ret = mv_import_add(mv, cl, req.peer, &req.blob, blen, &rep.id, why, whylen);
 		if (ret)
 			return ret;
+		rep.path = mv_host_import_path(cl, rep.id);
 		/* A same-host peer's memfd, or its owner's word, on its way:
 		 * answered when it came. */
 		if (mv_host_import_park(mv, cl, &m->h, &rep, sizeof(rep), rep.id))

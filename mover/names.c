@@ -242,6 +242,8 @@ static int do_lookup(struct mover *mv, struct mv_client *cl, struct mv_rx *m, ch
 	if ((ret = name_check(req.name, why, whylen)))
 		return ret;
 	ret = try_lookup(mv, cl, req.name, &rep, why, whylen);
+	if (ret == 0)
+		rep.path = mv_host_import_path(cl, rep.handle);
 	/* Its import may wait for the owner's memfd or word (samehost_ask.c). */
 	if (ret == 0 && mv_host_import_park(mv, cl, &m->h, &rep, sizeof(rep), rep.handle))
 		return 1;
@@ -368,6 +370,7 @@ static void parked_scan(struct mover *mv, int names_changed)
 		if (cl && names_changed)
 			ret = try_lookup(mv, cl, p->name, &rep, why, sizeof(why));
 		if (cl && ret == 0) {
+			rep.path = mv_host_import_path(cl, rep.handle);
 			if (!mv_host_import_park(mv, cl, &h, &rep, sizeof(rep), rep.handle))
 				mv_control_reply(cl->sock, &h, &rep, sizeof(rep), NULL, 0);
 		} else if (cl && ret != -ENOENT) {

@@ -95,6 +95,10 @@ int mv_host_import_open(struct mover *mv, struct mv_import *imp, struct mv_peer 
  * at most; an error reply then if the word was not given). 1 if held
  * (answered later), 0 if the caller answers now. */
 struct mv_msg_hdr;
+/* MV_PATH_SAMEHOST when the shards copy into client cl's import handle
+ * now, else 0: what an IMPORT or LOOKUP reply tells the client, which
+ * stripes its writes for the copies (mv_host_parts()). Control thread. */
+uint32_t mv_host_import_path(struct mv_client *cl, uint32_t handle);
 int mv_host_import_park(struct mover *mv, struct mv_client *cl, const struct mv_msg_hdr *h,
                         const void *rep, size_t len, uint32_t handle);
 void mv_host_import_close(struct mover *mv, struct mv_import *imp);

@@ -364,6 +364,27 @@ static struct mv_client *client_by_id(struct mover *mv, uint32_t id)
 	return cl && cl->id == id && cl->state == MV_CL_READY ? cl : NULL;
 }
 
+/* A held reply (IMPORT's or LOOKUP's) says the import is copied into. */
+static void reply_path(struct host_wait *w)
+{
+	uint32_t path = MV_PATH_SAMEHOST;
+	size_t at = w->h.type == MV_MSG_LOOKUP ? offsetof(struct mv_lookup_rep, path)
+	                                       : offsetof(struct mv_id_rep, path);
+
+	if (w->replen >= at + sizeof(path))
+		memcpy(w->rep + at, &path, sizeof(path));
+}
+
+uint32_t mv_host_import_path(struct mv_client *cl, uint32_t handle)
+{
+	struct mv_import *imp =
+	    handle < MV_CLIENT_MAX_IMPORTS ? atomic_load(&cl->imports[handle]) : NULL;
+
+	/* Pairs with R9 in fetch_end(), as A9 in take.c does: an import
+	 * copied into already (another import of its region mapped it). */
+	return imp && atomic_load_explicit(&imp->host, memory_order_acquire) ? MV_PATH_SAMEHOST : 0;
+}
+
 /* Answers a held reply: the import stands, by copies or by the fabric. */
 static void unpark(struct mover *mv, struct host_wait *w)
 {
@@ -463,6 +484,8 @@ static void fetch_end(struct mover *mv, struct mv_host_fetch *hf, struct mv_host
 		}
 		/* R10 pairs with A10 in mv_import_get(): the owner's word is in. */
 		atomic_store_explicit(&w[i].imp->held, 0, memory_order_release);
+		if (hr)
+			reply_path(&w[i]);
 		unpark(mv, &w[i]);
 	}
 	free(w);

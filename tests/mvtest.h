@@ -357,11 +357,14 @@ static inline int log_grep(const struct mvproc *m, const char *what, char *first
 
 /* A field's total over the shards of mover m, from mvstat --json (the
  * field with its quotes: "\"copy_bytes\""). */
-static inline uint64_t stat_sum(struct mvproc *m, const char *field)
+/* Each value of field (with its quotes) in mvstat's JSON of m, in order
+ * (a shard's counter: shard 0 first), at most max of them in v; returns
+ * how many there were. */
+static inline int stat_each(struct mvproc *m, const char *field, uint64_t *v, int max)
 {
 	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
 	char cmd[512], out[32768] = "";
-	uint64_t total = 0;
+	int k = 0;
 
 	snprintf(cmd, sizeof(cmd), "%s/bin/mvstat --socket %s --json --interval 0.05", b, m->sock);
 	FILE *f = popen(cmd, "r");
@@ -369,8 +372,20 @@ static inline uint64_t stat_sum(struct mvproc *m, const char *field)
 	size_t n = fread(out, 1, sizeof(out) - 1, f);
 	pclose(f);
 	out[n] = 0;
-	for (char *q = out; (q = strstr(q, field)); q += strlen(field))
-		total += strtoull(q + strlen(field) + 1, NULL, 10); /* past the ':' */
+	for (char *q = out; (q = strstr(q, field)); q += strlen(field), k++)
+		if (k < max)
+			v[k] = strtoull(q + strlen(field) + 1, NULL, 10); /* past the ':' */
+	return k;
+}
+
+/* The sum of field's values in mvstat's JSON of m (over the shards). */
+static inline uint64_t stat_sum(struct mvproc *m, const char *field)
+{
+	uint64_t v[64], total = 0;
+	int n = stat_each(m, field, v, 64);
+
+	for (int i = 0; i < n && i < 64; i++)
+		total += v[i];
 	return total;
 }
 

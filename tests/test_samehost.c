@@ -131,15 +131,78 @@ START_TEST(test_same_host_paged_write_is_a_copy_and_lands_whole)
 }
 END_TEST
 
+/* field of m's two shards in v, once they add up to total: a shard
+ * publishes its counters every so often, and before it sleeps. */
+static void shard_counts(struct mvproc *m, const char *field, uint64_t total, uint64_t v[2])
+{
+	for (double t0 = now_s();; usleep(20000)) {
+		ck_assert_int_eq(stat_each(m, field, v, 2), 2);
+		if (v[0] + v[1] == total)
+			return;
+		ck_assert_msg(now_s() - t0 < 5, "%s: shards show %llu and %llu bytes, not %llu",
+		              field, (unsigned long long)v[0], (unsigned long long)v[1],
+		              (unsigned long long)total);
+	}
+}
+
+/* A write into a region the shards copy into splits from 64 KiB over the
+ * shards (mv_host_parts() in mv_wire.h), each part on the shard its
+ * destination offset names: two 64 KiB writes are 32 KiB a shard each; a
+ * 48 KiB write goes whole to one shard. Every byte lands, none around
+ * them, and the immediate comes after all parts: on shm too, where a
+ * batch with an immediate into an import on the fabric gathers on one
+ * shard (MV_HELLO_IMM_ONE_SHARD), copies do not. */
+START_TEST(test_same_host_write_splits_over_the_shards_by_offset)
+{
+	struct pair p;
+	const size_t n = 1u << 20, k64 = 64u << 10, k48 = 48u << 10;
+	uint64_t v[2];
+
+	pair_open(&p, n, n);
+	fill(p.src.addr, n, 31);
+	memset(p.dst.addr, 0, n);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, k64), 0);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, k64, p.imp, k64, k64), 0);
+	landed(p.a, p.imp, p.b, 5);
+	ck_assert_msg(!memcmp(p.src.addr, p.dst.addr, 2 * k64), "bytes differ");
+	shard_counts(&A, "\"samehost_bytes\"", 2 * k64, v);
+	ck_assert_msg(v[0] == k64 && v[1] == k64,
+	              "shards copied %llu and %llu bytes, not 64 KiB each",
+	              (unsigned long long)v[0], (unsigned long long)v[1]);
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 2 * k64, p.imp, 2 * k64, k48), 0);
+	landed(p.a, p.imp, p.b, 6);
+	shard_counts(&A, "\"samehost_bytes\"", 2 * k64 + k48, v);
+	ck_assert_msg((v[0] == k64 && v[1] == k64 + k48) || (v[0] == k64 + k48 && v[1] == k64),
+	              "a 48 KiB write was split: shards copied %llu and %llu bytes",
+	              (unsigned long long)v[0], (unsigned long long)v[1]);
+	ck_assert_msg(!memcmp(p.src.addr, p.dst.addr, 2 * k64 + k48), "bytes differ");
+	size_t at = first_not((uint8_t *)p.dst.addr + 2 * k64 + k48, n - 2 * k64 - k48, 0);
+	ck_assert_msg(at == n - 2 * k64 - k48, "byte %zu past the writes was written",
+	              2 * k64 + k48 + at);
+	pair_close(&p);
+}
+END_TEST
+
+/* On the fabric nothing is copied, and the import says so: a 64 KiB write
+ * goes whole to one shard (libclient's stripes start at 256 KiB there). */
 START_TEST(test_no_host_copy_keeps_writes_on_the_fabric)
 {
 	struct pair p;
 	const size_t n = 6u << 20;
+	uint64_t v[2];
 
 	pair_open(&p, n, n);
 	contiguous_round(&p, n, 3, 1);
 	ck_assert_uint_eq(stat_sum(&A, "\"samehost_bytes\""), 0);
 	ck_assert_uint_eq(stat_sum(&A, "\"host_bytes\""), n);
+	shard_counts(&A, "\"host_bytes\"", n, v);
+	uint64_t was0 = v[0];
+	ck_assert_int_eq(mvc_write(p.a, p.src.region, 0, p.imp, 0, 64u << 10), 0);
+	landed(p.a, p.imp, p.b, 2);
+	shard_counts(&A, "\"host_bytes\"", n + (64u << 10), v);
+	ck_assert_msg(v[0] - was0 == 0 || v[0] - was0 == 64u << 10,
+	              "a 64 KiB write on the fabric was split: shard 0 took %llu bytes of it",
+	              (unsigned long long)(v[0] - was0));
 	pair_close(&p);
 }
 END_TEST
@@ -393,6 +456,7 @@ static TCase *copies(const char *name, void (*setup)(void))
 	tcase_add_test(tc, test_same_host_write_is_a_copy_and_lands_whole);
 	tcase_add_test(tc, test_same_host_paged_write_is_a_copy_and_lands_whole);
 	tcase_add_test(tc, test_same_host_streamed_copy_lands_at_odd_offsets);
+	tcase_add_test(tc, test_same_host_write_splits_over_the_shards_by_offset);
 	tcase_add_test(tc, test_freed_region_takes_no_more_copies);
 	tcase_add_test(tc, test_import_with_another_secret_gets_no_mapping);
 	tcase_add_test(tc, test_import_with_a_moved_address_never_writes_outside_the_region);
