@@ -134,31 +134,6 @@ static uint64_t nt_min(void)
 	return n;
 }
 
-/*
- * Warms piece k of op (or, past its last, of the same-host op queued after
- * it) for the copy two pieces from now: the first line of its source and
- * of its destination. Pieces of a scattered page list lie anywhere in
- * their regions, and a core's prefetchers stop at each 4 KiB page: every
- * page began with a TLB walk and a cold line on each side. Touching them a
- * piece ahead overlaps that with the copy before it: 2.4-2.8 M random 4 KiB
- * pages/s against 1.7-2.0 without on the 2-core EPYC (a 512 MiB pool a
- * side; a line more or a page further ahead gained nothing there). A
- * prefetch never faults, so a stale address costs a wasted walk at most.
- */
-#define COPY_AHEAD 2u
-
-static inline void warm_piece(const struct mv_wr *op, uint32_t k)
-{
-	if (k >= op->niov) {
-		k -= op->niov;
-		op = op->next;
-		if (!op || !op->hr || k >= op->niov)
-			return;
-	}
-	__builtin_prefetch(op->iov[k].iov_base, 0, 3);
-	__builtin_prefetch((const void *)(uintptr_t)op->riov[k].addr, 1, 3);
-}
-
 int64_t mv_host_copy(struct mv_shard *s, struct mv_wr *op, uint64_t step, int (*stop)(void *),
                      void *arg, char *why, size_t whylen)
 {
@@ -182,7 +157,6 @@ int64_t mv_host_copy(struct mv_shard *s, struct mv_wr *op, uint64_t step, int (*
 		if (step && n > step)
 			n = step;
 		uint8_t *d = (uint8_t *)(uintptr_t)op->riov[k].addr;
-		warm_piece(op, k + COPY_AHEAD);
 		if (n >= nt)
 			mv_copy_nt(d, v->iov_base, n);
 		else
