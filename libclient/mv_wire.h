@@ -455,11 +455,12 @@ static inline uint64_t mv_stripe_part(uint64_t len, uint32_t n)
  * each part MV_HOST_PART_MIN at least: each shard copies its part on its
  * own core, and a part always goes to the shard its destination offset
  * names (mv_host_shard()), whose caches then hold that part from the
- * last write into it. One core's copy is the ceiling otherwise (a 64 KiB
- * write into one buffer: 26-30 GB/s on the H100 machine whatever the
- * shards, and two shards copying whole writes into the same lines took
- * 16-17 GB/s), which two shards' halves raise to 60-62 GB/s. Below 32 KiB
- * a part's own costs (a descriptor, its completion) would eat the gain.
+ * last write into it. One core's copy is the ceiling of a write otherwise
+ * (a 64 KiB write into one buffer again and again: 26-33 GB/s on the H100
+ * machine with one shard; with two, whole writes spread over both landed
+ * in the same lines from two cores, 15-17 GB/s), which two shards' halves
+ * raise to 58-62 GB/s. Below 32 KiB a part's own costs (a descriptor, its
+ * completion) would eat the gain.
  */
 #define MV_HOST_PART_MIN (32u << 10)
 
