@@ -74,7 +74,7 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 	tools/bench/rows_ext.c tools/bench/hops.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_shmring_errors test_shmring_procs test_validate test_config test_client test_mover test_faults test_shards test_lists test_hostile \
-	test_trace test_replay test_gpu test_tenants test_fair test_liveness test_reconnect test_samehost \
+	test_trace test_replay test_gpu test_gpu_guard test_tenants test_fair test_liveness test_reconnect test_samehost \
 	test_samehost_peers test_huge test_shm_restart
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
 	tests/cluster.sh tests/fleet.sh
@@ -207,12 +207,12 @@ $(B)/tests/test_hostile: $(B)/tests/test_hostile.o $(SHMRING_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
-# test_gpu is also a raw libfabric peer (bad landing headers), with the mover's fabric code.
-$(B)/tests/test_gpu: $(B)/tests/test_gpu.o $(B)/mover/fabric.o $(CLIENT_LIB)
+# test_gpu_guard is also a raw libfabric peer (bad landing headers), with the mover's fabric code.
+$(B)/tests/test_gpu_guard: $(B)/tests/test_gpu_guard.o $(B)/mover/fabric.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
 
-$(B)/tests/test_mover $(B)/tests/test_faults $(B)/tests/test_shards: $(B)/tests/%: $(B)/tests/%.o $(CLIENT_LIB)
+$(B)/tests/test_mover $(B)/tests/test_faults $(B)/tests/test_shards $(B)/tests/test_gpu: $(B)/tests/%: $(B)/tests/%.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 

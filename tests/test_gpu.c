@@ -16,128 +16,11 @@
 #include <errno.h>
 #include <stdint.h>
 
-#include "mover.h" /* the raw fabric endpoint of the bad-input test */
-#include "mv_cuda.h"
 #include "mv_wire.h"
 #include "mvtest.h"
 
-#include <rdma/fi_endpoint.h>
-
 #ifdef MV_HAVE_CUDA
-
-static struct mv_cuda *cu;
-
-static void gpu_setup_on(void (*movers)(void))
-{
-	const char *why;
-	CUcontext ctx;
-	CUdevice dev;
-
-	movers(); /* movers first: fork+exec before this process starts CUDA */
-	cu = mv_cuda_load(&why);
-	ck_assert_msg(cu, "%s", why);
-	ck_assert_int_eq(cu->DeviceGet(&dev, 0), CUDA_SUCCESS);
-	ck_assert_int_eq(cu->DevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
-	ck_assert_int_eq(cu->CtxSetCurrent(ctx), CUDA_SUCCESS);
-}
-
-static void gpu_setup(void)
-{
-	gpu_setup_on(setup_tcp);
-}
-
-/* cudaMalloc-style memory: shared through an IPC handle. */
-static CUdeviceptr dev_alloc(size_t n)
-{
-	CUdeviceptr p;
-
-	ck_assert_int_eq(cu->MemAlloc(&p, n), CUDA_SUCCESS);
-	return p;
-}
-
-/* A VMM allocation that may be exported as a POSIX fd. */
-static CUdeviceptr vmm_alloc(size_t n, size_t *size)
-{
-	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-	                            .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
-	                            .requestedHandleTypes =
-	                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
-	size_t gran;
-	CUmemGenericAllocationHandle h;
-	CUdeviceptr p;
-
-	ck_assert_int_eq(
-	    cu->MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-	    CUDA_SUCCESS);
-	*size = (n + gran - 1) / gran * gran;
-	ck_assert_int_eq(cu->MemCreate(&h, *size, &prop, 0), CUDA_SUCCESS);
-	ck_assert_int_eq(cu->MemAddressReserve(&p, *size, 0, 0, 0), CUDA_SUCCESS);
-	ck_assert_int_eq(cu->MemMap(p, *size, 0, h, 0), CUDA_SUCCESS);
-	CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
-	                     .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-	ck_assert_int_eq(cu->MemSetAccess(p, *size, &a, 1), CUDA_SUCCESS);
-	cu->MemRelease(h);
-	return p;
-}
-
-static void to_dev(CUdeviceptr d, const void *h, size_t n)
-{
-	ck_assert_int_eq(cu->MemcpyHtoD(d, h, n), CUDA_SUCCESS);
-}
-
-static void from_dev(void *h, CUdeviceptr d, size_t n)
-{
-	ck_assert_int_eq(cu->MemcpyDtoH(h, d, n), CUDA_SUCCESS);
-}
-
-/* A sender on A, a receiver on B, B's region imported by A. */
-struct gpair {
-	struct mvc *a, *b;
-	uint32_t peer, imp;
-};
-
-static void gpair_open(struct gpair *p)
-{
-	uint8_t blob[MVC_BLOB_MAX];
-	size_t len = sizeof(blob);
-
-	ck_assert_int_eq(mvc_connect(&p->a, A.sock), 0);
-	ck_assert_int_eq(mvc_connect(&p->b, B.sock), 0);
-	ck_assert_int_eq(mvc_address(p->b, blob, &len), 0);
-	ck_assert_msg(mvc_peer_add(p->a, blob, len, &p->peer) == 0, "%s", mvc_error(p->a));
-}
-
-static uint32_t gpair_import(struct gpair *p, uint32_t region)
-{
-	uint8_t blob[MVC_BLOB_MAX];
-	size_t len = sizeof(blob);
-	uint32_t h;
-
-	ck_assert_int_eq(mvc_region_blob(p->b, region, blob, &len), 0);
-	ck_assert_msg(mvc_import(p->a, p->peer, blob, len, &h) == 0, "%s", mvc_error(p->a));
-	return h;
-}
-
-/* n bytes of device memory on each side of a pair: the source holds want
- * (filled from seed), the target is zeroed; both registered, the target
- * imported by the sender. */
-struct gbufs {
-	CUdeviceptr s, d;
-	struct mvc_mem src, dst;
-	uint32_t imp;
-};
-
-static void gbufs_open(struct gpair *p, struct gbufs *g, uint8_t *want, size_t n, uint64_t seed)
-{
-	g->s = dev_alloc(n);
-	g->d = dev_alloc(n);
-	fill(want, n, seed);
-	to_dev(g->s, want, n);
-	ck_assert_int_eq(cu->MemsetD8(g->d, 0, n), CUDA_SUCCESS);
-	ck_assert_int_eq(mvc_register_cuda(p->a, (void *)g->s, n, &g->src), 0);
-	ck_assert_int_eq(mvc_register_cuda(p->b, (void *)g->d, n, &g->dst), 0);
-	g->imp = gpair_import(p, g->dst.region);
-}
+#include "gpu_util.h"
 
 START_TEST(test_gpu_to_gpu_same_host_by_cuda_copy)
 {
@@ -315,13 +198,6 @@ START_TEST(test_gpu_destination_no_path_reaches_is_refused)
 }
 END_TEST
 
-static void landing_setup(void)
-{
-	mover_extra = "--no-gpu-copy"; /* one host, taken as two */
-	mover_extra2 = "--gpu-path=staged";
-	gpu_setup();
-}
-
 START_TEST(test_host_to_gpu_by_landing_messages)
 {
 	struct gpair p;
@@ -352,123 +228,6 @@ START_TEST(test_host_to_gpu_by_landing_messages)
 	mvc_disconnect(p.a);
 	mvc_disconnect(p.b);
 	free(got);
-}
-END_TEST
-
-/* Sends one message from a fresh raw endpoint of the movers' provider to
- * a shard address; 0 once the provider says it went, else -errno. */
-static int raw_send(const void *to_addr, const void *buf, size_t len)
-{
-	struct mv_fabric f;
-	struct fi_context2 ctx;
-	fi_addr_t to;
-	ssize_t ret;
-
-	ck_assert_int_eq(mv_fabric_open(&f, prov, "lo", 0), 0);
-	ck_assert_int_eq(mv_fabric_av_insert(&f, to_addr, &to), 0);
-	double end = now_s() + 5;
-	while ((ret = fi_send(f.ep, buf, len, NULL, to, &ctx)) == -FI_EAGAIN && now_s() < end) {
-		struct fi_cq_data_entry e;
-		(void)fi_cq_read(f.cq, &e, 1); /* progress */
-	}
-	for (; !ret && now_s() < end;) {
-		struct fi_cq_data_entry e;
-		ssize_t n = fi_cq_read(f.cq, &e, 1);
-		if (n == 1)
-			break;
-		if (n == -FI_EAVAIL) {
-			struct fi_cq_err_entry err = {0};
-			fi_cq_readerr(f.cq, &err, 0);
-			ret = -(ssize_t)(err.err ? err.err : EIO);
-		}
-	}
-	usleep(100000); /* let the provider hand it over before the close */
-	mv_fabric_close(&f);
-	return (int)ret;
-}
-
-/*
- * Bad input from a peer (issue 17): a landing message whose header names a
- * peer of the receiver (its mover id and its shard's fabric address, as
- * that peer's address blob has them) with a length that is not the
- * message's is what no mover sends. The receiver cuts the peer off: a log
- * line with the reason, and what its clients expect of that peer fails
- * with MVC_CAUSE_PEER_BAD; other peers carry on (a third mover's write and
- * immediate land). The test sends the message from a raw endpoint, since
- * no mover would. Landing buffers are posted only by a mover with a GPU
- * region, so this runs where CUDA does.
- */
-START_TEST(test_bad_landing_header_cuts_its_peer_off)
-{
-	struct gpair p;
-	struct mvc_mem dst, hsrc, hdst;
-	struct mv_addr_blob ab, bb;
-	struct mv_region_blob rb;
-	struct mvc_event ev;
-	size_t len, blen;
-	uint32_t pa;
-	char line[1024];
-
-	gpair_open(&p);
-	CUdeviceptr d = dev_alloc(1 << 20);
-	ck_assert_msg(mvc_register_cuda(p.b, (void *)d, 1 << 20, &dst) == 0, "%s", mvc_error(p.b));
-	len = sizeof(ab);
-	ck_assert_int_eq(mvc_address(p.a, &ab, &len), 0);
-	ck_assert_msg(mvc_peer_add(p.b, &ab, len, &pa) == 0, "%s", mvc_error(p.b));
-	ck_assert_int_eq(mvc_imm_expect_from(p.b, pa, 0x51, 1, 51), 0);
-	blen = sizeof(bb);
-	ck_assert_int_eq(mvc_address(p.b, &bb, &blen), 0);
-	len = sizeof(rb);
-	ck_assert_int_eq(mvc_region_blob(p.b, dst.region, &rb, &len), 0);
-
-	static uint8_t msg[MV_LAND_HDR + 64];
-	struct mv_land_hdr h = {.magic = MV_LAND_MAGIC,
-	                        .region = rb.region,
-	                        .len = 100, /* 64 come */
-	                        .mover_id = ab.mover_id,
-	                        .shard = 0,
-	                        .addrlen = (uint16_t)ab.addrlen};
-	memcpy(h.addr, ab.addr[0], ab.addrlen);
-	memcpy(msg, &h, sizeof(h));
-	double t0 = now_s();
-	ck_assert_int_eq(raw_send(bb.addr[0], msg, sizeof(msg)), 0);
-
-	int failed = 0;
-	while (!failed && now_s() - t0 < 10) {
-		int n = mvc_wait(p.b, &ev, 1, 100);
-		ck_assert_int_ge(n, 0);
-		if (n && ev.type == MVC_EV_IMM_COUNT && ev.cookie == 51) {
-			ck_assert_int_ne(ev.status, 0);
-			ck_assert_int_eq(ev.cause, MVC_CAUSE_PEER_BAD);
-			failed = 1;
-		}
-	}
-	ck_assert_msg(failed, "the expectation of the peer that sent garbage did not fail in 10 s");
-	printf("bad landing header: the expectation failed after %.0f ms: %s\n",
-	       (now_s() - t0) * 1e3, ev.msg);
-	ck_assert_int_ge(log_grep(&B, "landing header says 100 bytes; 64 came", line, sizeof(line)),
-	                 1);
-	ck_assert_msg(strstr(line, "cut off"), "%s", line);
-
-	/* Everyone else carries on: a third mover's write into B lands. */
-	mover_start(&C, "c", 2);
-	struct mvc *c;
-	uint32_t pb, imp;
-	uint8_t blob[MVC_BLOB_MAX];
-	ck_assert_int_eq(mvc_connect(&c, C.sock), 0);
-	ck_assert_int_eq(mvc_alloc(c, 4096, &hsrc), 0);
-	ck_assert_int_eq(mvc_alloc(p.b, 4096, &hdst), 0);
-	fill(hsrc.addr, 4096, 52);
-	ck_assert_msg(mvc_peer_add(c, &bb, blen, &pb) == 0, "%s", mvc_error(c));
-	len = sizeof(blob);
-	ck_assert_int_eq(mvc_region_blob(p.b, hdst.region, blob, &len), 0);
-	ck_assert_msg(mvc_import(c, pb, blob, len, &imp) == 0, "%s", mvc_error(c));
-	ck_assert_int_eq(mvc_write(c, hsrc.region, 0, imp, 0, 4096), 0);
-	landed(c, imp, p.b, 52);
-	ck_assert(!memcmp(hsrc.addr, hdst.addr, 4096));
-	mvc_disconnect(c);
-	mvc_disconnect(p.a);
-	mvc_disconnect(p.b);
 }
 END_TEST
 
@@ -671,79 +430,6 @@ START_TEST(test_paths_chosen_by_measurement_are_in_mvstat)
 }
 END_TEST
 
-/* ---- quotas: freed GPU memory the mover still holds ---- */
-
-static void quota_setup(void)
-{
-	mover_extra = "--quota-client-bytes=3M";
-	mover_extra2 = "--quota-uid-bytes=4M";
-	gpu_setup();
-	mover_extra = mover_extra2 = NULL;
-}
-
-/* A freed GPU region stays mapped by the mover through its quarantine, its
- * device memory allocated whatever the client's free, so it still counts
- * against its client's and its uid's registered bytes, the client gone or
- * not: registering and freeing in a loop holds no more than the quota. */
-START_TEST(test_freed_gpu_region_counts_against_quota_until_reaped)
-{
-	const size_t mb = 1u << 20;
-	CUdeviceptr p = dev_alloc(2 * mb), p2 = dev_alloc(2 * mb);
-	struct mvc_mem g, g2, h;
-	struct mvc *c, *d;
-
-	ck_assert_int_eq(mvc_connect(&c, A.sock), 0);
-	ck_assert_msg(mvc_register_cuda(c, (void *)p, 2 * mb, &g) == 0, "%s", mvc_error(c));
-	ck_assert_int_eq(mvc_free(c, &g), 0);
-	/* Its 2 MiB in quarantine and 2 more pass the client's 3. */
-	ck_assert_int_eq(mvc_register_cuda(c, (void *)p2, 2 * mb, &g2), -EDQUOT);
-	ck_assert_msg(strstr(mvc_error(c), "quota_client_bytes is 3 MiB: this client holds 2 MiB "
-	                                   "registered (2 MiB of it freed GPU memory, kept up to "),
-	              "%s", mvc_error(c));
-	/* A megabyte of host memory fits beside them. */
-	ck_assert_msg(mvc_alloc(c, mb, &h) == 0, "%s", mvc_error(c));
-	ck_assert_int_eq(mvc_free(c, &h), 0);
-	mvc_disconnect(c);
-
-	/* Gone, the client's quarantined 2 MiB still count against its uid's
-	 * 4: a new client registers 2 MiB, and then not one more. */
-	ck_assert_int_eq(mvc_connect(&d, A.sock), 0);
-	ck_assert_msg(mvc_register_cuda(d, (void *)p2, 2 * mb, &g2) == 0, "%s", mvc_error(d));
-	ck_assert_int_eq(mvc_alloc(d, mb, &h), -EDQUOT);
-	ck_assert_msg(
-	    strstr(mvc_error(d), "quota_uid_bytes is 4 MiB: uid ") &&
-	        strstr(mvc_error(d), " holds 4 MiB registered (2 MiB of it freed GPU memory"),
-	    "%s", mvc_error(d));
-	mvc_disconnect(d);
-	cu->MemFree(p);
-	cu->MemFree(p2);
-}
-END_TEST
-
-/* In a child, so the parent stays free of CUDA: "" if usable, else why not. */
-static int gpu_usable(char *why, size_t len)
-{
-	int fds[2];
-
-	if (pipe(fds))
-		return 0;
-	pid_t pid = fork();
-	if (pid == 0) {
-		const char *w = NULL;
-		struct mv_cuda *c = mv_cuda_load(&w);
-		if (!c && write(fds[1], w, strlen(w)) < 0)
-			_exit(2);
-		_exit(c ? 0 : 1);
-	}
-	close(fds[1]);
-	ssize_t n = read(fds[0], why, len - 1);
-	why[n > 0 ? n : 0] = 0;
-	close(fds[0]);
-	int st;
-	waitpid(pid, &st, 0);
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0;
-}
-
 int main(void)
 {
 	char why[256];
@@ -776,11 +462,6 @@ int main(void)
 		tcase_add_test(tf, test_gpu_target_freed_mid_write_disturbs_nobody);
 		suite_add_tcase(s, tf);
 	}
-	TCase *tq = tcase_create("quota");
-	tcase_add_checked_fixture(tq, quota_setup, teardown);
-	tcase_set_timeout(tq, 60);
-	tcase_add_test(tq, test_freed_gpu_region_counts_against_quota_until_reaped);
-	suite_add_tcase(s, tq);
 	TCase *tl = tcase_create("landing");
 	tcase_add_checked_fixture(tl, landing_setup, teardown);
 	tcase_set_timeout(tl, 120);
@@ -789,7 +470,6 @@ int main(void)
 	tcase_add_test(tl, test_gpu_source_freed_mid_write_disturbs_nobody);
 	tcase_add_test(tl, test_gpu_target_freed_mid_write_disturbs_nobody);
 	tcase_add_test(tl, test_gpu_to_gpu_staged_on_both_sides);
-	tcase_add_test(tl, test_bad_landing_header_cuts_its_peer_off);
 	suite_add_tcase(s, tl);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GPU memory under bad input and quotas, on a machine with a CUDA device
+ * (skipped with the reason elsewhere): a landing message from a peer whose
+ * header lies about its length cuts that peer off and no one else (sent
+ * from a raw libfabric endpoint, since no mover would), and freed GPU
+ * memory the mover still holds through its quarantine counts against its
+ * client's and its uid's quotas. The paths themselves are test_gpu.c.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+
+#include "mover.h" /* the raw fabric endpoint of the bad-input test */
+#include "mv_wire.h"
+#include "mvtest.h"
+
+#ifdef MV_HAVE_CUDA
+#include "gpu_util.h"
+
+#include <rdma/fi_endpoint.h>
+
+/* Sends one message from a fresh raw endpoint of the movers' provider to
+ * a shard address; 0 once the provider says it went, else -errno. */
+static int raw_send(const void *to_addr, const void *buf, size_t len)
+{
+	struct mv_fabric f;
+	struct fi_context2 ctx;
+	fi_addr_t to;
+	ssize_t ret;
+
+	ck_assert_int_eq(mv_fabric_open(&f, prov, "lo", 0), 0);
+	ck_assert_int_eq(mv_fabric_av_insert(&f, to_addr, &to), 0);
+	double end = now_s() + 5;
+	while ((ret = fi_send(f.ep, buf, len, NULL, to, &ctx)) == -FI_EAGAIN && now_s() < end) {
+		struct fi_cq_data_entry e;
+		(void)fi_cq_read(f.cq, &e, 1); /* progress */
+	}
+	for (; !ret && now_s() < end;) {
+		struct fi_cq_data_entry e;
+		ssize_t n = fi_cq_read(f.cq, &e, 1);
+		if (n == 1)
+			break;
+		if (n == -FI_EAVAIL) {
+			struct fi_cq_err_entry err = {0};
+			fi_cq_readerr(f.cq, &err, 0);
+			ret = -(ssize_t)(err.err ? err.err : EIO);
+		}
+	}
+	usleep(100000); /* let the provider hand it over before the close */
+	mv_fabric_close(&f);
+	return (int)ret;
+}
+
+/*
+ * Bad input from a peer (issue 17): a landing message whose header names a
+ * peer of the receiver (its mover id and its shard's fabric address, as
+ * that peer's address blob has them) with a length that is not the
+ * message's is what no mover sends. The receiver cuts the peer off: a log
+ * line with the reason, and what its clients expect of that peer fails
+ * with MVC_CAUSE_PEER_BAD; other peers carry on (a third mover's write and
+ * immediate land). The test sends the message from a raw endpoint, since
+ * no mover would. Landing buffers are posted only by a mover with a GPU
+ * region, so this runs where CUDA does.
+ */
+START_TEST(test_bad_landing_header_cuts_its_peer_off)
+{
+	struct gpair p;
+	struct mvc_mem dst, hsrc, hdst;
+	struct mv_addr_blob ab, bb;
+	struct mv_region_blob rb;
+	struct mvc_event ev;
+	size_t len, blen;
+	uint32_t pa;
+	char line[1024];
+
+	gpair_open(&p);
+	CUdeviceptr d = dev_alloc(1 << 20);
+	ck_assert_msg(mvc_register_cuda(p.b, (void *)d, 1 << 20, &dst) == 0, "%s", mvc_error(p.b));
+	len = sizeof(ab);
+	ck_assert_int_eq(mvc_address(p.a, &ab, &len), 0);
+	ck_assert_msg(mvc_peer_add(p.b, &ab, len, &pa) == 0, "%s", mvc_error(p.b));
+	ck_assert_int_eq(mvc_imm_expect_from(p.b, pa, 0x51, 1, 51), 0);
+	blen = sizeof(bb);
+	ck_assert_int_eq(mvc_address(p.b, &bb, &blen), 0);
+	len = sizeof(rb);
+	ck_assert_int_eq(mvc_region_blob(p.b, dst.region, &rb, &len), 0);
+
+	static uint8_t msg[MV_LAND_HDR + 64];
+	struct mv_land_hdr h = {.magic = MV_LAND_MAGIC,
+	                        .region = rb.region,
+	                        .len = 100, /* 64 come */
+	                        .mover_id = ab.mover_id,
+	                        .shard = 0,
+	                        .addrlen = (uint16_t)ab.addrlen};
+	memcpy(h.addr, ab.addr[0], ab.addrlen);
+	memcpy(msg, &h, sizeof(h));
+	double t0 = now_s();
+	ck_assert_int_eq(raw_send(bb.addr[0], msg, sizeof(msg)), 0);
+
+	int failed = 0;
+	while (!failed && now_s() - t0 < 10) {
+		int n = mvc_wait(p.b, &ev, 1, 100);
+		ck_assert_int_ge(n, 0);
+		if (n && ev.type == MVC_EV_IMM_COUNT && ev.cookie == 51) {
+			ck_assert_int_ne(ev.status, 0);
+			ck_assert_int_eq(ev.cause, MVC_CAUSE_PEER_BAD);
+			failed = 1;
+		}
+	}
+	ck_assert_msg(failed, "the expectation of the peer that sent garbage did not fail in 10 s");
+	printf("bad landing header: the expectation failed after %.0f ms: %s\n",
+	       (now_s() - t0) * 1e3, ev.msg);
+	ck_assert_int_ge(log_grep(&B, "landing header says 100 bytes; 64 came", line, sizeof(line)),
+	                 1);
+	ck_assert_msg(strstr(line, "cut off"), "%s", line);
+
+	/* Everyone else carries on: a third mover's write into B lands. */
+	mover_start(&C, "c", 2);
+	struct mvc *c;
+	uint32_t pb, imp;
+	uint8_t blob[MVC_BLOB_MAX];
+	ck_assert_int_eq(mvc_connect(&c, C.sock), 0);
+	ck_assert_int_eq(mvc_alloc(c, 4096, &hsrc), 0);
+	ck_assert_int_eq(mvc_alloc(p.b, 4096, &hdst), 0);
+	fill(hsrc.addr, 4096, 52);
+	ck_assert_msg(mvc_peer_add(c, &bb, blen, &pb) == 0, "%s", mvc_error(c));
+	len = sizeof(blob);
+	ck_assert_int_eq(mvc_region_blob(p.b, hdst.region, blob, &len), 0);
+	ck_assert_msg(mvc_import(c, pb, blob, len, &imp) == 0, "%s", mvc_error(c));
+	ck_assert_int_eq(mvc_write(c, hsrc.region, 0, imp, 0, 4096), 0);
+	landed(c, imp, p.b, 52);
+	ck_assert(!memcmp(hsrc.addr, hdst.addr, 4096));
+	mvc_disconnect(c);
+	mvc_disconnect(p.a);
+	mvc_disconnect(p.b);
+}
+END_TEST
+
+/* ---- quotas: freed GPU memory the mover still holds ---- */
+
+static void quota_setup(void)
+{
+	mover_extra = "--quota-client-bytes=3M";
+	mover_extra2 = "--quota-uid-bytes=4M";
+	gpu_setup();
+	mover_extra = mover_extra2 = NULL;
+}
+
+/* A freed GPU region stays mapped by the mover through its quarantine, its
+ * device memory allocated whatever the client's free, so it still counts
+ * against its client's and its uid's registered bytes, the client gone or
+ * not: registering and freeing in a loop holds no more than the quota. */
+START_TEST(test_freed_gpu_region_counts_against_quota_until_reaped)
+{
+	const size_t mb = 1u << 20;
+	CUdeviceptr p = dev_alloc(2 * mb), p2 = dev_alloc(2 * mb);
+	struct mvc_mem g, g2, h;
+	struct mvc *c, *d;
+
+	ck_assert_int_eq(mvc_connect(&c, A.sock), 0);
+	ck_assert_msg(mvc_register_cuda(c, (void *)p, 2 * mb, &g) == 0, "%s", mvc_error(c));
+	ck_assert_int_eq(mvc_free(c, &g), 0);
+	/* Its 2 MiB in quarantine and 2 more pass the client's 3. */
+	ck_assert_int_eq(mvc_register_cuda(c, (void *)p2, 2 * mb, &g2), -EDQUOT);
+	ck_assert_msg(strstr(mvc_error(c), "quota_client_bytes is 3 MiB: this client holds 2 MiB "
+	                                   "registered (2 MiB of it freed GPU memory, kept up to "),
+	              "%s", mvc_error(c));
+	/* A megabyte of host memory fits beside them. */
+	ck_assert_msg(mvc_alloc(c, mb, &h) == 0, "%s", mvc_error(c));
+	ck_assert_int_eq(mvc_free(c, &h), 0);
+	mvc_disconnect(c);
+
+	/* Gone, the client's quarantined 2 MiB still count against its uid's
+	 * 4: a new client registers 2 MiB, and then not one more. */
+	ck_assert_int_eq(mvc_connect(&d, A.sock), 0);
+	ck_assert_msg(mvc_register_cuda(d, (void *)p2, 2 * mb, &g2) == 0, "%s", mvc_error(d));
+	ck_assert_int_eq(mvc_alloc(d, mb, &h), -EDQUOT);
+	ck_assert_msg(
+	    strstr(mvc_error(d), "quota_uid_bytes is 4 MiB: uid ") &&
+	        strstr(mvc_error(d), " holds 4 MiB registered (2 MiB of it freed GPU memory"),
+	    "%s", mvc_error(d));
+	mvc_disconnect(d);
+	cu->MemFree(p);
+	cu->MemFree(p2);
+}
+END_TEST
+
+int main(void)
+{
+	char why[256];
+
+	if (!gpu_usable(why, sizeof(why))) {
+		printf("test_gpu_guard: SKIPPED: %s\n", why);
+		return 0;
+	}
+	Suite *s = suite_create("gpu_guard");
+	TCase *tl = tcase_create("landing");
+	tcase_add_checked_fixture(tl, landing_setup, teardown);
+	tcase_set_timeout(tl, 120);
+	tcase_add_test(tl, test_bad_landing_header_cuts_its_peer_off);
+	suite_add_tcase(s, tl);
+	TCase *tq = tcase_create("quota");
+	tcase_add_checked_fixture(tq, quota_setup, teardown);
+	tcase_set_timeout(tq, 60);
+	tcase_add_test(tq, test_freed_gpu_region_counts_against_quota_until_reaped);
+	suite_add_tcase(s, tq);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
+
+#else
+int main(void)
+{
+	printf("test_gpu_guard: SKIPPED: built without the CUDA toolkit (no cuda.h)\n");
+	return 0;
+}
+#endif
