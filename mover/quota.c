@@ -98,19 +98,23 @@ static uint64_t held_by_uid(const struct mover *mv, uid_t uid, enum mv_quota_res
 	return n;
 }
 
-/* What of res freed GPU regions in quarantine hold (registry.c): those of
- * client cl, or with cl NULL those of every client of uid, gone or not. */
-static uint64_t quarantined(const struct mover *mv, const struct mv_client *cl, uid_t uid,
-                            enum mv_quota_res res)
+/* What of res freed GPU regions in quarantine hold (registry.c): client
+ * cl's in *mine, those of every client of its uid, gone or not, in
+ * *uid_all; one walk of the graveyard for both. */
+static void quarantined(const struct mover *mv, const struct mv_client *cl, enum mv_quota_res res,
+                        uint64_t *mine, uint64_t *uid_all)
 {
-	uint64_t n = 0;
-
+	*mine = *uid_all = 0;
 	if (res != MV_Q_BYTES && res != MV_Q_REGIONS)
-		return 0;
-	for (const struct mv_region *r = mv->graveyard; r; r = r->next_dead)
-		if (r->is_gpu && (cl ? r->owner == cl->id : r->owner_uid == uid))
-			n += res == MV_Q_BYTES ? r->len : 1;
-	return n;
+		return;
+	for (const struct mv_region *r = mv->graveyard; r; r = r->next_dead) {
+		uint64_t n = res == MV_Q_BYTES ? r->len : 1;
+		if (!r->is_gpu || r->owner_uid != cl->uid)
+			continue;
+		*uid_all += n;
+		if (r->owner == cl->id)
+			*mine += n;
+	}
 }
 
 /* The refusal, the key and its limit first: a reply carries 123 bytes of
@@ -138,7 +142,8 @@ int mv_quota_take(struct mover *mv, struct mv_client *cl, enum mv_quota_res res,
                   char *why, size_t whylen)
 {
 	const struct mv_quotas *q = &mv->cfg.quota;
-	uint64_t qmine = quarantined(mv, cl, 0, res), qall = quarantined(mv, NULL, cl->uid, res);
+	uint64_t qmine, qall;
+	quarantined(mv, cl, res, &qmine, &qall);
 	uint64_t mine = held(cl, res) + qmine, all = held_by_uid(mv, cl->uid, res) + qall;
 	char scope[32];
 
