@@ -162,14 +162,10 @@ int64_t mv_host_copy(struct mv_shard *s, struct mv_wr *op, uint64_t step, int (*
 		else
 			memcpy(d, v->iov_base, n);
 		done += n;
-		if (n == v->iov_len) {
+		if (n == v->iov_len)
 			k++;
-		} else {
-			v->iov_base = (uint8_t *)v->iov_base + n;
-			v->iov_len -= n;
-			op->riov[k].addr += n;
-			op->riov[k].len -= n;
-		}
+		else
+			mv_wr_skip(op, k, n);
 		if (stop && k < op->niov && stop(arg))
 			break;
 	}
@@ -177,12 +173,8 @@ int64_t mv_host_copy(struct mv_shard *s, struct mv_wr *op, uint64_t step, int (*
 	atomic_store_explicit(busy, 0, memory_order_release);
 	/* The pieces copied whole leave the op at once (mv_wr_advance() one
 	 * at a time would move the rest of the arrays for each). */
-	if (k) {
-		op->niov = (uint8_t)(op->niov - k);
-		memmove(op->iov, op->iov + k, op->niov * sizeof(op->iov[0]));
-		memmove(op->desc, op->desc + k, op->niov * sizeof(op->desc[0]));
-		memmove(op->riov, op->riov + k, op->niov * sizeof(op->riov[0]));
-	}
+	if (k)
+		mv_wr_drop(op, k);
 	op->bytes -= done;
 	op->copied += done;
 	return (int64_t)done;

@@ -87,9 +87,6 @@ struct mv_wr {
 
 /* ---- run once an op or a completion, so inline: the op pool, its queues, lookups ---- */
 
-/* Moves op's front past n bytes of its first iov (n at most that iov's
- * length, whose local and remote sides have the same length: take.c):
- * that iov shrinks, or goes when all of it is passed. op->bytes stays. */
 /* A running average that weighs the newest value an eighth; 0 means none
  * yet, so the first value (1 at least) starts it. */
 static inline int64_t mv_avg8(int64_t avg, int64_t v)
@@ -97,19 +94,34 @@ static inline int64_t mv_avg8(int64_t avg, int64_t v)
 	return avg ? (avg * 7 + v) / 8 : v > 0 ? v : 1;
 }
 
+/* Drops op's first k iovs, all of whose bytes were passed. */
+static inline void mv_wr_drop(struct mv_wr *op, uint32_t k)
+{
+	op->niov = (uint8_t)(op->niov - k);
+	memmove(op->iov, op->iov + k, op->niov * sizeof(op->iov[0]));
+	memmove(op->desc, op->desc + k, op->niov * sizeof(op->desc[0]));
+	memmove(op->riov, op->riov + k, op->niov * sizeof(op->riov[0]));
+}
+
+/* Moves iov k's front past n bytes, fewer than its length (whose local
+ * and remote sides have the same length: take.c). */
+static inline void mv_wr_skip(struct mv_wr *op, uint32_t k, uint64_t n)
+{
+	op->iov[k].iov_base = (uint8_t *)op->iov[k].iov_base + n;
+	op->iov[k].iov_len -= n;
+	op->riov[k].addr += n;
+	op->riov[k].len -= n;
+}
+
+/* Moves op's front past n bytes of its first iov (n at most that iov's
+ * length): that iov shrinks, or goes when all of it is passed. op->bytes
+ * stays. */
 static inline void mv_wr_advance(struct mv_wr *op, uint64_t n)
 {
-	if (n == op->iov[0].iov_len) {
-		op->niov--;
-		memmove(op->iov, op->iov + 1, op->niov * sizeof(op->iov[0]));
-		memmove(op->desc, op->desc + 1, op->niov * sizeof(op->desc[0]));
-		memmove(op->riov, op->riov + 1, op->niov * sizeof(op->riov[0]));
-	} else {
-		op->iov[0].iov_base = (uint8_t *)op->iov[0].iov_base + n;
-		op->iov[0].iov_len -= n;
-		op->riov[0].addr += n;
-		op->riov[0].len -= n;
-	}
+	if (n == op->iov[0].iov_len)
+		mv_wr_drop(op, 1);
+	else
+		mv_wr_skip(op, 0, n);
 }
 
 static inline struct mv_wr *mv_op_get(struct mv_shard *s)
