@@ -222,33 +222,6 @@ static int put_span(struct mvc *c, uint32_t s, uint32_t src, uint64_t so, uint32
 	return 0;
 }
 
-/*
- * A write into an import the shards copy into (same host): from
- * 2 x MV_HOST_PART_MIN bytes, parts on as many shards, each part on the
- * shard its destination offset names (mv_host_shard()), so that a buffer
- * written again and again is copied part by part by the same cores, and
- * writes streaming through a region spread over all of them. Smaller
- * writes go as any other.
- */
-static int host_parts(struct mvc *c, struct mark *m, uint32_t src, uint64_t src_off, uint32_t dst,
-                      uint64_t dst_off, uint64_t len, uint32_t n)
-{
-	uint32_t parts = mv_host_parts(len, n);
-	uint64_t part = parts > 1 ? mv_stripe_part(len, parts) : len;
-	int ret;
-
-	for (uint32_t k = 0; k < parts && (uint64_t)k * part < len; k++) {
-		uint64_t o = (uint64_t)k * part, l = len - o < part ? len - o : part;
-		uint32_t sh = parts > 1 ? mv_host_shard(dst_off, part, k, n) : pick(c, src, 0, 0);
-		ret = put_span(c, sh, src, src_off + o, dst, dst_off + o, l);
-		if (ret)
-			return mark_undo(c, m, ret);
-	}
-	c->kind |= MV_TK_WRITE;
-	c->nops++;
-	return 0;
-}
-
 static int write_in(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst, uint64_t dst_off,
                     uint64_t len)
 {
@@ -261,28 +234,32 @@ static int write_in(struct mvc *c, uint32_t src, uint64_t src_off, uint32_t dst,
 	if (len == 0)
 		return mvc_fail(c, -EINVAL, "write of 0 bytes");
 	mark_take(c, &m);
-	if (mvc_copied(c, dst)) {
-		if (n > 1)
-			return host_parts(c, &m, src, src_off, dst, dst_off, len, n);
-	} else {
-		c->uncopied = 1;
+	int copied = mvc_copied(c, dst);
+	c->uncopied |= !copied;
+	/* Its parts. Into an import the shards copy into (same host): from
+	 * 2 x MV_HOST_PART_MIN bytes, on as many shards as mv_host_parts()
+	 * says, each on the shard its destination offset names
+	 * (mv_host_shard()), so that a buffer written again and again is
+	 * copied part by part by the same cores, and writes streaming through
+	 * a region spread over all of them. Else striped from MV_STRIPE_MIN
+	 * (a local GPU's CUDA copies from LOCAL_GPU_STRIPE_MIN): equal,
+	 * aligned parts, one per shard, stripe k on shard k (pick()). One
+	 * part goes to pick()'s shard for the batch. */
+	uint32_t parts = copied ? mv_host_parts(len, n) : n;
+	if (!copied) {
+		int local_gpu = 0;
+		for (uint32_t i = 0; i < c->nlocal_gpu; i++)
+			local_gpu |= c->local_gpu[i] == dst;
+		if (len < (local_gpu ? LOCAL_GPU_STRIPE_MIN : MV_STRIPE_MIN))
+			parts = 1;
 	}
-	int local_gpu = 0;
-	for (uint32_t i = 0; i < c->nlocal_gpu; i++)
-		local_gpu |= c->local_gpu[i] == dst;
-	if (len < (local_gpu ? LOCAL_GPU_STRIPE_MIN : MV_STRIPE_MIN) || n == 1) {
-		ret = put_span(c, pick(c, src, 0, 0), src, src_off, dst, dst_off, len);
-		if (ret)
-			return mark_undo(c, &m, ret);
-		c->kind |= MV_TK_WRITE;
-		c->nops++;
-		return 0;
-	}
-	/* Striped: equal, aligned parts, one per shard. */
-	uint64_t part = mv_stripe_part(len, n);
-	for (uint32_t k = 0; k < n && (uint64_t)k * part < len; k++) {
+	uint64_t part = parts > 1 ? mv_stripe_part(len, parts) : len;
+	for (uint32_t k = 0; k < parts && (uint64_t)k * part < len; k++) {
 		uint64_t o = (uint64_t)k * part, l = len - o < part ? len - o : part;
-		ret = put_span(c, pick(c, src, k, 1), src, src_off + o, dst, dst_off + o, l);
+		uint32_t sh = parts == 1 ? pick(c, src, 0, 0)
+		              : copied   ? mv_host_shard(dst_off, part, k, n)
+		                         : pick(c, src, k, 1);
+		ret = put_span(c, sh, src, src_off + o, dst, dst_off + o, l);
 		if (ret)
 			return mark_undo(c, &m, ret);
 	}

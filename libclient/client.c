@@ -562,8 +562,7 @@ int mvc_unimport(struct mvc *c, uint32_t handle)
 	for (uint32_t i = 0; i < c->nlocal_gpu; i++)
 		if (c->local_gpu[i] == handle)
 			c->local_gpu[i] = c->local_gpu[--c->nlocal_gpu];
-	mvc_copied_set(c, handle, 0);
-	uint32_t cur = mvc_obj_del(c, MVC_OBJ_IMPORT, handle);
+	uint32_t cur = mvc_obj_del(c, MVC_OBJ_IMPORT, handle); /* clears its copied bit too */
 	return cur == MVC_ID_LOST ? 0 : mvc_id_call(c, MV_MSG_UNIMPORT, cur);
 }
 
