@@ -514,8 +514,8 @@ END_TEST
  * A client that sends small batches back to back, one at a time, keeps a
  * small write in flight nearly all the time, and its next batch always
  * about to come: where the shard holds other clients' pieces for a small
- * write (shm) or for the next batch of a client about to come back
- * (anticipation, tcp and shm), the holds must run out, so a flood beside
+ * write in flight or for the next batch of a client about to come back
+ * (anticipation), on shm and tcp, the holds must run out, so a flood beside
  * it still moves. Counted, not timed: while the small client
  * completes 3000 batches (each at least a post and a completion, so the
  * run lasts far longer than the 128 holds of SMALL_HOLD_NS a 4 MiB write
@@ -565,10 +565,10 @@ START_TEST(test_flood_moves_beside_back_to_back_small_writes)
 	              "the flood completed %llu bytes while the small client sent 3000 batches "
 	              "back to back: held for good (%llu holds)",
 	              (unsigned long long)flood_during, (unsigned long long)holds);
-	/* On shm's fabric a piece waits for a small write in flight, which a
+	/* On the fabric a piece waits for a small write in flight, which a
 	 * client sending back to back nearly always has: mvstat counts those
-	 * turns. (On tcp only anticipation holds, as the client's timing
-	 * allows; same-host copies stop in steps instead: copy_stops.) */
+	 * turns (asserted on shm, printed on tcp; same-host copies stop in
+	 * steps instead: copy_stops). */
 	int copies = stat_sum(&A, "\"samehost_bytes\"") != copied0;
 	printf("%s%s: flood beside 3000 back-to-back small batches: %llu holds\n", prov,
 	       copies ? " (copies)" : "", (unsigned long long)holds);
