@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import os
+import struct
 from collections import deque
 from ctypes import byref, c_size_t, c_uint32, c_uint64, c_void_p
 from typing import Any, NamedTuple
@@ -44,6 +45,17 @@ _lib_ = _lib.lib
 _write_paged = _lib.raw.mvc_write_paged
 _submit = _lib.raw.mvc_submit
 _submit_paged = _lib.raw.mvc_submit_paged
+# Stores of plain ints that refuse what a uint64_t cannot hold (struct.error):
+# struct mvc_pages's src_base and dst_base (adjacent), and a c_uint64 ...
+_BASES_AT = _lib.mvc_pages.src_base.offset
+assert _lib.mvc_pages.dst_base.offset == _BASES_AT + 8
+_pack_bases = struct.Struct("=QQ").pack_into
+_pack_cookie = struct.Struct("=Q").pack_into
+# ... and its src_pages, dst_pages and npages (adjacent), in one call.
+_LISTS_AT = _lib.mvc_pages.src_pages.offset
+assert (_lib.mvc_pages.dst_pages.offset, _lib.mvc_pages.npages.offset) == (_LISTS_AT + 8,
+                                                                            _LISTS_AT + 16)
+_pack_lists = struct.Struct("=QQI").pack_into
 _NO_ARG = object()  # is no argument
 _NO_ARGS = (_NO_ARG,) * 5
 _INT_OR_NONE = (int, type(None))
@@ -163,10 +175,8 @@ class Client(Completions):
         self._pages_ref = byref(self._pages)
         self._cookie = c_uint64()  # submit()'s argument
         # What self._pages holds, as write_paged was given it: (src, dst,
-        # page_size, src_stride, dst_stride), and the bases.
+        # page_size, src_stride, dst_stride); the bases are stored each call.
         self._paged_args: tuple[Any, ...] = _NO_ARGS
-        self._src_base: Any = _NO_ARG
-        self._dst_base: Any = _NO_ARG
         # The page arrays whose addresses and length self._pages holds, when
         # write_paged took them as they are (None otherwise), and that length.
         self._taken: tuple[Any, Any] = (None, None)
@@ -548,6 +558,34 @@ class Client(Completions):
         libmvc refuses leaves the open batch as it was; a submit it refuses
         leaves the batch open with the write in it (submit() or abort() it),
         and raises MoverError either way."""
+        # A layer loop's call, each line of it measured (bench_submit.py):
+        # the region, import and geometry of the last call (see _paged), the
+        # same page arrays or new ones libmvc takes as they are (_take), plain
+        # int bases and cookie (None: the counter's next). struct stores the
+        # bases and the cookie in two calls and refuses what is not 0 to
+        # 2**64 - 1; then _paged and _cookie_of say why, in their words.
+        if cookie is None:
+            cookie = next(self._cookies)
+        g = self._paged_args
+        c = self._c
+        if (src is g[0] and dst is g[1] and page_size is g[2] and src_stride is g[3] and
+                dst_stride is g[4] and c is not None and type(src_base) is int and
+                type(dst_base) is int and type(cookie) is int):
+            t = self._taken
+            if ((src_pages is t[0] and dst_pages is t[1] and
+                 len(src_pages) == self._taken_n == len(dst_pages) and
+                 src_pages.dtype is _U32 and dst_pages.dtype is _U32) or
+                    self._take(src_pages, dst_pages)):
+                try:
+                    _pack_bases(self._pages, _BASES_AT, src_base, dst_base)
+                    _pack_cookie(self._cookie, 0, cookie)
+                except struct.error:
+                    pass
+                else:
+                    ret = _submit_paged(c, self._pages_ref, self._cookie)
+                    if ret < 0:
+                        raise self._fail(ret, "mvc_submit_paged")
+                    return cookie
         c = self._paged(src, dst, src_pages, dst_pages, page_size, src_base, dst_base,
                         src_stride, dst_stride)
         ck = cookie if type(cookie) is int and 0 <= cookie <= U64_MAX else self._cookie_of(cookie)
@@ -567,28 +605,17 @@ class Client(Completions):
         # dtype: self._pages holds their addresses already, and numpy cannot
         # move an array's data while this client holds a reference to it
         # (ndarray.resize refuses). Else two page arrays libmvc takes as they
-        # are, known by their headers (mover._arrays). The geometry, and apart
-        # from it the bases (they change with every layer of a KV cache), are
-        # checked again only when an argument is not the very object the last
-        # call passed.
+        # are, known by their headers (mover._arrays). The geometry is checked
+        # again only when an argument is not the very object the last call
+        # passed; the bases (they change with every layer of a KV cache) each
+        # call.
         c = self._c
         t = self._taken
         if (src_pages is t[0] and dst_pages is t[1] and c is not None and
                 len(src_pages) == self._taken_n == len(dst_pages) and
                 src_pages.dtype is _U32 and dst_pages.dtype is _U32):
             pass
-        elif (type(src_pages) is _HEADED and type(dst_pages) is _HEADED and c is not None and
-                (hs := _head(id(src_pages))).descr == _U32_ID and
-                (hd := _head(id(dst_pages))).descr == _U32_ID and hs.nd == 1 and hd.nd == 1 and
-                hs.flags & hd.flags & _C_ALIGNED == _C_ALIGNED and
-                0 < (n := len(src_pages)) <= U32_MAX and n == len(dst_pages)):
-            p = self._pages
-            p.src_pages = hs.data
-            p.dst_pages = hd.data
-            p.npages = n
-            self._taken = (src_pages, dst_pages)
-            self._taken_n = n
-        else:
+        elif c is None or not self._take(src_pages, dst_pages):
             # numpy's converted arrays, held until libmvc has copied them (the
             # caller's call, after this returns): until the next such call,
             # or close()
@@ -602,18 +629,30 @@ class Client(Completions):
         if not (src is g[0] and dst is g[1] and page_size is g[2] and src_stride is g[3] and
                 dst_stride is g[4]):
             self._paged_geometry(src, dst, page_size, src_stride, dst_stride)
-        if src_base is not self._src_base or dst_base is not self._dst_base:
-            # A layer loop's new bases: plain ints in range, stored here.
-            if (type(src_base) is int and type(dst_base) is int and
-                    0 <= src_base <= U64_MAX and 0 <= dst_base <= U64_MAX):
-                p = self._pages
-                p.src_base = src_base
-                p.dst_base = dst_base
-                self._src_base = src_base
-                self._dst_base = dst_base
-            else:
-                self._paged_bases(src_base, dst_base)
+        if type(src_base) is int and type(dst_base) is int:
+            try:
+                _pack_bases(self._pages, _BASES_AT, src_base, dst_base)
+                return c
+            except struct.error:
+                pass
+        self._paged_bases(src_base, dst_base)
         return c
+
+    def _take(self, src_pages: Any, dst_pages: Any) -> bool:
+        """Whether src_pages and dst_pages are page arrays libmvc takes as
+        they are (C-contiguous aligned native uint32, 1-D, of one length),
+        known by their headers (mover._arrays); if so they are stored in
+        self._pages and held as self._taken."""
+        if (type(src_pages) is _HEADED and type(dst_pages) is _HEADED and
+                (hs := _head(id(src_pages))).descr == _U32_ID and
+                (hd := _head(id(dst_pages))).descr == _U32_ID and hs.nd == 1 and hd.nd == 1 and
+                hs.flags & hd.flags & _C_ALIGNED == _C_ALIGNED and
+                0 < (n := len(src_pages)) <= U32_MAX and n == len(dst_pages)):
+            _pack_lists(self._pages, _LISTS_AT, hs.data, hd.data, n)
+            self._taken = (src_pages, dst_pages)
+            self._taken_n = n
+            return True
+        return False
 
     def _checked_pages(self, src_pages: Any,
                        dst_pages: Any) -> tuple[c_void_p, int, int, int, tuple[Any, ...]]:
@@ -630,19 +669,10 @@ class Client(Completions):
         return c, _address(sp), _address(dp), sp.shape[0], (sp, dp)
 
     def _paged_bases(self, src_base: Any, dst_base: Any) -> None:
-        """Checks write_paged's bases and stores them in self._pages (and,
-        when plain ints, as self._src_base and _dst_base, for the next call
-        to skip)."""
-        sb = src_base if type(src_base) is int and 0 <= src_base <= U64_MAX else \
-            _index(src_base, "src_base")
-        db = dst_base if type(dst_base) is int and 0 <= dst_base <= U64_MAX else \
-            _index(dst_base, "dst_base")
+        """Checks write_paged's bases and stores them in self._pages."""
         p = self._pages
-        p.src_base = sb
-        p.dst_base = db
-        plain = type(src_base) is int and type(dst_base) is int
-        self._src_base = src_base if plain else _NO_ARG
-        self._dst_base = dst_base if plain else _NO_ARG
+        p.src_base = _index(src_base, "src_base")
+        p.dst_base = _index(dst_base, "dst_base")
 
     def _paged_geometry(self, src: Any, dst: Any, page_size: Any, src_stride: Any,
                         dst_stride: Any) -> None:

@@ -321,6 +321,44 @@ def test_submit_paged_refused_submits_nothing(tcp_pair):
             c.submit()
 
 
+def test_submit_paged_again_checks_bases_and_cookie(pair):
+    """submit_paged with the arrays and geometry of the call before (a layer
+    loop's call, its own fast path in the binding): each layer's bases land
+    where they say, a cookie of None takes the counter's next, and a base or
+    cookie that is no uint64 is refused before the mover in the words of the
+    first call's checks, as is a call on a closed client."""
+    src = fill(pair, 14)
+    s = src.reshape(NPAGES, PAGE)
+    sp = np.array([5, 0, 9, 3], dtype=np.uint32)
+    dp = np.array([1, 2, 3, 4], dtype=np.uint32)
+    a = pair.a
+    cks = []
+    for layer in range(4):  # the same objects each time but the bases
+        base = layer * 8 * PAGE
+        cks.append(a.submit_paged(pair.src, pair.imp, sp, dp, PAGE, src_base=base,
+                                  dst_base=base, cookie=None if layer % 2 else 500 + layer))
+    assert cks[0] == 500 and cks[2] == 502 and cks[1] != cks[3]
+    for ck in cks:
+        a.wait_batch(ck, timeout=10)
+    d = pair.dst.numpy().reshape(NPAGES, PAGE)
+    for layer in range(4):
+        assert np.array_equal(d[8 * layer + dp], s[8 * layer + sp]), layer
+    for kw, exc, match in ((dict(src_base=-1), ValueError, "src_base is -1"),
+                           (dict(dst_base=1 << 64), ValueError, "dst_base is"),
+                           (dict(src_base=True), TypeError, "src_base must be an integer"),
+                           (dict(dst_base=2.0), TypeError, "dst_base must be an integer"),
+                           (dict(cookie=-1), ValueError, "cookie is -1"),
+                           (dict(cookie=1 << 64), ValueError, "cookie is"),
+                           (dict(cookie=False), TypeError, "cookie must be an integer")):
+        a.submit_paged(pair.src, pair.imp, sp, dp, PAGE, cookie=600)  # the fast path's state
+        a.wait_batch(600, timeout=10)
+        refused_before_the_mover(pair, exc, lambda: a.submit_paged(pair.src, pair.imp, sp, dp,
+                                                                   PAGE, **kw), match)
+    a.close()
+    with pytest.raises(ValueError, match="closed"):
+        a.submit_paged(pair.src, pair.imp, sp, dp, PAGE, cookie=7)
+
+
 def test_prepared_paged_write_sends_each_layer_at_its_base(pair):
     """Client.paged(): a paged write checked once, sent per layer with the
     layer's bases (write() into an open batch, submit() as one call); every
