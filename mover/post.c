@@ -80,6 +80,8 @@
  * its one write (a write that is cut sends its immediate apart instead).
  */
 #define FAIR_PIECE     (32u << 10)  /* bytes a post carries at most while shared */
+#define FAIR_PIECE_MIN (8u << 10)   /* ... and at least, where posts are slow (piece_of()) */
+#define FAIR_POST_NS   2000         /* the post of a piece, where the provider's posts copy */
 #define FAIR_BURST     (256u << 10) /* bytes one burst carries at most while shared */
 #define FAIR_BURST_NS  4000         /* and nanoseconds (see mv_post()) */
 #define FAIR_INFLIGHT  (256u << 10) /* bytes in flight, all clients, while shared */
@@ -87,13 +89,37 @@
 #define QUIET_INFLIGHT (8u << 20)   /* of the one active client beside idle ones */
 #define SMALL_HOLD_NS  50000        /* a small write holds the others' pieces this long at most */
 
-/* The piece: mv_config's, else FAIR_PIECE; a weight-1 client's credit per
- * turn too, so such a client posts one piece a turn. */
-static uint64_t piece_of(const struct mv_shard *s)
+/*
+ * The piece: mv_config's, else FAIR_PIECE; a weight-1 client's credit per
+ * turn too, so such a client posts one piece a turn. Where the provider's
+ * post copies before it returns (shm's cross-memory attach, tcp's send into
+ * its socket), a client whose batch comes during a post waits it out: so
+ * the piece shrinks to what the shard has seen a post carry in FAIR_POST_NS,
+ * FAIR_PIECE_MIN at least, in 4 KiB steps. On the H100 a 32 KiB piece's post
+ * took 4-16 us on shm (process_vm_writev) and 8-16 us on tcp, an RDMA NIC's
+ * well under a microsecond (the piece then stays whole). The fairness row
+ * (1 shard, two interleaved rounds, 2026-11-27) with 8 KiB pieces and one
+ * piece a burst while a client may come: shm 2.71 / 3.01 -> 1.90 / 1.67
+ * (loaded p99 14-16 -> 8-9 us, the flood beside it 9-15 -> 9 Gbit/s), tcp
+ * 1.39 / 1.48 -> 1.13 / 1.28 (the flood 4.0-4.4 -> 2.7-3.3 Gbit/s).
+ */
+static uint64_t piece_cfg(const struct mv_shard *s)
 {
 	uint64_t p = s->mv->cfg.fair_piece > 0 ? (uint64_t)s->mv->cfg.fair_piece : FAIR_PIECE;
 
 	return p < 4096 ? 4096 : p > MV_CHUNK ? MV_CHUNK : p;
+}
+
+static uint64_t piece_of(const struct mv_shard *s)
+{
+	uint64_t p = piece_cfg(s);
+
+	if (s->kib_ns > 0 && p > FAIR_PIECE_MIN) {
+		uint64_t fit = ((uint64_t)FAIR_POST_NS * 1024 / (uint64_t)s->kib_ns) & ~4095ull;
+		if (fit < p)
+			p = fit < FAIR_PIECE_MIN ? FAIR_PIECE_MIN : fit;
+	}
+	return p;
 }
 
 static uint64_t quantum(uint64_t piece, const struct mv_attach *at)
@@ -458,6 +484,7 @@ int mv_post(struct mv_shard *s)
 	uint64_t grace = 0; /* a client whose yields ran out posts on to this burst byte */
 
 	s->ring_cut = 0;
+	s->piece = piece;
 	if (s->post_hold && s->now < s->post_hold)
 		return 0;
 	/* While shared and a client may come (one_may_come()), a burst also
@@ -467,9 +494,12 @@ int mv_post(struct mv_shard *s)
 	 * held a waiting client for FAIR_BURST bytes of copies. The fairness
 	 * row on the H100 (4 interleaved pairs): the small batch's wait in its
 	 * ring, p99, went from 25-32 us to 16-20 with 8 us bursts and 15-17
-	 * with 4 us ones, the flood's rate unchanged. Floods alone among
-	 * themselves keep whole bursts (fewer turns of the loop a byte). */
-	int64_t burst_end = shared ? mv_now_ns() + FAIR_BURST_NS : 0;
+	 * with 4 us ones, the flood's rate unchanged. While piece_of() cuts
+	 * pieces smaller than configured (its posts copy slowly), a burst
+	 * ends after each piece: a waiting client waits out one post at most.
+	 * Floods alone among themselves keep whole bursts (fewer turns of the
+	 * loop a byte). */
+	int64_t burst_end = !shared ? 0 : mv_now_ns() + (piece < piece_cfg(s) ? 0 : FAIR_BURST_NS);
 	while (s->round_head && burst < limit &&
 	       (!burst_end || !n || mv_now_ns() < burst_end || !one_may_come(s))) {
 		struct mv_attach *at = s->round_head;
@@ -585,8 +615,12 @@ int mv_post(struct mv_shard *s)
 			} else {
 				int64_t t0 = shared && op->bytes > piece / 2 ? mv_now_ns() : 0;
 				ret = fi_writemsg(ep_of(s, op, piece), &msg, flags);
-				if (t0 && !ret)
-					s->piece_ns = mv_avg8(s->piece_ns, mv_now_ns() - t0);
+				if (t0 && !ret) {
+					int64_t took = mv_now_ns() - t0;
+					s->piece_ns = mv_avg8(s->piece_ns, took);
+					s->kib_ns =
+					    mv_avg8(s->kib_ns, took * 1024 / (int64_t)op->bytes);
+				}
 			}
 			if (ret == -FI_EAGAIN) {
 				s->st.eagain++;

@@ -574,6 +574,18 @@ START_TEST(test_flood_moves_beside_back_to_back_small_writes)
 	       copies ? " (copies)" : "", (unsigned long long)holds);
 	if (!strcmp(prov, "shm") && !copies)
 		ck_assert_msg(holds > 0, "shm: no piece was held for 3000 small writes in flight");
+	/* The piece each shard cuts now: the configured 32 KiB, or what its
+	 * posts carried in 2 us (shm's and tcp's copy), 8 KiB at least, in
+	 * 4 KiB steps. */
+	uint64_t piece[64];
+	int n = stat_each(&A, "\"piece\"", piece, 64);
+	ck_assert_msg(n > 0, "mvstat shows no piece");
+	for (int i = 0; i < n && i < 64; i++) {
+		printf("%s: shard %d cuts %llu-byte pieces\n", prov, i,
+		       (unsigned long long)piece[i]);
+		ck_assert_msg(piece[i] >= 8192 && piece[i] <= 32768 && piece[i] % 4096 == 0,
+		              "shard %d's piece is %llu bytes", i, (unsigned long long)piece[i]);
+	}
 	mvc_disconnect(s);
 	mvc_disconnect(owner);
 }
