@@ -544,6 +544,7 @@ START_TEST(test_flood_moves_beside_back_to_back_small_writes)
 
 	uint64_t b0 = atomic_load(&fl.bytes), flood_during = 0;
 	uint64_t holds0 = stat_sum(&A, "\"holds\""), copied0 = stat_sum(&A, "\"samehost_bytes\"");
+	double t0 = now_s();
 	for (uint64_t i = 2; i < 3002; i++) {
 		ck_assert_int_eq(mvc_write(s, src.region, 0, imp, 8u << 20, 4096), 0);
 		ck_assert_msg(mvc_submit(s, i) == 0, "%s", mvc_error(s));
@@ -559,6 +560,7 @@ START_TEST(test_flood_moves_beside_back_to_back_small_writes)
 		ck_assert_msg(got, "small batch %llu never completed", (unsigned long long)i);
 	}
 	flood_during = atomic_load(&fl.bytes) - b0;
+	double took = now_s() - t0;
 	uint64_t holds = stat_sum(&A, "\"holds\"") - holds0;
 	flooder_close(&fl);
 	ck_assert_msg(flood_during >= fl.size,
@@ -570,8 +572,10 @@ START_TEST(test_flood_moves_beside_back_to_back_small_writes)
 	 * turns (asserted on shm, printed on tcp; same-host copies stop in
 	 * steps instead: copy_stops). */
 	int copies = stat_sum(&A, "\"samehost_bytes\"") != copied0;
-	printf("%s%s: flood beside 3000 back-to-back small batches: %llu holds\n", prov,
-	       copies ? " (copies)" : "", (unsigned long long)holds);
+	printf("%s%s: flood beside 3000 back-to-back small batches (%.2f s): %.0f MB/s, "
+	       "%llu holds\n",
+	       prov, copies ? " (copies)" : "", took, flood_during / took / 1e6,
+	       (unsigned long long)holds);
 	if (!strcmp(prov, "shm") && !copies)
 		ck_assert_msg(holds > 0, "shm: no piece was held for 3000 small writes in flight");
 	/* The piece each shard cuts now: the configured 32 KiB, or what its
