@@ -72,8 +72,8 @@ static const struct mv_key opts[] = {
     {"fair_piece", "fair-piece", 0, MV_KEY_INT, F(fair_piece), 4096, 4 << 20, NULL, "BYTES",
      "32768",
      "bytes one post carries at most while a shard is shared,\n"
-     "a weight-1 client's credit per turn (default 32768; the shard\n"
-     "cuts less, 8192 at least, where its posts copy slowly)"},
+     "a weight-1 client's credit per turn (default 32768, and less,\n"
+     "8192 at least, where posts copy slowly; set, it is fixed)"},
     {"fair_inflight", "fair-inflight", 0, MV_KEY_INT, F(fair_inflight), 65536, 1 << 30, NULL,
      "BYTES", "262144",
      "bytes all clients of a shared shard may have in flight,\n"

@@ -95,7 +95,8 @@
  * post copies before it returns (shm's cross-memory attach, tcp's send into
  * its socket), a client whose batch comes during a post waits it out: so
  * the piece shrinks to what the shard has seen a post carry in FAIR_POST_NS,
- * FAIR_PIECE_MIN at least, in 4 KiB steps. On the H100 a 32 KiB piece's post
+ * FAIR_PIECE_MIN at least, in 4 KiB steps, unless the operator set the
+ * piece (fair_piece: then it is what they set). On the H100 a 32 KiB piece's post
  * took 4-16 us on shm (process_vm_writev) and 8-16 us on tcp, an RDMA NIC's
  * well under a microsecond (the piece then stays whole). The fairness row
  * (1 shard, two interleaved rounds, 2026-11-27) with 8 KiB pieces and one
@@ -114,7 +115,8 @@ static uint64_t piece_of(const struct mv_shard *s)
 {
 	uint64_t p = piece_cfg(s);
 
-	if (s->kib_ns > 0 && p > FAIR_PIECE_MIN) {
+	/* A piece the operator set is what posts carry (fair_piece). */
+	if (s->kib_ns > 0 && p > FAIR_PIECE_MIN && s->mv->cfg.fair_piece <= 0) {
 		uint64_t fit = ((uint64_t)FAIR_POST_NS * 1024 / (uint64_t)s->kib_ns) & ~4095ull;
 		if (fit < p)
 			p = fit < FAIR_PIECE_MIN ? FAIR_PIECE_MIN : fit;

@@ -67,6 +67,17 @@ static void setup_shm1(void)
 	movers_listening();
 }
 
+/* tcp with the piece the operator set: fixed, however long its posts. */
+static uint64_t want_piece; /* 0: the shard's own */
+
+static void setup_tcp1_set_piece(void)
+{
+	want_piece = 32768;
+	mover_extra2 = "--fair-piece=32768";
+	setup_tcp1();
+	mover_extra2 = NULL;
+}
+
 static void setup_shm1_copy(void)
 {
 	prov = "shm";
@@ -578,16 +589,18 @@ START_TEST(test_flood_moves_beside_back_to_back_small_writes)
 	       (unsigned long long)holds);
 	if (!strcmp(prov, "shm") && !copies)
 		ck_assert_msg(holds > 0, "shm: no piece was held for 3000 small writes in flight");
-	/* The piece each shard cuts now: the configured 32 KiB, or what its
+	/* The piece each shard cuts now: the default 32 KiB, or what its
 	 * posts carried in 2 us (shm's and tcp's copy), 8 KiB at least, in
-	 * 4 KiB steps. */
+	 * 4 KiB steps; the piece the operator set, whatever the posts take. */
 	uint64_t piece[64];
 	int n = stat_each(&A, "\"piece\"", piece, 64);
 	ck_assert_msg(n > 0, "mvstat shows no piece");
 	for (int i = 0; i < n && i < 64; i++) {
 		printf("%s: shard %d cuts %llu-byte pieces\n", prov, i,
 		       (unsigned long long)piece[i]);
-		ck_assert_msg(piece[i] >= 8192 && piece[i] <= 32768 && piece[i] % 4096 == 0,
+		ck_assert_msg(want_piece
+		                  ? piece[i] == want_piece
+		                  : piece[i] >= 8192 && piece[i] <= 32768 && piece[i] % 4096 == 0,
 		              "shard %d's piece is %llu bytes", i, (unsigned long long)piece[i]);
 	}
 	mvc_disconnect(s);
@@ -773,6 +786,17 @@ static TCase *flows_copy(void)
 	return tc;
 }
 
+/* The piece the operator set stays what they set beside a flood. */
+static TCase *set_piece(void)
+{
+	TCase *tc = tcase_create("flows_tcp_set_piece");
+
+	tcase_add_checked_fixture(tc, setup_tcp1_set_piece, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_flood_moves_beside_back_to_back_small_writes);
+	return tc;
+}
+
 static TCase *uids(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -793,6 +817,7 @@ int main(void)
 	suite_add_tcase(s, flows("flows_tcp", setup_tcp1));
 	suite_add_tcase(s, flows("flows_shm", setup_shm1));
 	suite_add_tcase(s, flows_copy());
+	suite_add_tcase(s, set_piece());
 	suite_add_tcase(s, uids("uids_tcp", setup_b_only_tcp));
 	suite_add_tcase(s, uids("uids_shm", setup_b_only_shm));
 
