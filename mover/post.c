@@ -89,21 +89,7 @@
 #define QUIET_INFLIGHT (8u << 20)   /* of the one active client beside idle ones */
 #define SMALL_HOLD_NS  50000        /* a small write holds the others' pieces this long at most */
 
-/*
- * The piece: mv_config's, else FAIR_PIECE; a weight-1 client's credit per
- * turn too, so such a client posts one piece a turn. Where the provider's
- * post copies before it returns (shm's cross-memory attach, tcp's send into
- * its socket), a client whose batch comes during a post waits it out: so
- * the piece shrinks to what the shard has seen a post carry in FAIR_POST_NS,
- * FAIR_PIECE_MIN at least, in 4 KiB steps, unless the operator set the
- * piece (fair_piece: then it is what they set). On the H100 a 32 KiB piece's post
- * took 4-16 us on shm (process_vm_writev) and 8-16 us on tcp, an RDMA NIC's
- * well under a microsecond (the piece then stays whole). The fairness row
- * (1 shard, two interleaved rounds, 2026-11-27) with 8 KiB pieces and one
- * piece a burst while a client may come: shm 2.71 / 3.01 -> 1.90 / 1.67
- * (loaded p99 14-16 -> 8-9 us, the flood beside it 9-15 -> 9 Gbit/s), tcp
- * 1.39 / 1.48 -> 1.13 / 1.28 (the flood 4.0-4.4 -> 2.7-3.3 Gbit/s).
- */
+/* The piece the configuration gives: mv_config's, else FAIR_PIECE. */
 static uint64_t piece_cfg(const struct mv_shard *s)
 {
 	uint64_t p = s->mv->cfg.fair_piece > 0 ? (uint64_t)s->mv->cfg.fair_piece : FAIR_PIECE;
@@ -111,11 +97,26 @@ static uint64_t piece_cfg(const struct mv_shard *s)
 	return p < 4096 ? 4096 : p > MV_CHUNK ? MV_CHUNK : p;
 }
 
+/*
+ * The piece: a weight-1 client's credit per turn, so such a client posts one
+ * piece a turn, and the most one post carries while the shard is shared.
+ * Where the provider's post copies before it returns (shm's cross-memory
+ * attach, tcp's send into its socket), a client whose batch comes during a
+ * post waits it out: so the default piece shrinks to what the shard has seen
+ * a post carry in FAIR_POST_NS, FAIR_PIECE_MIN at least, in 4 KiB steps. A
+ * piece the operator set (fair_piece) is what posts carry. On the H100 a
+ * 32 KiB piece's post took 4-16 us on shm (process_vm_writev) and 8-16 us on
+ * tcp, an RDMA NIC's well under a microsecond (the piece then stays whole).
+ * The fairness row (1 shard, two interleaved rounds, 2026-11-27) with 8 KiB
+ * pieces and one piece a burst while a client may come: shm 2.71 / 3.01 ->
+ * 1.90 / 1.67 (loaded p99 14-16 -> 8-9 us, the flood beside it 9-15 -> 9
+ * Gbit/s), tcp 1.39 / 1.48 -> 1.13 / 1.28 (the flood 4.0-4.4 -> 2.7-3.3
+ * Gbit/s); the rule as built, in the README ("Fair share between clients").
+ */
 static uint64_t piece_of(const struct mv_shard *s)
 {
 	uint64_t p = piece_cfg(s);
 
-	/* A piece the operator set is what posts carry (fair_piece). */
 	if (s->kib_ns > 0 && p > FAIR_PIECE_MIN && s->mv->cfg.fair_piece <= 0) {
 		uint64_t fit = ((uint64_t)FAIR_POST_NS * 1024 / (uint64_t)s->kib_ns) & ~4095ull;
 		if (fit < p)
