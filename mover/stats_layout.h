@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI   10u                 /* 7: posted_small; 8: copy_stops; 9: holds; 10: piece */
+#define MV_STATS_ABI   10u                 /* 7-10: posted_small, copy_stops, holds, piece_bytes */
 #define MV_STATS_RINGS 256u                /* ring rows per shard: client slots */
 #define MV_STATS_PEERS 256u                /* peer rows per shard: the first peer slots */
 
@@ -151,7 +151,7 @@ struct mv_stats_shard {
 	_Atomic uint64_t holds;
 	/* ABI 10: bytes one post carries at most while the shard is shared,
 	 * now: the configured piece, or less where posts copy slowly (post.c) */
-	_Atomic uint64_t piece;
+	_Atomic uint64_t piece_bytes;
 };
 
 /* One client's rings on one shard (row slot = client slot). */

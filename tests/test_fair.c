@@ -593,7 +593,7 @@ START_TEST(test_flood_moves_beside_back_to_back_small_writes)
 	 * posts carried in 2 us (shm's and tcp's copy), 8 KiB at least, in
 	 * 4 KiB steps; the piece the operator set, whatever the posts take. */
 	uint64_t piece[64];
-	int n = stat_each(&A, "\"piece\"", piece, 64);
+	int n = stat_each(&A, "\"piece_bytes\"", piece, 64);
 	ck_assert_msg(n > 0, "mvstat shows no piece");
 	for (int i = 0; i < n && i < 64; i++) {
 		printf("%s: shard %d cuts %llu-byte pieces\n", prov, i,
