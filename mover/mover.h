@@ -93,10 +93,10 @@ struct mv_land_buf {
 
 /* A client's memory, mapped into the mover and registered on every shard. */
 struct mv_region {
-	uint32_t id; /* generation << 16 | table index */
+	uint32_t id;     /* generation << 16 | table index */
 	uint32_t owner;  /* the client's id (mv_client.id) */
 	uid_t owner_uid; /* and its uid: a freed GPU region still counts against it (quota.c) */
-	uint8_t *base; /* the mover's mapping */
+	uint8_t *base;   /* the mover's mapping */
 	uint64_t len;
 	size_t map_len;
 	uint8_t *map;
@@ -139,14 +139,14 @@ struct mv_peer {
 	uint64_t mover_id;
 	uint32_t nshards;
 	uint32_t index;
-	int refs;                   /* clients using it (main thread) */
-	_Atomic int gone;           /* enum mv_peer_state: anything but LIVE refuses work */
-	char gone_why[MV_ERRLEN];   /* DEPARTED: who and how, written before gone (R2) */
+	int refs;                    /* clients using it (main thread) */
+	_Atomic int gone;            /* enum mv_peer_state: anything but LIVE refuses work */
+	char gone_why[MV_ERRLEN];    /* DEPARTED: who and how, written before gone (R2) */
 	_Atomic uint32_t departures; /* times it left the cluster (main thread; R3) */
-	pid_t pid;                  /* same host and pid namespace: its process; else 0 */
-	int pidfd;                  /* watched while LIVE or REMOVED; else -1 (main thread) */
-	struct mv_wake_page *wake;  /* its shards' sleeping words (shm), or NULL */
-	int wake_fd[MV_MAX_SHARDS]; /* and their FIFOs */
+	pid_t pid;                   /* same host and pid namespace: its process; else 0 */
+	int pidfd;                   /* watched while LIVE or REMOVED; else -1 (main thread) */
+	struct mv_wake_page *wake;   /* its shards' sleeping words (shm), or NULL */
+	int wake_fd[MV_MAX_SHARDS];  /* and their FIFOs */
 	struct mv_addr_blob blob;
 	struct mv_fence *fence; /* its fence segment, once it handed us a memfd */
 	int host_told;          /* logged why its host regions are not copied into */
@@ -157,7 +157,7 @@ struct mv_peer {
 	 * round trip, written by shard 0 only, read by the main thread at
 	 * PEER_ADD and by the stats. */
 	_Atomic int live;
-	_Atomic int left;       /* SILENT because it left the cluster, back or not */
+	_Atomic int left; /* SILENT because it left the cluster, back or not */
 	_Atomic int64_t rtt_ns;
 	_Atomic int64_t silent_since; /* CLOCK_MONOTONIC ns of the last answer while not OK */
 	/* Garbage from it (a shard found it): 1 while the finder writes
