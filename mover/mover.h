@@ -440,8 +440,7 @@ struct mv_shard {
 	int64_t woke_at;      /* when this shard last woke a client or a peer shard */
 	int64_t post_hold;    /* after a full queue, no post before this (post.c) */
 	int64_t piece_ns;     /* a large piece's post while shared, on average (post.c) */
-	int64_t kib_ns;       /* and its cost per KiB, on average: piece_of() (post.c) */
-	uint64_t piece;       /* piece_of() at the last post turn, for the stats */
+	int64_t kib_ns;       /* and its cost per KiB, on average: mv_fair_piece() (post.c) */
 	int ring_cut;         /* mv_post() ended its burst for another client's ring */
 	int64_t hold_ns;      /* the wait after the last refusal in a row, or 0 */
 	uint64_t rx_seen;     /* rx_cntr's value when last read */
@@ -711,6 +710,9 @@ static inline int mv_check_span(uint64_t base, uint64_t idx, uint64_t stride, ui
 	*off = o;
 	return 0;
 }
+
+/* post.c: the piece a shared shard cuts now (the stats show it) */
+uint64_t mv_fair_piece(const struct mv_shard *s);
 
 /* stats.c */
 int mv_stats_init(struct mover *mv);

@@ -80,7 +80,7 @@
  * its one write (a write that is cut sends its immediate apart instead).
  */
 #define FAIR_PIECE     (32u << 10)  /* bytes a post carries at most while shared */
-#define FAIR_PIECE_MIN (8u << 10)   /* ... and at least, where posts are slow (piece_of()) */
+#define FAIR_PIECE_MIN (8u << 10)   /* ... and at least, where posts are slow (mv_fair_piece()) */
 #define FAIR_POST_NS   2000         /* the post of a piece, where the provider's posts copy */
 #define FAIR_BURST     (256u << 10) /* bytes one burst carries at most while shared */
 #define FAIR_BURST_NS  4000         /* and nanoseconds (see mv_post()) */
@@ -113,7 +113,7 @@ static uint64_t piece_cfg(const struct mv_shard *s)
  * Gbit/s), tcp 1.39 / 1.48 -> 1.13 / 1.28 (the flood 4.0-4.4 -> 2.7-3.3
  * Gbit/s); the rule as built, in the README ("Fair share between clients").
  */
-static uint64_t piece_of(const struct mv_shard *s)
+uint64_t mv_fair_piece(const struct mv_shard *s)
 {
 	uint64_t p = piece_cfg(s);
 
@@ -480,14 +480,13 @@ int mv_post(struct mv_shard *s)
 	struct mv_peer *wake[4];         /* same-host peers written to: woken once, at the end */
 	struct mv_attach *capped = NULL; /* first of a run of turns ended by the share */
 	int shared = s->nactive > 1;
-	uint64_t burst = 0, limit = shared ? FAIR_BURST : MV_BURST_BYTES, piece = piece_of(s);
+	uint64_t burst = 0, limit = shared ? FAIR_BURST : MV_BURST_BYTES, piece = mv_fair_piece(s);
 	uint32_t nwake = 0;
 	int64_t t_post = 0; /* read once a burst, for the hops */
 	int n = 0;
 	uint64_t grace = 0; /* a client whose yields ran out posts on to this burst byte */
 
 	s->ring_cut = 0;
-	s->piece = piece;
 	if (s->post_hold && s->now < s->post_hold)
 		return 0;
 	/* While shared and a client may come (one_may_come()), a burst also
@@ -497,7 +496,7 @@ int mv_post(struct mv_shard *s)
 	 * held a waiting client for FAIR_BURST bytes of copies. The fairness
 	 * row on the H100 (4 interleaved pairs): the small batch's wait in its
 	 * ring, p99, went from 25-32 us to 16-20 with 8 us bursts and 15-17
-	 * with 4 us ones, the flood's rate unchanged. While piece_of() cuts
+	 * with 4 us ones, the flood's rate unchanged. While mv_fair_piece() cuts
 	 * pieces smaller than configured (its posts copy slowly), a burst
 	 * ends after each piece: a waiting client waits out one post at most.
 	 * Floods alone among themselves keep whole bursts (fewer turns of the
