@@ -355,11 +355,9 @@ static inline int log_grep(const struct mvproc *m, const char *what, char *first
 	return n;
 }
 
-/* A field's total over the shards of mover m, from mvstat --json (the
- * field with its quotes: "\"copy_bytes\""). */
-/* Each value of field (with its quotes) in mvstat's JSON of m, in order
- * (a shard's counter: shard 0 first), at most max of them in v; returns
- * how many there were. */
+/* Each value of field in mvstat's JSON of m (the field with its quotes:
+ * "\"copy_bytes\""), in order (a shard's counter: shard 0 first), at most
+ * max of them in v; returns how many there were. */
 static inline int stat_each(struct mvproc *m, const char *field, uint64_t *v, int max)
 {
 	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
