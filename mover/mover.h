@@ -260,6 +260,7 @@ struct mv_cursor {
  * first, and its latest; since is 0 when no run is going on. */
 struct mv_yields {
 	int64_t since, last;
+	int64_t out; /* when its last run ran out; 0 once it goes unheld (post.c's yield()) */
 };
 
 /* A client's rings on one shard: owned by that shard's thread. */
