@@ -1,71 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Fair share between the clients of one mover, end to end over tcp;ofi_rxm
- * and shm with one shard per mover: a client's small batch is served while
- * another client's flood is still in flight, not after it; two flooding
- * clients get bytes in the proportion of their weights (the share a client
- * asks for in mvc_opts, and its uid's --weight-uid); and --weight-uid
- * refuses what it cannot use. Counted in batches and bytes, never in time:
- * timed bars belong to mvbench's fairness row.
+ * and shm with one shard per mover, and between same-host copies: a
+ * client's small batch is served while another client's flood is still in
+ * flight, not after it; a write cut into pieces keeps its immediate after
+ * its data; small writes take their own endpoint on tcp; a flood still
+ * moves beside back-to-back small batches, with the piece the shard cut or
+ * the one the operator set. Counted in batches and bytes, never in time:
+ * timed bars belong to mvbench's fairness row. Weights: test_weights.c.
  */
 #include <check.h>
-#include <errno.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mvc.h"
 
 #include "mvtest.h"
+#include "mvflood.h"
 
 #define FLOOD (64u << 20) /* bytes of one flood batch */
-
-/* Lets client `from` write into `region` of `owner` (a client of B). */
-static uint32_t reach(struct mvc *from, struct mvc *owner, uint32_t region)
-{
-	uint8_t blob[MVC_BLOB_MAX];
-	size_t len = sizeof(blob);
-	uint32_t peer, imp;
-
-	ck_assert_int_eq(mvc_address(owner, blob, &len), 0);
-	ck_assert_msg(mvc_peer_add(from, blob, len, &peer) == 0, "%s", mvc_error(from));
-	len = sizeof(blob);
-	ck_assert_int_eq(mvc_region_blob(owner, region, blob, &len), 0);
-	ck_assert_msg(mvc_import(from, peer, blob, len, &imp) == 0, "%s", mvc_error(from));
-	return imp;
-}
-
-/* The flows go through the fabric (--no-host-copy on the sender): the
- * shares are the shard's to make where the provider is what limits both
- * floods. Copied at memory speed (mover/samehost.c) a shard outruns the
- * floods' clients, whose refills then decide the bytes (on a loaded 2-core
- * machine, 0.64 for a 25% client was seen): flows_shm_copy keeps the tests
- * that count order, not shares. */
-static void setup_tcp1(void)
-{
-	prov = "tcp";
-	mover_extra = "--no-host-copy";
-	mover_launch(&A, "a", 1);
-	mover_extra = NULL;
-	mover_launch(&B, "b", 1);
-	movers_listening();
-}
-
-static void setup_shm1(void)
-{
-	prov = "shm";
-	mover_extra = "--no-host-copy";
-	mover_launch(&A, "a", 1);
-	mover_extra = NULL;
-	mover_launch(&B, "b", 1);
-	movers_listening();
-}
 
 /* tcp with the piece the operator set: fixed, however long its posts. */
 static uint64_t want_piece; /* 0: the shard's own */
@@ -244,140 +201,6 @@ START_TEST(test_copy_stopped_for_another_client_lands_whole)
 	        (unsigned long long)stops, k);
 	ck_assert_msg(stops > 0, "no copy stopped for the small client in %d flood batches", k);
 	beside_close(&t);
-}
-END_TEST
-
-/* ---- two floods, by weight ---- */
-
-/* A client that keeps `window` batches of one `size` write in flight and
- * counts the bytes that completed. */
-struct flooder {
-	struct mvc *c;
-	struct mvc_mem src;
-	uint32_t imp;
-	uint64_t size;
-	int window;
-	pthread_t thread;
-	_Atomic int stop;
-	_Atomic uint64_t bytes;
-	char err[160];
-};
-
-static void *flooder_main(void *arg)
-{
-	struct flooder *f = arg;
-	struct mvc_event ev[16];
-	uint64_t cookie = 0;
-	int inflight = 0;
-
-	while (!atomic_load(&f->stop) || inflight) {
-		if (!atomic_load(&f->stop) && inflight < f->window) {
-			int ret = mvc_write(f->c, f->src.region, 0, f->imp, 0, f->size);
-			if (!ret)
-				ret = mvc_submit(f->c, ++cookie);
-			if (!ret) {
-				inflight++;
-				continue;
-			}
-			if (ret != -EAGAIN) {
-				snprintf(f->err, sizeof(f->err), "submit: %s", mvc_error(f->c));
-				return NULL;
-			}
-			mvc_abort(f->c);
-		}
-		int n = mvc_wait(f->c, ev, 16, 50);
-		if (n < 0) {
-			snprintf(f->err, sizeof(f->err), "wait: %s", mvc_error(f->c));
-			return NULL;
-		}
-		for (int i = 0; i < n; i++) {
-			if (ev[i].type != MVC_EV_BATCH)
-				continue;
-			if (ev[i].status) {
-				snprintf(f->err, sizeof(f->err), "batch: %s", ev[i].msg);
-				return NULL;
-			}
-			atomic_fetch_add(&f->bytes, ev[i].bytes);
-			inflight--;
-		}
-	}
-	return NULL;
-}
-
-static void flooder_open(struct flooder *f, struct mvc *owner, uint32_t region,
-                         const struct mvc_opts *o)
-{
-	memset(f, 0, sizeof(*f));
-	ck_assert_msg(mvc_connect_opts(&f->c, A.sock, o) == 0, "%s", mvc_connect_error());
-	f->size = 4u << 20;
-	f->window = 8;
-	ck_assert_msg(mvc_alloc(f->c, f->size, &f->src) == 0, "%s", mvc_error(f->c));
-	fill(f->src.addr, f->size, 9);
-	f->imp = reach(f->c, owner, region);
-	ck_assert_int_eq(pthread_create(&f->thread, NULL, flooder_main, f), 0);
-}
-
-static void flooder_close(struct flooder *f)
-{
-	atomic_store(&f->stop, 1);
-	pthread_join(f->thread, NULL);
-	ck_assert_msg(!f->err[0], "flooder: %s", f->err);
-	mvc_disconnect(f->c);
-}
-
-/* Bytes each of two flooders completed over the same second, both busy. */
-static void race(struct flooder *x, struct flooder *y, uint64_t *bx, uint64_t *by)
-{
-	usleep(300000); /* both running, the shard shared */
-	uint64_t x0 = atomic_load(&x->bytes), y0 = atomic_load(&y->bytes);
-	usleep(1000000);
-	*bx = atomic_load(&x->bytes) - x0;
-	*by = atomic_load(&y->bytes) - y0;
-	ck_assert_msg(!x->err[0] && !y->err[0], "%s%s", x->err, y->err);
-}
-
-/* A flooder that asks for a quarter of its weight gets about a quarter of
- * the other's bytes; beside an equal one, about as many. */
-START_TEST(test_share_pct_divides_bytes_by_weight)
-{
-	struct mvc *owner;
-	struct mvc_mem dst;
-	struct flooder full, quarter, equal;
-	struct mvc_opts q = {.share_pct = 25};
-	uint64_t bf, bq, be;
-
-	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
-	ck_assert_msg(mvc_alloc(owner, 8u << 20, &dst) == 0, "%s", mvc_error(owner));
-	flooder_open(&full, owner, dst.region, NULL);
-	flooder_open(&quarter, owner, dst.region, &q);
-	race(&full, &quarter, &bf, &bq);
-	/* mvstat shows each client's weight on the shard: 100 and 25. */
-	char cmd[300], json[1 << 16];
-	snprintf(cmd, sizeof(cmd), "%s/bin/mvstat --socket %s --json",
-	         getenv("MV_BUILD") ? getenv("MV_BUILD") : "build", A.sock);
-	FILE *p = popen(cmd, "r");
-	ck_assert_ptr_nonnull(p);
-	size_t n = fread(json, 1, sizeof(json) - 1, p);
-	json[n] = 0;
-	ck_assert_int_eq(pclose(p), 0);
-	ck_assert_msg(strstr(json, "\"weight\":100,") && strstr(json, "\"weight\":25,"),
-	              "mvstat --json shows no weights 100 and 25: %.300s", json);
-	flooder_close(&quarter);
-	double r = (double)bq / (double)bf;
-	ck_assert_msg(bf > 0 && r > 0.1 && r < 0.45,
-	              "share 25%% got %llu bytes beside %llu at 100%%: %.2f of them, want "
-	              "about 0.25",
-	              (unsigned long long)bq, (unsigned long long)bf, r);
-
-	flooder_open(&equal, owner, dst.region, NULL);
-	race(&full, &equal, &bf, &be);
-	flooder_close(&equal);
-	flooder_close(&full);
-	r = (double)be / (double)bf;
-	ck_assert_msg(bf > 0 && r > 0.6 && r < 1.6,
-	              "equal weights: %llu and %llu bytes (%.2f), want about 1",
-	              (unsigned long long)be, (unsigned long long)bf, r);
-	mvc_disconnect(owner);
 }
 END_TEST
 
@@ -608,152 +431,6 @@ START_TEST(test_flood_moves_beside_back_to_back_small_writes)
 }
 END_TEST
 
-/* A share outside 1..100 is refused at connect, naming the field. */
-START_TEST(test_share_pct_out_of_range_is_refused)
-{
-	struct mvc *c;
-	struct mvc_opts o = {.share_pct = 101};
-
-	ck_assert_int_eq(mvc_connect_opts(&c, A.sock, &o), -EINVAL);
-	ck_assert_msg(strstr(mvc_connect_error(), "share_pct 101"), "%s", mvc_connect_error());
-}
-END_TEST
-
-/* ---- --weight-uid ---- */
-
-/* Runs the mover with one --weight-uid argument; its exit status, its
- * first line of output in out. */
-static int mover_with(const char *arg, char *out, size_t outlen)
-{
-	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
-	char cmd[512];
-
-	snprintf(cmd, sizeof(cmd),
-	         "%s/bin/mover --weight-uid '%s' --socket /tmp/mvt.%d.w.sock 2>&1", b, arg,
-	         getpid());
-	FILE *p = popen(cmd, "r");
-	ck_assert_ptr_nonnull(p);
-	out[0] = 0;
-	if (!fgets(out, (int)outlen, p))
-		out[0] = 0;
-	int st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-START_TEST(test_weight_uid_refuses_bad_values)
-{
-	const char *bad[] = {"1000", "1000:0", "1000:101", "x:2", "1000:2x", ":3"};
-	char out[256];
-
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		ck_assert_int_eq(mover_with(bad[i], out, sizeof(out)), 2);
-		ck_assert_msg(strstr(out, "--weight-uid") && strstr(out, "give UID:W"), "'%s': %s",
-		              bad[i], out);
-	}
-}
-END_TEST
-
-/*
- * The uid's weight: with --weight-uid 65534:4 (and --allow-any-uid), a
- * flooder running as uid 65534 gets about four times the bytes of one
- * running as the test's own uid, weight 1. Needs root to switch uids.
- */
-START_TEST(test_weight_uid_gives_that_uids_clients_more)
-{
-	if (geteuid() != 0) {
-		printf("test_weight_uid_gives_that_uids_clients_more: skipped, needs root to run "
-		       "a client as another uid\n");
-		return;
-	}
-	const char *b = getenv("MV_BUILD") ? getenv("MV_BUILD") : "build";
-	char bin[256];
-	snprintf(bin, sizeof(bin), "%s/bin/mover", b);
-	snprintf(A.sock, sizeof(A.sock), "/tmp/mvt.%d.a.sock", getpid());
-	snprintf(A.log, sizeof(A.log), "/tmp/mvt.%d.a.log", getpid());
-	const char *argv[] = {
-	    bin,    "--provider",      prov,           "--shards", "1",       "--socket",
-	    A.sock, "--allow-any-uid", "--weight-uid", "65534:4",  "--iface", "lo",
-	    NULL};
-	if (strcmp(prov, "tcp"))
-		argv[10] = NULL;
-	mover_spawn(&A, argv);
-	mover_listening(&A, "a", 30);
-	ck_assert_int_eq(chmod(A.sock, 0666), 0);
-
-	struct mvc *owner;
-	struct mvc_mem dst;
-	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
-	ck_assert_msg(mvc_alloc(owner, 8u << 20, &dst) == 0, "%s", mvc_error(owner));
-	uint8_t addr[MVC_BLOB_MAX], blob[MVC_BLOB_MAX];
-	size_t alen = sizeof(addr), blen = sizeof(blob);
-	ck_assert_int_eq(mvc_address(owner, addr, &alen), 0);
-	ck_assert_int_eq(mvc_region_blob(owner, dst.region, blob, &blen), 0);
-
-	/* The heavy flooder: a child as uid 65534, its byte count on a pipe. */
-	int pfd[2], go[2];
-	ck_assert_int_eq(pipe(pfd), 0);
-	ck_assert_int_eq(pipe(go), 0);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		struct flooder h;
-		uint32_t peer;
-		char c;
-		memset(&h, 0, sizeof(h));
-		if (setgid(65534) || setuid(65534) || mvc_connect(&h.c, A.sock) ||
-		    mvc_alloc(h.c, 4u << 20, &h.src) || mvc_peer_add(h.c, addr, alen, &peer) ||
-		    mvc_import(h.c, peer, blob, blen, &h.imp))
-			_exit(3);
-		h.size = 4u << 20;
-		h.window = 8;
-		if (pthread_create(&h.thread, NULL, flooder_main, &h))
-			_exit(4);
-		if (read(go[0], &c, 1) != 1) /* the parent's flooder runs */
-			_exit(5);
-		usleep(300000);
-		uint64_t b0 = atomic_load(&h.bytes);
-		usleep(1000000);
-		uint64_t n = atomic_load(&h.bytes) - b0;
-		if (write(pfd[1], &n, sizeof(n)) != sizeof(n))
-			_exit(6);
-		atomic_store(&h.stop, 1);
-		pthread_join(h.thread, NULL);
-		_exit(h.err[0] ? 7 : 0);
-	}
-	struct flooder light;
-	flooder_open(&light, owner, dst.region, NULL);
-	usleep(100000);
-	ck_assert_int_eq(write(go[1], "g", 1), 1);
-	usleep(300000);
-	uint64_t l0 = atomic_load(&light.bytes), heavy = 0;
-	ck_assert_int_eq(read(pfd[0], &heavy, sizeof(heavy)), sizeof(heavy));
-	uint64_t lbytes = atomic_load(&light.bytes) - l0;
-	int st;
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the uid 65534 client failed (%d)",
-	              WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-	flooder_close(&light);
-	double r = (double)lbytes / (double)heavy;
-	ck_assert_msg(heavy > 0 && r > 0.1 && r < 0.45,
-	              "weight 1 got %llu bytes beside %llu at weight 4: %.2f of them, want "
-	              "about 0.25",
-	              (unsigned long long)lbytes, (unsigned long long)heavy, r);
-	mvc_disconnect(owner);
-}
-END_TEST
-
-static void setup_b_only_tcp(void)
-{
-	prov = "tcp";
-	mover_start(&B, "b", 1);
-}
-
-static void setup_b_only_shm(void)
-{
-	prov = "shm";
-	mover_start(&B, "b", 1);
-}
-
 static TCase *flows(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -761,8 +438,6 @@ static TCase *flows(const char *name, void (*setup)(void))
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_small_batch_completes_before_a_flood_drains);
-	tcase_add_test(tc, test_share_pct_divides_bytes_by_weight);
-	tcase_add_test(tc, test_share_pct_out_of_range_is_refused);
 	tcase_add_test(tc, test_cut_write_keeps_its_imm_after_its_data);
 	tcase_add_test(tc, test_small_writes_take_their_own_endpoint_on_tcp);
 	tcase_add_test(tc, test_flood_moves_beside_back_to_back_small_writes);
@@ -797,29 +472,14 @@ static TCase *set_piece(void)
 	return tc;
 }
 
-static TCase *uids(const char *name, void (*setup)(void))
-{
-	TCase *tc = tcase_create(name);
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_weight_uid_gives_that_uids_clients_more);
-	return tc;
-}
-
 int main(void)
 {
 	Suite *s = suite_create("fair");
-	TCase *tc = tcase_create("options");
 
-	tcase_add_test(tc, test_weight_uid_refuses_bad_values);
-	suite_add_tcase(s, tc);
 	suite_add_tcase(s, flows("flows_tcp", setup_tcp1));
 	suite_add_tcase(s, flows("flows_shm", setup_shm1));
 	suite_add_tcase(s, flows_copy());
 	suite_add_tcase(s, set_piece());
-	suite_add_tcase(s, uids("uids_tcp", setup_b_only_tcp));
-	suite_add_tcase(s, uids("uids_shm", setup_b_only_shm));
 
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
