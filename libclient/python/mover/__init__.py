@@ -15,7 +15,8 @@ Regions give their bytes as memoryview (Region.memory), numpy
 cause, message); bad arguments raise TypeError or ValueError first.
 """
 from ._lib import BLOB_MAX
-from .client import Client, Found, Import, Info, Peer
+from ._peers import Found, Import, Peer
+from .client import Client, Info
 from .errors import Cause, MoverError
 from .events import Event, EventType, Latency
 from .memory import GpuPath, Region

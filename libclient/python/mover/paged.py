@@ -14,7 +14,8 @@ from . import _lib
 from .memory import _index
 
 if TYPE_CHECKING:
-    from .client import Client, Import
+    from ._peers import Import
+    from .client import Client
     from .memory import Region
 
 U64_MAX = (1 << 64) - 1
