@@ -540,6 +540,10 @@ struct frow {
 	int rounds_alone, rounds_loaded;
 	double a_p50, a_p99, l_p50, l_p99; /* microseconds: alone, beside the flood */
 	double ratio;                      /* l_p99 / a_p99 */
+	/* The same ratio within each rep (its alone chunk, then its loaded
+	 * one): median, lowest, highest. A noisy moment moves both sides of
+	 * one rep; shown beside ratio, which decides the bar. */
+	double rep_ratio_med, rep_ratio_min, rep_ratio_max;
 	double flood_bps, flood_alone_bps; /* the flood beside the small batches, and alone */
 	double i_p50, i_max; /* a small batch after 150 ms idle, the flood on: p50, max */
 	/* Per hop (mover/stats_layout.h), us: alone p50, p99; loaded p50, p99. */

@@ -419,13 +419,21 @@ static int chunk(struct cfg *x, struct fair *F, double *v, int *nv, int rounds, 
 	return 0;
 }
 
+/* The p99 of v[lo, hi), sorted in place. */
+static double p99_of(double *v, int lo, int hi)
+{
+	qsort(v + lo, (size_t)(hi - lo), sizeof(*v), mv_cmp_double);
+	return pct(v + lo, hi - lo, 0.99);
+}
+
 static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 {
 	const struct opts *o = x->o;
 	int reps = o->reps, na = 0, nl = 0;
 	double *va = calloc((size_t)reps * FAIR_CHUNK_ROUNDS, sizeof(double));
 	double *vl = calloc((size_t)reps * FAIR_CHUNK_ROUNDS, sizeof(double));
-	double vi[64]; /* the first small batch after an idle spell, per rep */
+	double vi[64];          /* the first small batch after an idle spell, per rep */
+	int a_at[65], l_at[65]; /* where each rep's chunks start in va and vl */
 	double loaded_s = 0, alone_s = 0;
 	uint64_t loaded_b = 0, alone_b = 0;
 	struct flood *f = &F->fl;
@@ -448,6 +456,8 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 	for (int rep = 0; rep < reps; rep++) {
 		struct hop_counts h0, h1;
 		hops_settled(F, &h0);
+		a_at[rep] = na;
+		l_at[rep] = nl;
 		/* As long as a loaded chunk, so both p99s stand on about as
 		 * many batches: with 400 a rep the alone p99 was the 20th
 		 * slowest of 2,000 and moved 3-22 us between runs (shm, H100). */
@@ -489,6 +499,20 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 		snprintf(r->err, sizeof(r->err), "the flood's bytes differ where they landed");
 		goto fail;
 	}
+	/* Each rep's ratio, before the whole sort (each sorts its own span);
+	 * a rep with an empty chunk has none. */
+	double rr[64];
+	int nr = 0;
+	a_at[reps] = na;
+	l_at[reps] = nl;
+	for (int rep = 0; rep < reps; rep++)
+		if (a_at[rep + 1] > a_at[rep] && l_at[rep + 1] > l_at[rep])
+			rr[nr++] = p99_of(vl, l_at[rep], l_at[rep + 1]) /
+			           p99_of(va, a_at[rep], a_at[rep + 1]);
+	qsort(rr, (size_t)nr, sizeof(*rr), mv_cmp_double);
+	r->rep_ratio_med = nr ? pct(rr, nr, 0.5) : 0;
+	r->rep_ratio_min = nr ? rr[0] : 0;
+	r->rep_ratio_max = nr ? rr[nr - 1] : 0;
 	qsort(va, (size_t)na, sizeof(*va), mv_cmp_double);
 	qsort(vl, (size_t)nl, sizeof(*vl), mv_cmp_double);
 	r->rounds_alone = na;
@@ -529,6 +553,9 @@ static void fair_print_row(const struct frow *r)
 	       r->prov, r->shards, r->a_p50, r->a_p99, r->l_p50, r->l_p99, r->ratio,
 	       r->pass ? "ok" : "MISS", r->flood_bps * 8 / 1e9, r->flood_alone_bps * 8 / 1e9,
 	       r->i_p50, r->i_max);
+	printf("   ratio within each rep (its alone chunk, then its loaded one): median %.2f, "
+	       "%.2f-%.2f\n",
+	       r->rep_ratio_med, r->rep_ratio_min, r->rep_ratio_max);
 	for (int q = 0; q < 2 && r->hops; q++) {
 		const double *a = q ? r->hop_a99 : r->hop_a50, *l = q ? r->hop_l99 : r->hop_l50;
 		printf("   hops %s, alone -> loaded (us, both movers):", q ? "p99" : "p50");
@@ -581,11 +608,12 @@ void fair_print_bench(const struct frow *r)
 	printf("BENCH fairness prov=%s shards=%u size=%" PRIu64 " flood_size=%" PRIu64
 	       " rounds_alone=%d rounds_loaded=%d alone_p50_us=%.2f alone_p99_us=%.2f "
 	       "loaded_p50_us=%.2f loaded_p99_us=%.2f ratio=%.3f bar=%.1f flood_gbps=%.3f "
-	       "flood_alone_gbps=%.3f after_idle_p50_us=%.2f after_idle_max_us=%.2f pass=%d "
-	       "failed=%d",
+	       "flood_alone_gbps=%.3f after_idle_p50_us=%.2f after_idle_max_us=%.2f "
+	       "rep_ratio_med=%.3f rep_ratio_min=%.3f rep_ratio_max=%.3f pass=%d failed=%d",
 	       r->prov, r->shards, r->size, r->flood_size, r->rounds_alone, r->rounds_loaded,
 	       r->a_p50, r->a_p99, r->l_p50, r->l_p99, r->ratio, FAIR_BAR, r->flood_bps * 8 / 1e9,
-	       r->flood_alone_bps * 8 / 1e9, r->i_p50, r->i_max, r->pass, r->failed);
+	       r->flood_alone_bps * 8 / 1e9, r->i_p50, r->i_max, r->rep_ratio_med, r->rep_ratio_min,
+	       r->rep_ratio_max, r->pass, r->failed);
 	for (int h = 0; h < MV_HOPS && r->hops; h++)
 		printf(" hop_%s_us=%.2f,%.2f,%.2f,%.2f", hop_name(h), r->hop_a50[h], r->hop_a99[h],
 		       r->hop_l50[h], r->hop_l99[h]);
