@@ -61,7 +61,7 @@ SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c \
 	libclient/rejoin.c libclient/memory.c libclient/names.c
 MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_check.c \
-	mover/registry.c mover/fabric.c mover/topo.c \
+	mover/registry.c mover/fabric.c mover/topo.c mover/cpus_held.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
 	mover/access.c mover/quota.c mover/etcd.c mover/cluster.c mover/cluster_keys.c \
 	mover/names.c \

@@ -52,6 +52,7 @@ int main(int argc, char **argv)
 
 	if (!mv)
 		return 1;
+	mv->cpus_fd = -1;
 	/* Settings: config.c (command line, config file, environment). */
 	ret = mv_config_load(&mv->cfg, argc, argv, cwhy, sizeof(cwhy));
 	if (ret != MV_CONFIG_RUN) {

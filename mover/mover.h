@@ -524,6 +524,7 @@ struct mover {
 	uint64_t pidns;            /* inode of our pid namespace */
 	struct mv_wake_page *wake; /* our shards' sleeping words (shm) */
 	void *topo;                /* hwloc topology, loaded once (main thread) */
+	int cpus_fd;               /* our shards' CPUs for other movers (cpus_held.c) */
 	int ep;                    /* the main thread's epoll (MV_TAG_*) */
 	/* Bumped when a peer's process exits: a shard that sees it change
 	 * fails its posted writes to exited peers at once. */
@@ -615,6 +616,11 @@ void mv_wake_peer_close(struct mv_peer *p);
 int mv_wake_arm(struct mv_shard *s);
 void mv_wake_disarm(struct mv_shard *s, int woke);
 void mv_wake_ring(struct mv_shard *s, struct mv_peer *p);
+
+/* cpus_held.c */
+int mv_cpus_held_read(int *used, int max);
+void mv_cpus_held_publish(struct mover *mv);
+void mv_cpus_held_drop(struct mover *mv);
 
 /* topo.c */
 int mv_topo_place(struct mover *mv, char *why, size_t whylen);

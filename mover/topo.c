@@ -6,7 +6,8 @@
  * hardware thread of it: two busy-polling shards on the two threads of one
  * core would share its pipeline, whatever the CPU numbering), never core 0
  * when another is free (the control thread and the kernel live there).
- * --cpus overrides the choice.
+ * --cpus overrides the choice. Cores another mover of this host pinned
+ * shards to count as taken (cpus_held.c).
  */
 #include "mover.h"
 
@@ -49,9 +50,15 @@ static int parse_cpus(const char *list, int *cpus, int max)
  * its PUs and the core holding PU 0 counts half a shard more while others
  * exist (the control thread and the kernel live there). So shards spread
  * over physical cores first and share one only once each core near the NIC
- * has a shard. -1 when near holds no PU.
+ * has a shard. While another mover of this host pins shards (others), core
+ * 0 counts a shard and a half: on a machine of few cores its clients and
+ * both movers' control threads need that core more than two shards need
+ * one each (on 2 cores, 3,000 small batches beside a flood took 2.6 s with
+ * the two movers' shards sharing core 1 and 10-13 s with one on core 0).
+ * -1 when near holds no PU.
  */
-static int least_used_pu(hwloc_topology_t t, hwloc_const_cpuset_t near, const int *used, int ncpu)
+static int least_used_pu(hwloc_topology_t t, hwloc_const_cpuset_t near, const int *used, int ncpu,
+                         int others)
 {
 	int best = -1, bcost = 1 << 30;
 	hwloc_obj_t pu = NULL;
@@ -74,13 +81,37 @@ static int least_used_pu(hwloc_topology_t t, hwloc_const_cpuset_t near, const in
 		hwloc_bitmap_foreach_end();
 		/* In units of half a shard: the core's shards, core 0's half, then
 		 * the PU's own shards to choose within the core. */
-		int cost = (core_used * 2 + (zero && ncpu > 1)) * 4096 + used[c] * 2 + (c == 0);
+		int cost = (core_used * 2 + (zero && ncpu > 1) * (others ? 3 : 1)) * 4096 +
+		           used[c] * 2 + (c == 0);
 		if (cost < bcost) {
 			bcost = cost;
 			best = c;
 		}
 	}
 	return best;
+}
+
+/* Places shard s near its NIC on the least used core there (least_used_pu). */
+static void place_shard(hwloc_topology_t t, struct mv_shard *sh, int *used, int ncpu, uint32_t s,
+                        int others)
+{
+	hwloc_obj_t nic = nic_object(t, sh);
+	hwloc_const_cpuset_t near = hwloc_topology_get_topology_cpuset(t);
+	hwloc_obj_t anc = nic ? hwloc_get_non_io_ancestor_obj(t, nic) : NULL;
+
+	if (anc && anc->cpuset && !hwloc_bitmap_iszero(anc->cpuset))
+		near = anc->cpuset;
+	sh->numa = -1;
+	hwloc_obj_t numa = NULL;
+	while ((numa = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, numa)))
+		if (hwloc_bitmap_intersects(numa->cpuset, near)) {
+			sh->numa = (int)numa->os_index;
+			break;
+		}
+
+	int best = least_used_pu(t, near, used, ncpu, others);
+	sh->cpu = best < 0 ? (int)(s % (uint32_t)ncpu) : best;
+	used[sh->cpu]++;
 }
 
 /*
@@ -118,34 +149,29 @@ int mv_topo_place(struct mover *mv, char *why, size_t whylen)
 			mv->shards[s].cpu = cpus[s % n];
 			mv->shards[s].numa = -1;
 		}
-		return 0;
 	}
-
-	for (uint32_t s = 0; s < mv->nshards; s++) {
-		struct mv_shard *sh = &mv->shards[s];
-		hwloc_obj_t nic = nic_object(t, sh);
-		hwloc_const_cpuset_t near = hwloc_topology_get_topology_cpuset(t);
-		hwloc_obj_t anc = nic ? hwloc_get_non_io_ancestor_obj(t, nic) : NULL;
-
-		if (anc && anc->cpuset && !hwloc_bitmap_iszero(anc->cpuset))
-			near = anc->cpuset;
-		sh->numa = -1;
-		hwloc_obj_t numa = NULL;
-		while ((numa = hwloc_get_next_obj_by_type(t, HWLOC_OBJ_NUMANODE, numa)))
-			if (hwloc_bitmap_intersects(numa->cpuset, near)) {
-				sh->numa = (int)numa->os_index;
-				break;
-			}
-
-		int best = least_used_pu(t, near, used, ncpu);
-		sh->cpu = best < 0 ? (int)(s % (uint32_t)ncpu) : best;
-		used[sh->cpu]++;
+	/* Another mover's shards count as ours, where the machine is ours
+	 * to pick from (hwloc's synthetic topologies are not); --cpus only
+	 * tells the others. */
+	int others = 0, here = hwloc_topology_is_thissystem(t);
+	if (here)
+		others = mv_cpus_held_read(used, ncpu);
+	if (!mv->cfg.cpus)
+		for (uint32_t s = 0; s < mv->nshards; s++)
+			place_shard(t, &mv->shards[s], used, ncpu, s, others);
+	if (here) {
+		if (others && !mv->cfg.cpus)
+			mv_log("%d other mover%s on this host pin%s shards: this one's keep off "
+			       "their cores while others but core 0 are free",
+			       others, others > 1 ? "s" : "", others > 1 ? "" : "s");
+		mv_cpus_held_publish(mv);
 	}
 	return 0;
 }
 
 void mv_topo_close(struct mover *mv)
 {
+	mv_cpus_held_drop(mv);
 	if (mv->topo)
 		hwloc_topology_destroy(mv->topo);
 	mv->topo = NULL;
