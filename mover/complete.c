@@ -222,8 +222,9 @@ int mv_expire(struct mv_shard *s)
 		return n;
 	s->next_expire = now + 50000000ll;
 	n += mv_expire_waits(s);
-	/* Never posted: the provider kept answering EAGAIN (rxm does while it
-	 * cannot connect). These are ours alone and end here. */
+	/* Never posted: at the head of their client's queue for op_timeout,
+	 * the provider answering EAGAIN (rxm does while it cannot connect;
+	 * mv_pend_went() starts the count). These are ours alone and end here. */
 	for (struct mv_attach *at = s->round_head, *next; at; at = next) {
 		next = at->round_next; /* at leaves the round when its queue empties */
 		while (at->pq_head && now - at->pq_head->posted_at > limit) {
@@ -233,6 +234,10 @@ int mv_expire(struct mv_shard *s)
 			         "peer mover %016llx took no write for %d ms: unreachable or gone",
 			         (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
 			mv_op_report(s, op, -ETIMEDOUT, text);
+			/* Behind it, a write to another peer waited on this
+			 * one: its own deadline starts now. */
+			if (at->pq_head && at->pq_head->peer != op->peer)
+				at->pq_head->posted_at = now;
 			mv_op_put(s, op);
 			n++;
 		}

@@ -355,7 +355,8 @@ static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct 
 	}
 	p->outstanding++;
 	at->outstanding++;
-	/* The piece is queued since the write was: the same deadline. */
+	/* The piece is queued since the write was (its latency) and goes
+	 * now; the rest's deadline counts again once it went (mv_pend_went). */
 	pc->born = op->born;
 	pc->next = op;
 	at->pq_head = pc;
@@ -417,13 +418,14 @@ static uint64_t copy_op(struct mv_shard *s, struct mv_attach *at, struct mv_wr *
 		/* Stopped for another client: charged what it copied. */
 		*stopped = cs.why;
 		s->st.copy_stops++;
+		op->posted_at = s->now; /* it moved: its deadline counts from here */
 		at->deficit -= n;
 		at->posted_bytes += (uint64_t)n;
 		s->st.bytes += (uint64_t)n;
 		return (uint64_t)n;
 	}
 	at->deficit -= n >= 0 ? n : cost;
-	mv_pend_pop(s, at);
+	mv_pend_went(s, at);
 	op->bytes += op->copied; /* the whole write, for its batch */
 	if (n >= 0) {
 		at->posted_bytes += (uint64_t)n;
@@ -663,7 +665,7 @@ int mv_post(struct mv_shard *s)
 		}
 		at->deficit -= cost;
 		capped = NULL;
-		mv_pend_pop(s, at);
+		mv_pend_went(s, at);
 		if (ret) {
 			char text[MV_ERRLEN];
 			if (mv_retry(s, op, (int)-ret))

@@ -297,6 +297,22 @@ static inline struct mv_wr *mv_pend_pop(struct mv_shard *s, struct mv_attach *at
 	return op;
 }
 
+/*
+ * Pops at's head, which went (posted, copied, or failed): the next op's
+ * deadline counts from now. op_timeout is for a peer that takes nothing
+ * ("took no write"), so it counts while an op could go, at the head of its
+ * client's queue, not while it waits behind the client's own writes: a
+ * client alone may queue more than its mover moves in op_timeout.
+ */
+static inline struct mv_wr *mv_pend_went(struct mv_shard *s, struct mv_attach *at)
+{
+	struct mv_wr *op = mv_pend_pop(s, at);
+
+	if (at->pq_head)
+		at->pq_head->posted_at = s->now;
+	return op;
+}
+
 static inline struct mv_import *mv_import_get(struct mv_client *cl, uint32_t h)
 {
 	if (h >= MV_CLIENT_MAX_IMPORTS)

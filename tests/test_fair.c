@@ -6,7 +6,8 @@
  * flight, not after it; a write cut into pieces keeps its immediate after
  * its data; small writes take their own endpoint on tcp; a flood still
  * moves beside back-to-back small batches, with the piece the shard cut or
- * the one the operator set. Counted in batches and bytes, never in time:
+ * the one the operator set; writes queued or cut into pieces outlive the
+ * deadline while they move. Counted in batches and bytes, never in time:
  * timed bars belong to mvbench's fairness row. Weights: test_weights.c.
  */
 #include <check.h>
@@ -431,6 +432,101 @@ START_TEST(test_flood_moves_beside_back_to_back_small_writes)
 }
 END_TEST
 
+/* ---- deadlines of queued writes ---- */
+
+/* A's writes on tcp's fabric, and a deadline (--op-timeout) of 0.5 s. */
+static void setup_tcp_deadline(void)
+{
+	prov = "tcp";
+	mover_extra = "--no-host-copy";
+	mover_extra2 = "--op-timeout=0.5";
+	mover_launch(&A, "a", 1);
+	mover_extra = NULL;
+	mover_launch(&B, "b", 1);
+	mover_extra2 = NULL;
+	movers_listening();
+}
+
+/*
+ * A write's deadline (op_timeout) is for a peer that takes nothing: it
+ * counts while the write could go (the head of its client's queue, or the
+ * rest of one cut into pieces since its last piece went), not while it
+ * waits behind its client's own writes. Two clients of A each queue
+ * batches of one 64 MiB write, as many as tcp on loopback moves in 1.5 s,
+ * three times the 0.5 s deadline: every batch completes with status 0,
+ * and its bytes are in place.
+ */
+START_TEST(test_queued_writes_outlive_the_deadline_while_they_move)
+{
+	struct mvc *owner, *c[2];
+	struct mvc_mem dst, src[2];
+	struct mvc_event ev[16];
+	uint32_t imp[2];
+	int nb;
+
+	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
+	ck_assert_msg(mvc_alloc(owner, 2 * FLOOD, &dst) == 0, "%s", mvc_error(owner));
+	for (int k = 0; k < 2; k++) {
+		ck_assert_int_eq(mvc_connect(&c[k], A.sock), 0);
+		ck_assert_msg(mvc_alloc(c[k], FLOOD, &src[k]) == 0, "%s", mvc_error(c[k]));
+		fill(src[k].addr, FLOOD, 20 + k);
+		imp[k] = reach(c[k], owner, dst.region);
+		/* Connected (tcp connects on the first write) before the clock. */
+		ck_assert_int_eq(mvc_write(c[k], src[k].region, 0, imp[k], 0, 4096), 0);
+		submit_ok(c[k], 1000);
+	}
+	/* Enough batches for 1.5 s at the rate one of each moves. */
+	double t0 = now_s();
+	for (int k = 0; k < 2; k++) {
+		ck_assert_int_eq(
+		    mvc_write(c[k], src[k].region, 0, imp[k], (uint64_t)k * FLOOD, FLOOD), 0);
+		ck_assert_int_eq(mvc_submit(c[k], 1001), 0);
+	}
+	for (int k = 0; k < 2; k++) {
+		struct mvc_event e = wait_batch(c[k], 1001, 30);
+		ck_assert_msg(e.status == 0, "%s", e.msg);
+	}
+	double one = now_s() - t0;
+	nb = one > 0.3 ? 5 : 1 + (int)(1.5 / one);
+	if (nb > 64)
+		nb = 64;
+	t0 = now_s();
+	for (int i = 0; i < nb; i++)
+		for (int k = 0; k < 2; k++) {
+			ck_assert_int_eq(
+			    mvc_write(c[k], src[k].region, 0, imp[k], (uint64_t)k * FLOOD, FLOOD),
+			    0);
+			ck_assert_msg(mvc_submit(c[k], (uint64_t)i) == 0, "%s", mvc_error(c[k]));
+		}
+	for (int k = 0; k < 2; k++)
+		for (int left = nb; left > 0;) {
+			int n = mvc_wait(c[k], ev, 16, 200);
+			ck_assert_int_ge(n, 0);
+			for (int i = 0; i < n; i++) {
+				ck_assert_msg(ev[i].status == 0,
+				              "client %d, batch %llu of %d queued at once, %.2f s "
+				              "in: %s",
+				              k, (unsigned long long)ev[i].cookie, nb, now_s() - t0,
+				              ev[i].msg);
+				left--;
+			}
+			ck_assert_msg(n || mvc_inflight(c[k]), "batches lost");
+		}
+	double took = now_s() - t0;
+	ck_assert_msg(took > 1.0,
+	              "%d x 2 batches of 64 MiB drained in %.2f s, within twice the deadline "
+	              "(one of each took %.3f s): the test proves nothing",
+	              nb, took, one);
+	printf("tcp: %d x 2 queued 64 MiB writes drained in %.2f s beside a 0.5 s deadline\n", nb,
+	       took);
+	for (int k = 0; k < 2; k++)
+		ck_assert(!memcmp((uint8_t *)dst.addr + (size_t)k * FLOOD, src[k].addr, FLOOD));
+	for (int k = 0; k < 2; k++)
+		mvc_disconnect(c[k]);
+	mvc_disconnect(owner);
+}
+END_TEST
+
 static TCase *flows(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -480,6 +576,11 @@ int main(void)
 	suite_add_tcase(s, flows("flows_shm", setup_shm1));
 	suite_add_tcase(s, flows_copy());
 	suite_add_tcase(s, set_piece());
+	TCase *tc = tcase_create("deadline_tcp");
+	tcase_add_checked_fixture(tc, setup_tcp_deadline, teardown);
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_queued_writes_outlive_the_deadline_while_they_move);
+	suite_add_tcase(s, tc);
 
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
