@@ -13,6 +13,9 @@
  *
  * A file whose lock is free is a dead mover's and goes. The lock dies with
  * the process, however it ends, so a crashed mover's CPUs are free again.
+ * /dev/shm is everyone's: nothing there is followed where it is a link or
+ * read where it is not a plain file, and a place lock someone keeps holds
+ * a starting mover 2 s at most (it places alone then, and says so).
  * Main thread, at start and exit.
  */
 #include "mover.h"
@@ -63,11 +66,63 @@ static int add_listed(int fd, int *used, int max)
 	return n;
 }
 
+#define PLACE_TRIES 200 /* 10 ms apart: 2 s, then a mover places alone */
+
 /*
- * Takes the placement lock and adds to used[] (max entries) each CPU a live
- * mover of this host pins a shard to; how many movers hold some. The lock
- * stays taken until mv_cpus_held_publish(). 0 and nothing taken where
- * /dev/shm cannot hold the files (a mover alone with its cores then).
+ * The placement lock, taken: its fd, or -1 (and a warning naming why)
+ * where it could not be in 2 s. Anyone may hold it (movers of every user
+ * lock it), so it is never waited for without end; never followed where
+ * it is a link, and chmod'ed only by its owner.
+ */
+static int place_lock(void)
+{
+	int fd = -1, err = 0;
+	struct stat st;
+
+	for (int i = 0; fd < 0 && i < PLACE_TRIES; i++) {
+		fd = open(PLACE_LOCK, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0666);
+		if (fd < 0 && errno == EACCES) /* another user's: a lock needs no write access */
+			fd = open(PLACE_LOCK, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+		err = errno;
+		if (fd < 0 && err != EACCES) /* only its maker's chmod is worth waiting for */
+			break;
+		if (fd < 0)
+			usleep(10000);
+	}
+	if (fd < 0) {
+		mv_warn("%s: %s: shards placed without regard to other movers of this host",
+		        PLACE_LOCK, strerror(err));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+		mv_warn("%s is not a plain file of one link: shards placed without regard to "
+		        "other movers of this host (remove it)",
+		        PLACE_LOCK);
+		close(fd);
+		return -1;
+	}
+	if (st.st_uid == geteuid() && (st.st_mode & 0777) != 0666)
+		(void)fchmod(fd, 0666); /* movers of other users lock it too */
+	for (int i = 0; i < PLACE_TRIES; i++) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return fd;
+		if (errno != EWOULDBLOCK && errno != EINTR)
+			break;
+		usleep(10000);
+	}
+	mv_warn("%s: held by another process for 2 s: shards placed without regard to other "
+	        "movers of this host",
+	        PLACE_LOCK);
+	close(fd);
+	return -1;
+}
+
+/*
+ * Takes the placement lock and adds to used[] (max entries, indexed by OS
+ * CPU number) each CPU a live mover of this host pins a shard to; how many
+ * movers hold some. The lock stays taken until mv_cpus_held_publish(). 0,
+ * and nothing taken, where the lock cannot be had (a mover places alone
+ * then).
  */
 int mv_cpus_held_read(int *used, int max)
 {
@@ -75,23 +130,25 @@ int mv_cpus_held_read(int *used, int max)
 	DIR *d;
 	struct dirent *e;
 
-	place_fd = open(PLACE_LOCK, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-	if (place_fd < 0) /* made by another user: a lock needs no write access */
-		place_fd = open(PLACE_LOCK, O_RDONLY | O_CLOEXEC);
+	place_fd = place_lock();
 	if (place_fd < 0)
 		return 0;
-	(void)fchmod(place_fd, 0666); /* movers of other users lock it too */
-	while (flock(place_fd, LOCK_EX) < 0 && errno == EINTR)
-		;
 	d = opendir(HELD_DIR);
 	if (!d)
 		return 0;
 	while ((e = readdir(d))) {
+		struct stat st;
 		if (!held_name(e->d_name))
 			continue;
-		int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		/* Not blocking on a FIFO, not following a link. */
+		int fd =
+		    openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 		if (fd < 0)
 			continue;
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+			close(fd);
+			continue;
+		}
 		if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
 			/* Nobody holds it: its mover is gone (whoever made it, a
 			 * live one holds its lock from before we took ours). */
@@ -113,16 +170,20 @@ int mv_cpus_held_read(int *used, int max)
  */
 void mv_cpus_held_publish(struct mover *mv)
 {
-	char path[64], text[MV_MAX_SHARDS * 6 + 2];
+	char path[64], text[MV_MAX_SHARDS * 12 + 2];
 	size_t len = 0;
 	int fd;
 
 	snprintf(path, sizeof(path), HELD_DIR "/mv.%016llx.cpus", (unsigned long long)mv->mover_id);
-	for (uint32_t s = 0; s < mv->nshards && len + 8 < sizeof(text); s++)
-		len += (size_t)snprintf(text + len, sizeof(text) - len, "%s%d", s ? "," : "",
-		                        mv->shards[s].cpu);
+	for (uint32_t s = 0; s < mv->nshards; s++) {
+		int w = snprintf(text + len, sizeof(text) - len - 1, "%s%d", s ? "," : "",
+		                 mv->shards[s].cpu);
+		if (w < 0 || (size_t)w >= sizeof(text) - len - 1)
+			break;
+		len += (size_t)w;
+	}
 	text[len++] = '\n';
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd >= 0 && (flock(fd, LOCK_EX | LOCK_NB) < 0 || fchmod(fd, 0644) < 0 ||
 	                write(fd, text, len) != (ssize_t)len)) {
 		mv_warn("%s: %s: other movers on this host may pin shards to this one's CPUs", path,

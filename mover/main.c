@@ -30,6 +30,7 @@
 /* A failure before the shards started: what was set up goes. */
 static int fail_early(struct mover *mv)
 {
+	mv_topo_close(mv); /* where placed: the CPUs are free for others */
 	if (mv->shards)
 		for (uint32_t s = 0; s < mv->nshards; s++)
 			if (mv->shards[s].efd > 0)

@@ -155,7 +155,7 @@ int mv_topo_place(struct mover *mv, char *why, size_t whylen)
 	 * tells the others. */
 	int others = 0, here = hwloc_topology_is_thissystem(t);
 	if (here)
-		others = mv_cpus_held_read(used, ncpu);
+		others = mv_cpus_held_read(used, 1024); /* OS numbers, not counts */
 	if (!mv->cfg.cpus)
 		for (uint32_t s = 0; s < mv->nshards; s++)
 			place_shard(t, &mv->shards[s], used, ncpu, s, others);

@@ -315,6 +315,57 @@ START_TEST(test_movers_of_one_host_keep_off_each_others_cores)
 }
 END_TEST
 
+/*
+ * /dev/shm is everyone's: a FIFO named like a CPU file would block a reader
+ * for good, a link would be followed, and anyone may hold the place lock.
+ * A mover starts past all three: the FIFO and the link are left alone, and
+ * a lock held for good keeps it 2 s at most, which its log says.
+ */
+START_TEST(test_cpu_files_of_others_never_stop_a_start)
+{
+	const char *fifo = "/dev/shm/mv.00000000f1f0f1f0.cpus";
+	const char *link = "/dev/shm/mv.000000001111abcd.cpus";
+	int p[2];
+	char c;
+
+	prov = "tcp";
+	unlink(fifo);
+	unlink(link);
+	ck_assert_int_eq(mkfifo(fifo, 0644), 0);
+	ck_assert_int_eq(symlink("/etc/hostname", link), 0);
+	/* A process that takes the place lock and keeps it. */
+	ck_assert_int_eq(pipe(p), 0);
+	pid_t holder = fork();
+	ck_assert_int_ge(holder, 0);
+	if (holder == 0) {
+		int fd = open("/dev/shm/mv.place.lock", O_RDONLY | O_CREAT, 0666);
+		if (fd < 0 || flock(fd, LOCK_EX) < 0)
+			_exit(1);
+		(void)!write(p[1], "x", 1);
+		pause();
+		_exit(0);
+	}
+	ck_assert_int_eq(read(p[0], &c, 1), 1);
+	double t0 = now_s();
+	mover_start(&A, "a", 1);
+	double took = now_s() - t0;
+	kill(holder, SIGKILL);
+	waitpid(holder, NULL, 0);
+	ck_assert_msg(log_grep(&A, "held by another process for 2 s", NULL, 0) == 1,
+	              "A does not say the place lock was held (%s)", A.log);
+	ck_assert_msg(took < 10, "A listened %.1f s after it started", took);
+	/* Without the lock, A did not read them; with it, B passes them by. */
+	mover_start(&B, "b", 1);
+	ck_assert_msg(log_grep(&B, "1 other mover on", NULL, 0) == 1,
+	              "B counts other than A's CPUs (%s)", B.log);
+	struct stat st;
+	ck_assert_msg(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO was removed");
+	ck_assert_msg(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the link was removed");
+	unlink(fifo);
+	unlink(link);
+}
+END_TEST
+
 static TCase *shards(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -337,6 +388,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_shards_take_physical_cores_before_sharing_one);
 	tcase_add_test(tc, test_movers_of_one_host_keep_off_each_others_cores);
+	tcase_add_test(tc, test_cpu_files_of_others_never_stop_a_start);
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, shards("shards_tcp", setup_tcp));
 	suite_add_tcase(s, shards("shards_shm", setup_shm));
