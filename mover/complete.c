@@ -185,6 +185,32 @@ int mv_reap(struct mv_shard *s)
 	return n;
 }
 
+/* Fails each of at's queued ops to peer p with text; how many. */
+static int expire_to(struct mv_shard *s, struct mv_attach *at, struct mv_peer *p, const char *text)
+{
+	struct mv_wr **pp = &at->pq_head, *last = NULL;
+	int n = 0;
+
+	while (*pp) {
+		struct mv_wr *op = *pp;
+		if (op->peer != p) {
+			last = op;
+			pp = &op->next;
+			continue;
+		}
+		*pp = op->next;
+		at->npq--;
+		s->npend--;
+		mv_op_report(s, op, -ETIMEDOUT, text);
+		mv_op_put(s, op);
+		n++;
+	}
+	at->pq_tail = last;
+	if (!at->pq_head)
+		mv_round_leave(s, at);
+	return n;
+}
+
 /*
  * Writes the provider has not completed within the deadline (a peer that
  * died before its connection was made never answers on tcp;ofi_rxm) fail
@@ -224,22 +250,22 @@ int mv_expire(struct mv_shard *s)
 	n += mv_expire_waits(s);
 	/* Never posted: at the head of their client's queue for op_timeout,
 	 * the provider answering EAGAIN (rxm does while it cannot connect;
-	 * mv_pend_went() starts the count). These are ours alone and end here. */
+	 * mv_pend_went() starts the count). These are ours alone and end here,
+	 * with the client's other queued writes to that peer: they could not
+	 * go either, and each would otherwise wait its own op_timeout at the
+	 * head, holding the writes to other peers behind it. */
 	for (struct mv_attach *at = s->round_head, *next; at; at = next) {
 		next = at->round_next; /* at leaves the round when its queue empties */
-		while (at->pq_head && now - at->pq_head->posted_at > limit) {
-			struct mv_wr *op = mv_pend_pop(s, at);
+		if (at->pq_head && now - at->pq_head->posted_at > limit) {
+			struct mv_peer *p = at->pq_head->peer;
 			char text[MV_ERRLEN];
 			snprintf(text, sizeof(text),
 			         "peer mover %016llx took no write for %d ms: unreachable or gone",
-			         (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
-			mv_op_report(s, op, -ETIMEDOUT, text);
-			/* Behind it, a write to another peer waited on this
-			 * one: its own deadline starts now. */
-			if (at->pq_head && at->pq_head->peer != op->peer)
-				at->pq_head->posted_at = now;
-			mv_op_put(s, op);
-			n++;
+			         (unsigned long long)p->mover_id, s->mv->cfg.op_timeout_ms);
+			n += expire_to(s, at, p, text);
+			/* The next waited on those: its count starts now. */
+			if (at->pq_head)
+				at->pq_head->born = at->pq_head->posted_at = now;
 		}
 	}
 	for (struct mv_wr *op = s->posted_head; op && now - op->posted_at > limit; op = op->pnext) {

@@ -52,7 +52,7 @@ struct mv_wr {
 	int64_t posted_at;
 	int abandoned;        /* reported as failed; waits for the provider to let go */
 	int retries;          /* re-posts after connection-level errors */
-	int64_t born;         /* first queued: the deadline runs from here */
+	int64_t born;         /* could go since (queued at its client's head): retries' budget */
 	void *ev;             /* GPU ops: the CUDA event after the copy */
 	int chunk;            /* staged: the bounce chunk it holds, or -1 */
 	int dev;              /* GPU ops: the device whose stream runs the copy */
@@ -299,7 +299,7 @@ static inline struct mv_wr *mv_pend_pop(struct mv_shard *s, struct mv_attach *at
 
 /*
  * Pops at's head, which went (posted, copied, or failed): the next op's
- * deadline counts from now. op_timeout is for a peer that takes nothing
+ * deadline and its retries' budget (born) count from now. op_timeout is for a peer that takes nothing
  * ("took no write"), so it counts while an op could go, at the head of its
  * client's queue, not while it waits behind the client's own writes: a
  * client alone may queue more than its mover moves in op_timeout.
@@ -309,7 +309,7 @@ static inline struct mv_wr *mv_pend_went(struct mv_shard *s, struct mv_attach *a
 	struct mv_wr *op = mv_pend_pop(s, at);
 
 	if (at->pq_head)
-		at->pq_head->posted_at = s->now;
+		at->pq_head->born = at->pq_head->posted_at = s->now;
 	return op;
 }
 

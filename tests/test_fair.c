@@ -7,7 +7,8 @@
  * its data; small writes take their own endpoint on tcp; a flood still
  * moves beside back-to-back small batches, with the piece the shard cut or
  * the one the operator set; writes queued or cut into pieces outlive the
- * deadline while they move. Counted in batches and bytes, never in time:
+ * deadline while they move, and those queued for a stopped peer fail
+ * together. Counted in batches and bytes, never in time:
  * timed bars belong to mvbench's fairness row. Weights: test_weights.c.
  */
 #include <check.h>
@@ -528,6 +529,85 @@ START_TEST(test_queued_writes_outlive_the_deadline_while_they_move)
 }
 END_TEST
 
+/*
+ * And a peer that takes nothing still fails what waits for it within about
+ * the deadline, all of it: client X of A writes by turns to a stopped
+ * mover C (never met before it stopped: rxm answers EAGAIN while it
+ * connects) and to B.
+ * Each write to C fails as "took no write" within 3 deadlines of its
+ * submit, not one deadline after another in turn, and every write to B
+ * completes.
+ */
+START_TEST(test_writes_to_a_stopped_peer_fail_together)
+{
+	enum { NB = 8 };
+	struct mvc *x, *ob, *oc;
+	struct mvc_mem src, db, dc;
+	struct mvc_event ev[16];
+	uint32_t ib, ic;
+	double at[2 * NB] = {0};
+	int st;
+
+	mover_extra = NULL;
+	mover_start(&C, "c", 1);
+	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
+	ck_assert_msg(mvc_alloc(x, 1u << 20, &src) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_alloc(ob, 1u << 20, &db) == 0, "%s", mvc_error(ob));
+	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
+	fill(src.addr, 1u << 20, 31);
+	ib = reach(x, ob, db.region);
+	ck_assert_int_eq(mvc_write(x, src.region, 0, ib, 0, 4096), 0);
+	submit_ok(x, 1000);
+	/* C's blobs, then C stopped before A ever meets it. */
+	uint8_t addr[MVC_BLOB_MAX], rblob[MVC_BLOB_MAX];
+	size_t alen = sizeof(addr), rlen = sizeof(rblob);
+	uint32_t pc;
+	ck_assert_int_eq(mvc_address(oc, addr, &alen), 0);
+	ck_assert_int_eq(mvc_region_blob(oc, dc.region, rblob, &rlen), 0);
+	ck_assert_int_eq(kill(C.pid, SIGSTOP), 0);
+	ck_assert_int_eq(waitpid(C.pid, &st, WUNTRACED), C.pid);
+	ck_assert_msg(mvc_peer_add(x, addr, alen, &pc) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_import(x, pc, rblob, rlen, &ic) == 0, "%s", mvc_error(x));
+	double t0 = now_s();
+	for (int i = 0; i < 2 * NB; i++) {
+		ck_assert_int_eq(mvc_write(x, src.region, (uint64_t)i * 4096, i % 2 ? ib : ic,
+		                           (uint64_t)i * 4096, 4096),
+		                 0);
+		ck_assert_int_eq(mvc_submit(x, (uint64_t)i), 0);
+	}
+	for (int left = 2 * NB; left > 0;) {
+		int n = mvc_wait(x, ev, 16, 200);
+		ck_assert_int_ge(n, 0);
+		ck_assert_msg(now_s() - t0 < 30, "%d batches still out after 30 s", left);
+		for (int k = 0; k < n; k++) {
+			int i = (int)ev[k].cookie;
+			ck_assert_int_lt(i, 2 * NB);
+			at[i] = now_s() - t0;
+			if (i % 2)
+				ck_assert_msg(ev[k].status == 0, "write %d to B: %s", i, ev[k].msg);
+			else
+				ck_assert_msg(ev[k].status == -ETIMEDOUT &&
+				                  strstr(ev[k].msg, "took no write"),
+				              "write %d to C: status %d, %s", i, ev[k].status,
+				              ev[k].msg);
+			left--;
+		}
+	}
+	kill(C.pid, SIGCONT);
+	for (int i = 0; i < 2 * NB; i += 2)
+		ck_assert_msg(at[i] < 1.5, "write %d to the stopped peer failed %.2f s in", i,
+		              at[i]);
+	printf("tcp: %d writes to a stopped peer failed %.2f-%.2f s in (deadline 0.5 s), "
+	       "the %d to B done by %.2f s\n",
+	       NB, at[0], at[2 * NB - 2], NB, at[2 * NB - 1]);
+	mvc_disconnect(x);
+	mvc_disconnect(ob);
+	mvc_disconnect(oc);
+}
+END_TEST
+
 static TCase *flows(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -581,6 +661,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup_tcp_deadline, teardown);
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_queued_writes_outlive_the_deadline_while_they_move);
+	tcase_add_test(tc, test_writes_to_a_stopped_peer_fail_together);
 	suite_add_tcase(s, tc);
 
 	SRunner *sr = srunner_create(s);
