@@ -496,8 +496,10 @@ static void wake_add(struct mv_shard *s, struct mv_peer **wake, uint32_t *nwake,
  * A full queue (-FI_EAGAIN) empties only as the provider makes progress: our
  * completions, or (shm) the receiver draining its command queue. Posting
  * again on every turn until then only spins a core that the receiver may
- * need: so after a refused burst the shard waits, 2 us and twice as long
- * after each refusal in a row up to 64 us, or until a completion arrives.
+ * need: so after a burst in which every client's post was refused the
+ * shard waits, 2 us and twice as long after each refusal in a row up to
+ * 64 us, or until a completion arrives. A refusal that is one peer's (rxm
+ * connecting, or a peer that never answers) passes the turn on instead.
  */
 #define HOLD_FIRST_NS 2000
 #define HOLD_MAX_NS   64000
@@ -513,6 +515,7 @@ int mv_post(struct mv_shard *s)
 	int64_t t_post = 0; /* read once a burst, for the hops */
 	int n = 0;
 	uint64_t grace = 0; /* a client whose yields ran out posts on to this burst byte */
+	uint32_t refused = 0, nround = 0; /* posts refused (EAGAIN), clients in the round */
 
 	s->ring_cut = 0;
 	if (s->post_hold && s->now < s->post_hold)
@@ -656,6 +659,23 @@ int mv_post(struct mv_shard *s)
 				s->st.eagain++;
 				/* A sleeping shm receiver must drain its queue. */
 				wake_add(s, wake, &nwake, op->peer);
+				/* The provider took nothing: its queue is full, or
+				 * this op's peer is not connected (rxm while it
+				 * connects; a peer that never answers, until
+				 * op_timeout). The other clients' writes must not
+				 * wait on this one's peer: the next client tries,
+				 * and the shard holds once each was refused. */
+				if (!nround)
+					for (struct mv_attach *a = s->round_head; a;
+					     a = a->round_next)
+						nround++;
+				if (++refused < nround) {
+					capped = NULL;
+					if (at->deficit > (int64_t)quantum(piece, at))
+						at->deficit = (int64_t)quantum(piece, at);
+					round_next(s);
+					continue;
+				}
 				s->hold_ns = s->hold_ns ? s->hold_ns * 2 : HOLD_FIRST_NS;
 				if (s->hold_ns > HOLD_MAX_NS)
 					s->hold_ns = HOLD_MAX_NS;

@@ -7,8 +7,8 @@
  * its data; small writes take their own endpoint on tcp; a flood still
  * moves beside back-to-back small batches, with the piece the shard cut or
  * the one the operator set; writes queued or cut into pieces outlive the
- * deadline while they move, and those queued for a stopped peer fail
- * together. Counted in batches and bytes, never in time:
+ * deadline while they move, those queued for a stopped peer fail
+ * together, and hold up no other client. Counted in batches and bytes, never in time:
  * timed bars belong to mvbench's fairness row. Weights: test_weights.c.
  */
 #include <check.h>
@@ -608,6 +608,73 @@ START_TEST(test_writes_to_a_stopped_peer_fail_together)
 }
 END_TEST
 
+/*
+ * A peer that takes nothing holds up no other client: while client X's
+ * writes wait for a stopped mover C (rxm answers EAGAIN for them), client
+ * Y of the same mover and shard writes to B, and its batches complete
+ * while X's are still out (they fail at the 0.5 s deadline), every one.
+ */
+START_TEST(test_a_stopped_peer_of_one_client_holds_up_no_other)
+{
+	struct mvc *x, *y, *ob, *oc;
+	struct mvc_mem sx, sy, db, dc;
+	uint32_t iby, icx, pc;
+	uint8_t addr[MVC_BLOB_MAX], rblob[MVC_BLOB_MAX];
+	size_t alen = sizeof(addr), rlen = sizeof(rblob);
+	int st;
+
+	mover_start(&C, "c", 1);
+	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&y, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
+	ck_assert_msg(mvc_alloc(x, 1u << 20, &sx) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_alloc(y, 1u << 20, &sy) == 0, "%s", mvc_error(y));
+	ck_assert_msg(mvc_alloc(ob, 1u << 20, &db) == 0, "%s", mvc_error(ob));
+	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
+	fill(sy.addr, 1u << 20, 41);
+	iby = reach(y, ob, db.region);
+	ck_assert_int_eq(mvc_write(y, sy.region, 0, iby, 0, 4096), 0);
+	submit_ok(y, 1000);
+	ck_assert_int_eq(mvc_address(oc, addr, &alen), 0);
+	ck_assert_int_eq(mvc_region_blob(oc, dc.region, rblob, &rlen), 0);
+	ck_assert_int_eq(kill(C.pid, SIGSTOP), 0);
+	ck_assert_int_eq(waitpid(C.pid, &st, WUNTRACED), C.pid);
+	ck_assert_msg(mvc_peer_add(x, addr, alen, &pc) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_import(x, pc, rblob, rlen, &icx) == 0, "%s", mvc_error(x));
+
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(mvc_write(x, sx.region, 0, icx, (uint64_t)i * 4096, 4096), 0);
+		ck_assert_int_eq(mvc_submit(x, (uint64_t)i), 0);
+	}
+	usleep(20000); /* X's first write refused a few times over */
+	/* More than a burst's bytes, so Y stays on the round behind X. */
+	uint64_t cookies[16];
+	struct mvc_event ye[16];
+	for (int i = 0; i < 16; i++) {
+		ck_assert_int_eq(
+		    mvc_write(y, sy.region, (uint64_t)i << 16, iby, (uint64_t)i << 16, 1u << 16),
+		    0);
+		ck_assert_int_eq(mvc_submit(y, cookies[i] = (uint64_t)i), 0);
+	}
+	wait_batches(y, cookies, ye, 16, 30);
+	for (int i = 0; i < 16; i++)
+		ck_assert_msg(ye[i].status == 0, "%s", ye[i].msg);
+	struct mvc_event ev[8];
+	int got = mvc_poll(x, ev, 8);
+	ck_assert_msg(got == 0 && mvc_inflight(x) == 4,
+	              "Y's 16 batches completed after %d of X's 4 to the stopped peer ended: "
+	              "held up behind them",
+	              got);
+	ck_assert(!memcmp(db.addr, sy.addr, 1u << 20));
+	kill(C.pid, SIGCONT);
+	mvc_disconnect(x);
+	mvc_disconnect(y);
+	mvc_disconnect(ob);
+	mvc_disconnect(oc);
+}
+END_TEST
+
 static TCase *flows(const char *name, void (*setup)(void))
 {
 	TCase *tc = tcase_create(name);
@@ -662,6 +729,7 @@ int main(void)
 	tcase_set_timeout(tc, 90);
 	tcase_add_test(tc, test_queued_writes_outlive_the_deadline_while_they_move);
 	tcase_add_test(tc, test_writes_to_a_stopped_peer_fail_together);
+	tcase_add_test(tc, test_a_stopped_peer_of_one_client_holds_up_no_other);
 	suite_add_tcase(s, tc);
 
 	SRunner *sr = srunner_create(s);
