@@ -4,8 +4,8 @@
  * (FI_MORE on all but the last post of a burst; -FI_EAGAIN just ends the
  * burst), in fair shares when the shard serves more than one client (see
  * "Fair share" below), and the same-host peers written to are woken once a
- * burst. Ops whose connection broke wait on the retry list and are posted
- * again while their deadline allows.
+ * burst; a refused post (-FI_EAGAIN) passes the turn to the next client.
+ * Ops whose connection broke go to the retry list (retry.c).
  */
 #include "shard_int.h"
 
@@ -740,58 +740,5 @@ int mv_post(struct mv_shard *s)
 	}
 	for (uint32_t i = 0; i < nwake; i++)
 		mv_wake_ring(s, wake[i]);
-	return n;
-}
-
-/*
- * A connection that broke (the peer reset it, say because another client's
- * late write hit a region that was just freed) says nothing about this op:
- * rxm reconnects on a later post. So the op waits on the retry list, 10 ms
- * the first time and twice as long each next time, and is posted again,
- * for as long as its deadline allows.
- */
-#define RETRY_FIRST_NS 10000000ll
-#define RETRY_MAX      10
-
-int mv_retry(struct mv_shard *s, struct mv_wr *op, int err)
-{
-	int64_t limit = s->mv->cfg.op_timeout_ms * 1000000ll;
-	int64_t wait = RETRY_FIRST_NS << op->retries;
-
-	if (op->abandoned || op->at->detaching || op->retries >= RETRY_MAX ||
-	    s->now + wait - op->born > limit)
-		return 0;
-	/* rxm flushes the ops of a dropped connection as FI_ECANCELED. */
-	if (err != FI_ENOTCONN && err != EPIPE && err != FI_ECONNRESET && err != FI_ECONNABORTED &&
-	    err != FI_ECONNREFUSED && err != FI_ECANCELED)
-		return 0;
-	op->retries++;
-	op->posted_at = s->now + wait; /* due then; mv_pend_push restamps it */
-	mv_wr_append(&s->rq_head, &s->rq_tail, op);
-	s->nretry++;
-	s->st.retries++;
-	return 1;
-}
-
-/* Ops whose retry is due go back to the front of their client's queue. */
-int mv_retry_due(struct mv_shard *s)
-{
-	struct mv_wr **pp = &s->rq_head, *tail = NULL;
-	int n = 0;
-
-	while (*pp) {
-		struct mv_wr *op = *pp;
-		if (op->posted_at > s->now) {
-			tail = op;
-			pp = &op->next;
-			continue;
-		}
-		*pp = op->next;
-		s->nretry--;
-		op->posted_at = s->now;
-		mv_pend_push_front(s, op);
-		n++;
-	}
-	s->rq_tail = tail;
 	return n;
 }
