@@ -355,8 +355,8 @@ static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct 
 	}
 	p->outstanding++;
 	at->outstanding++;
-	/* The piece is queued since the write was (its latency) and goes
-	 * now; the rest's deadline counts again once it went (mv_pend_went). */
+	/* The piece could go since the write could (its retries' budget);
+	 * the rest's deadline counts again once it went (mv_pend_went). */
 	pc->born = op->born;
 	pc->next = op;
 	at->pq_head = pc;

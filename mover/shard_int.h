@@ -299,10 +299,11 @@ static inline struct mv_wr *mv_pend_pop(struct mv_shard *s, struct mv_attach *at
 
 /*
  * Pops at's head, which went (posted, copied, or failed): the next op's
- * deadline and its retries' budget (born) count from now. op_timeout is for a peer that takes nothing
- * ("took no write"), so it counts while an op could go, at the head of its
- * client's queue, not while it waits behind the client's own writes: a
- * client alone may queue more than its mover moves in op_timeout.
+ * deadline and its retries' budget (born) count from now. op_timeout is
+ * for a peer that takes nothing ("took no write"), so it counts while an
+ * op could go, at the head of its client's queue, not while it waits
+ * behind the client's own writes: a client alone may queue more than its
+ * mover moves in op_timeout.
  */
 static inline struct mv_wr *mv_pend_went(struct mv_shard *s, struct mv_attach *at)
 {
