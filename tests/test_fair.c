@@ -529,6 +529,25 @@ START_TEST(test_queued_writes_outlive_the_deadline_while_they_move)
 }
 END_TEST
 
+/* Lets `from` write into `region` of `owner`, a client of C, with C stopped
+ * (SIGSTOP, whole) before A meets it: its blobs first, then the stop, then
+ * the peer and the import. */
+static uint32_t reach_stopped(struct mvc *from, struct mvc *owner, uint32_t region)
+{
+	uint8_t addr[MVC_BLOB_MAX], rblob[MVC_BLOB_MAX];
+	size_t alen = sizeof(addr), rlen = sizeof(rblob);
+	uint32_t peer, imp;
+	int st;
+
+	ck_assert_int_eq(mvc_address(owner, addr, &alen), 0);
+	ck_assert_int_eq(mvc_region_blob(owner, region, rblob, &rlen), 0);
+	ck_assert_int_eq(kill(C.pid, SIGSTOP), 0);
+	ck_assert_int_eq(waitpid(C.pid, &st, WUNTRACED), C.pid);
+	ck_assert_msg(mvc_peer_add(from, addr, alen, &peer) == 0, "%s", mvc_error(from));
+	ck_assert_msg(mvc_import(from, peer, rblob, rlen, &imp) == 0, "%s", mvc_error(from));
+	return imp;
+}
+
 /*
  * And a peer that takes nothing still fails what waits for it within about
  * the deadline, all of it: client X of A writes by turns to a stopped
@@ -546,7 +565,6 @@ START_TEST(test_writes_to_a_stopped_peer_fail_together)
 	struct mvc_event ev[16];
 	uint32_t ib, ic;
 	double at[2 * NB] = {0};
-	int st;
 
 	mover_extra = NULL;
 	mover_start(&C, "c", 1);
@@ -560,16 +578,7 @@ START_TEST(test_writes_to_a_stopped_peer_fail_together)
 	ib = reach(x, ob, db.region);
 	ck_assert_int_eq(mvc_write(x, src.region, 0, ib, 0, 4096), 0);
 	submit_ok(x, 1000);
-	/* C's blobs, then C stopped before A ever meets it. */
-	uint8_t addr[MVC_BLOB_MAX], rblob[MVC_BLOB_MAX];
-	size_t alen = sizeof(addr), rlen = sizeof(rblob);
-	uint32_t pc;
-	ck_assert_int_eq(mvc_address(oc, addr, &alen), 0);
-	ck_assert_int_eq(mvc_region_blob(oc, dc.region, rblob, &rlen), 0);
-	ck_assert_int_eq(kill(C.pid, SIGSTOP), 0);
-	ck_assert_int_eq(waitpid(C.pid, &st, WUNTRACED), C.pid);
-	ck_assert_msg(mvc_peer_add(x, addr, alen, &pc) == 0, "%s", mvc_error(x));
-	ck_assert_msg(mvc_import(x, pc, rblob, rlen, &ic) == 0, "%s", mvc_error(x));
+	ic = reach_stopped(x, oc, dc.region);
 	double t0 = now_s();
 	for (int i = 0; i < 2 * NB; i++) {
 		ck_assert_int_eq(mvc_write(x, src.region, (uint64_t)i * 4096, i % 2 ? ib : ic,
@@ -618,10 +627,7 @@ START_TEST(test_a_stopped_peer_of_one_client_holds_up_no_other)
 {
 	struct mvc *x, *y, *ob, *oc;
 	struct mvc_mem sx, sy, db, dc;
-	uint32_t iby, icx, pc;
-	uint8_t addr[MVC_BLOB_MAX], rblob[MVC_BLOB_MAX];
-	size_t alen = sizeof(addr), rlen = sizeof(rblob);
-	int st;
+	uint32_t iby, icx;
 
 	mover_start(&C, "c", 1);
 	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
@@ -636,12 +642,7 @@ START_TEST(test_a_stopped_peer_of_one_client_holds_up_no_other)
 	iby = reach(y, ob, db.region);
 	ck_assert_int_eq(mvc_write(y, sy.region, 0, iby, 0, 4096), 0);
 	submit_ok(y, 1000);
-	ck_assert_int_eq(mvc_address(oc, addr, &alen), 0);
-	ck_assert_int_eq(mvc_region_blob(oc, dc.region, rblob, &rlen), 0);
-	ck_assert_int_eq(kill(C.pid, SIGSTOP), 0);
-	ck_assert_int_eq(waitpid(C.pid, &st, WUNTRACED), C.pid);
-	ck_assert_msg(mvc_peer_add(x, addr, alen, &pc) == 0, "%s", mvc_error(x));
-	ck_assert_msg(mvc_import(x, pc, rblob, rlen, &icx) == 0, "%s", mvc_error(x));
+	icx = reach_stopped(x, oc, dc.region);
 
 	for (int i = 0; i < 4; i++) {
 		ck_assert_int_eq(mvc_write(x, sx.region, 0, icx, (uint64_t)i * 4096, 4096), 0);
