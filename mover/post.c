@@ -133,6 +133,14 @@ static uint64_t quantum(uint64_t piece, const struct mv_attach *at)
 	return piece * at->weight / MV_SHARE_FULL;
 }
 
+/* A turn that posted nothing (a full share, a hold, a refusal) leaves at
+ * one quantum of credit at most: credit does not pile up while it waits. */
+static void credit_cap(struct mv_attach *at, uint64_t piece)
+{
+	if (at->deficit > (int64_t)quantum(piece, at))
+		at->deficit = (int64_t)quantum(piece, at);
+}
+
 /* Bytes at may have in flight before its next op must wait. */
 static uint64_t inflight_cap(const struct mv_shard *s, const struct mv_attach *at)
 {
@@ -549,9 +557,7 @@ int mv_post(struct mv_shard *s)
 			cost =
 			    op->bytes ? (int64_t)op->bytes : 64; /* an immediate: a small write */
 			if (at->inflight && at->inflight + op->bytes > inflight_cap(s, at)) {
-				/* Credit does not pile up while the share is full. */
-				if (at->deficit > (int64_t)quantum(piece, at))
-					at->deficit = (int64_t)quantum(piece, at);
+				credit_cap(at, piece);
 				if (capped == at)
 					break; /* a whole round, every client at its share */
 				if (!capped)
@@ -568,9 +574,7 @@ int mv_post(struct mv_shard *s)
 			     (op->path != MV_PATH_SAMEHOST && anticipated(s, at))) &&
 			    yield(s, &at->held, run)) {
 				s->st.holds++;
-				/* Held turns pile up no credit, as full shares do. */
-				if (at->deficit > (int64_t)quantum(piece, at))
-					at->deficit = (int64_t)quantum(piece, at);
+				credit_cap(at, piece);
 				if (capped == at)
 					break;
 				if (!capped)
@@ -671,8 +675,7 @@ int mv_post(struct mv_shard *s)
 						nround++;
 				if (++refused < nround) {
 					capped = NULL;
-					if (at->deficit > (int64_t)quantum(piece, at))
-						at->deficit = (int64_t)quantum(piece, at);
+					credit_cap(at, piece);
 					round_next(s);
 					continue;
 				}
