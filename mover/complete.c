@@ -188,27 +188,19 @@ int mv_reap(struct mv_shard *s)
 /* Fails each of at's queued ops to peer p with text; how many. */
 static int expire_to(struct mv_shard *s, struct mv_attach *at, struct mv_peer *p, const char *text)
 {
-	struct mv_wr **pp = &at->pq_head, *last = NULL;
-	int n = 0;
+	uint32_t n;
 
-	while (*pp) {
-		struct mv_wr *op = *pp;
-		if (op->peer != p) {
-			last = op;
-			pp = &op->next;
-			continue;
-		}
-		*pp = op->next;
+	for (struct mv_wr *op = mv_wr_take(&at->pq_head, &at->pq_tail, NULL, p, &n), *next; op;
+	     op = next) {
+		next = op->next;
 		at->npq--;
 		s->npend--;
 		mv_op_report(s, op, -ETIMEDOUT, text);
 		mv_op_put(s, op);
-		n++;
 	}
-	at->pq_tail = last;
 	if (!at->pq_head)
 		mv_round_leave(s, at);
-	return n;
+	return (int)n;
 }
 
 /*
@@ -263,9 +255,7 @@ int mv_expire(struct mv_shard *s)
 			         "peer mover %016llx took no write for %d ms: unreachable or gone",
 			         (unsigned long long)p->mover_id, s->mv->cfg.op_timeout_ms);
 			n += expire_to(s, at, p, text);
-			/* The next waited on those: its count starts now. */
-			if (at->pq_head)
-				at->pq_head->born = at->pq_head->posted_at = now;
+			mv_pend_head_fresh(s, at); /* the next waited on those */
 		}
 	}
 	for (struct mv_wr *op = s->posted_head; op && now - op->posted_at > limit; op = op->pnext) {

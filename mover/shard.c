@@ -70,25 +70,16 @@ static void attach_free(struct mv_attach *at)
 static uint32_t drop_queued(struct mv_shard *s, struct mv_wr **head, struct mv_wr **tail,
                             struct mv_attach *at, int report)
 {
-	struct mv_wr **pp = head, *keep_tail = NULL;
-	uint32_t n = 0;
+	uint32_t n;
 
-	while (*pp) {
-		struct mv_wr *op = *pp;
-		if (op->at != at) {
-			keep_tail = op;
-			pp = &op->next;
-			continue;
-		}
-		*pp = op->next;
-		n++;
+	for (struct mv_wr *op = mv_wr_take(head, tail, at, NULL, &n), *next; op; op = next) {
+		next = op->next;
 		if (report)
 			mv_op_report(s, op, -ECANCELED, "the client left");
 		else
 			at->outstanding--;
 		mv_op_put(s, op);
 	}
-	*tail = keep_tail;
 	return n;
 }
 

@@ -209,6 +209,33 @@ static inline void mv_wr_append(struct mv_wr **head, struct mv_wr **tail, struct
 	*tail = op;
 }
 
+/*
+ * Takes out of the FIFO *head .. *tail, in order, the ops of client at
+ * (NULL: any client) to peer p (NULL: any peer), as a list linked by next;
+ * how many in *n. What stays keeps its order.
+ */
+static inline struct mv_wr *mv_wr_take(struct mv_wr **head, struct mv_wr **tail,
+                                       const struct mv_attach *at, const struct mv_peer *p,
+                                       uint32_t *n)
+{
+	struct mv_wr **pp = head, *keep_tail = NULL, *out = NULL, *out_tail = NULL;
+
+	*n = 0;
+	while (*pp) {
+		struct mv_wr *op = *pp;
+		if ((at && op->at != at) || (p && op->peer != p)) {
+			keep_tail = op;
+			pp = &op->next;
+			continue;
+		}
+		*pp = op->next;
+		mv_wr_append(&out, &out_tail, op);
+		(*n)++;
+	}
+	*tail = keep_tail;
+	return out;
+}
+
 /* One duration into hop h's histogram (stats_layout.h). */
 static inline void mv_hop(struct mv_shard *s, enum mv_hop h, int64_t ns)
 {
@@ -298,19 +325,25 @@ static inline struct mv_wr *mv_pend_pop(struct mv_shard *s, struct mv_attach *at
 }
 
 /*
- * Pops at's head, which went (posted, copied, or failed): the next op's
- * deadline and its retries' budget (born) count from now. op_timeout is
- * for a peer that takes nothing ("took no write"), so it counts while an
- * op could go, at the head of its client's queue, not while it waits
- * behind the client's own writes: a client alone may queue more than its
- * mover moves in op_timeout.
+ * at's head could go from now: its deadline and its retries' budget (born)
+ * start. op_timeout is for a peer that takes nothing ("took no write"), so
+ * it counts while an op could go, at the head of its client's queue, not
+ * while it waits behind the client's own writes: a client alone may queue
+ * more than its mover moves in op_timeout.
  */
+static inline void mv_pend_head_fresh(struct mv_shard *s, struct mv_attach *at)
+{
+	if (at->pq_head)
+		at->pq_head->born = at->pq_head->posted_at = s->now;
+}
+
+/* Pops at's head, which went (posted, copied, or failed); the next one's
+ * count starts. */
 static inline struct mv_wr *mv_pend_went(struct mv_shard *s, struct mv_attach *at)
 {
 	struct mv_wr *op = mv_pend_pop(s, at);
 
-	if (at->pq_head)
-		at->pq_head->born = at->pq_head->posted_at = s->now;
+	mv_pend_head_fresh(s, at);
 	return op;
 }
 
