@@ -36,6 +36,12 @@
 /* Held across mv_cpus_held_read() and mv_cpus_held_publish(). */
 static int place_fd = -1;
 
+/* Where mover id keeps its CPUs. */
+static void held_path(char *path, size_t len, uint64_t id)
+{
+	snprintf(path, len, HELD_DIR "/mv.%016llx.cpus", (unsigned long long)id);
+}
+
 static int held_name(const char *name)
 {
 	size_t n = strlen(name);
@@ -174,7 +180,7 @@ void mv_cpus_held_publish(struct mover *mv)
 	size_t len = 0;
 	int fd;
 
-	snprintf(path, sizeof(path), HELD_DIR "/mv.%016llx.cpus", (unsigned long long)mv->mover_id);
+	held_path(path, sizeof(path), mv->mover_id);
 	for (uint32_t s = 0; s < mv->nshards; s++) {
 		int w = snprintf(text + len, sizeof(text) - len - 1, "%s%d", s ? "," : "",
 		                 mv->shards[s].cpu);
@@ -186,15 +192,15 @@ void mv_cpus_held_publish(struct mover *mv)
 	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd >= 0 && (flock(fd, LOCK_EX | LOCK_NB) < 0 || fchmod(fd, 0644) < 0 ||
 	                write(fd, text, len) != (ssize_t)len)) {
-		mv_warn("%s: %s: other movers on this host may pin shards to this one's CPUs", path,
-		        strerror(errno));
+		int err = errno;
 		close(fd);
 		(void)unlink(path);
 		fd = -1;
-	} else if (fd < 0) {
+		errno = err;
+	}
+	if (fd < 0)
 		mv_warn("%s: %s: other movers on this host may pin shards to this one's CPUs", path,
 		        strerror(errno));
-	}
 	mv->cpus_fd = fd;
 	if (place_fd >= 0)
 		close(place_fd); /* unlocks */
@@ -208,7 +214,7 @@ void mv_cpus_held_drop(struct mover *mv)
 
 	if (mv->cpus_fd < 0)
 		return;
-	snprintf(path, sizeof(path), HELD_DIR "/mv.%016llx.cpus", (unsigned long long)mv->mover_id);
+	held_path(path, sizeof(path), mv->mover_id);
 	(void)unlink(path);
 	close(mv->cpus_fd);
 	mv->cpus_fd = -1;
