@@ -34,9 +34,9 @@ static inline uint32_t reach(struct mvc *from, struct mvc *owner, uint32_t regio
  * floods' clients, whose refills then decide the bytes (on a loaded 2-core
  * machine, 0.64 for a 25% client was seen): test_fair.c's flows_shm_copy keeps the tests
  * that count order, not shares. */
-static inline void setup_tcp1(void)
+static inline void setup_fabric1(const char *provider)
 {
-	prov = "tcp";
+	prov = provider;
 	mover_extra = "--no-host-copy";
 	mover_launch(&A, "a", 1);
 	mover_extra = NULL;
@@ -44,14 +44,14 @@ static inline void setup_tcp1(void)
 	movers_listening();
 }
 
+static inline void setup_tcp1(void)
+{
+	setup_fabric1("tcp");
+}
+
 static inline void setup_shm1(void)
 {
-	prov = "shm";
-	mover_extra = "--no-host-copy";
-	mover_launch(&A, "a", 1);
-	mover_extra = NULL;
-	mover_launch(&B, "b", 1);
-	movers_listening();
+	setup_fabric1("shm");
 }
 
 /* A client that keeps `window` batches of one `size` write in flight and
