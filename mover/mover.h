@@ -470,8 +470,11 @@ struct mv_shard {
 	void *land_desc;
 	struct mv_land_buf *lq_head, *lq_tail; /* arrived: copying, then acking */
 	uint32_t nland_busy;
-	uint32_t land_inflight; /* landing messages sent and not yet acked */
-	struct fid_mr *ops_mr;  /* the op pool, where landing headers live */
+	/* Landing messages sent and not yet acked, by peer index: each peer
+	 * has its own window, so one that stops acking holds up only the
+	 * writes into it. */
+	uint8_t land_to[MV_MAX_PEERS];
+	struct fid_mr *ops_mr; /* the op pool, where landing headers live */
 	void *ops_desc;
 	uint32_t seq;
 	struct {

@@ -18,6 +18,7 @@
  * posts MV_LAND_BUFS receive buffers a shard; a message beyond them arrives
  * unexpected, which rxm 1.17 cancels: keep within half until acks come. */
 #define LAND_WINDOW (MV_LAND_BUFS / 2)
+static_assert(LAND_WINDOW <= UINT8_MAX && MV_MAX_PEERS <= UINT16_MAX + 1u, "mv_shard.land_to");
 
 /*
  * Fair share. A shard serves every client attached to it, and one that
@@ -480,7 +481,9 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 	    op->at->inflight + op->bytes + nx->bytes > inflight_cap(s, op->at) ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
 		return 0;
-	if (nx->kind == MV_OPK_LAND && s->land_inflight + (op->kind == MV_OPK_LAND) >= LAND_WINDOW)
+	if (nx->kind == MV_OPK_LAND &&
+	    s->land_to[nx->peer->index] + (op->kind == MV_OPK_LAND && op->peer == nx->peer) >=
+	        LAND_WINDOW)
 		return 0;
 	return 1;
 }
@@ -512,6 +515,27 @@ static void wake_add(struct mv_shard *s, struct mv_peer **wake, uint32_t *nwake,
 #define HOLD_FIRST_NS 2000
 #define HOLD_MAX_NS   64000
 
+/*
+ * A client whose head op cannot go this turn (its post refused, or its
+ * peer's landing window full) passes the turn to the next client on the
+ * round: the other clients' writes must not wait on one client's peer.
+ * Returns 0 once every client on the round was passed over this burst
+ * (*passed counts them, *nround is the round's length, counted at the
+ * first pass); then the burst ends.
+ */
+static int pass_turn(struct mv_shard *s, struct mv_attach *at, uint64_t piece, uint32_t *passed,
+                     uint32_t *nround)
+{
+	if (!*nround)
+		for (struct mv_attach *a = s->round_head; a; a = a->round_next)
+			(*nround)++;
+	if (++*passed >= *nround)
+		return 0;
+	credit_cap(at, piece);
+	round_next(s);
+	return 1;
+}
+
 int mv_post(struct mv_shard *s)
 {
 	struct mv_peer *wake[4];         /* same-host peers written to: woken once, at the end */
@@ -523,7 +547,7 @@ int mv_post(struct mv_shard *s)
 	int64_t t_post = 0; /* read once a burst, for the hops */
 	int n = 0;
 	uint64_t grace = 0; /* a client whose yields ran out posts on to this burst byte */
-	uint32_t refused = 0, nround = 0; /* posts refused (EAGAIN), clients in the round */
+	uint32_t passed = 0, nround = 0; /* pass_turn() */
 
 	s->ring_cut = 0;
 	if (s->post_hold && s->now < s->post_hold)
@@ -635,8 +659,16 @@ int mv_post(struct mv_shard *s)
 			}
 			if (more_follows(s, op, burst, piece))
 				flags |= FI_MORE;
-			if (op->kind == MV_OPK_LAND && s->land_inflight >= LAND_WINDOW)
-				break; /* more_follows() kept FI_MORE off the last post */
+			if (op->kind == MV_OPK_LAND && s->land_to[op->peer->index] >= LAND_WINDOW) {
+				/* Until this peer acks; the acks come through
+				 * the CQ, so no hold. more_follows() kept
+				 * FI_MORE off the post before. */
+				if (pass_turn(s, at, piece, &passed, &nround)) {
+					capped = NULL;
+					continue;
+				}
+				break;
+			}
 			if (op->kind == MV_OPK_LAND) {
 				/* The ack names this use of the op: index and sequence. */
 				op->seq = ++s->seq;
@@ -666,17 +698,10 @@ int mv_post(struct mv_shard *s)
 				/* The provider took nothing: its queue is full, or
 				 * this op's peer is not connected (rxm while it
 				 * connects; a peer that never answers, until
-				 * op_timeout). The other clients' writes must not
-				 * wait on this one's peer: the next client tries,
-				 * and the shard holds once each was refused. */
-				if (!nround)
-					for (struct mv_attach *a = s->round_head; a;
-					     a = a->round_next)
-						nround++;
-				if (++refused < nround) {
+				 * op_timeout): the next client tries, and the
+				 * shard holds once each was passed over. */
+				if (pass_turn(s, at, piece, &passed, &nround)) {
 					capped = NULL;
-					credit_cap(at, piece);
-					round_next(s);
 					continue;
 				}
 				s->hold_ns = s->hold_ns ? s->hold_ns * 2 : HOLD_FIRST_NS;
@@ -712,7 +737,8 @@ int mv_post(struct mv_shard *s)
 		wake_add(s, wake, &nwake, op->peer);
 		burst += op->bytes;
 		if (op->kind == MV_OPK_LAND) {
-			s->land_inflight++;
+			op->land_peer = (uint16_t)op->peer->index;
+			s->land_to[op->land_peer]++;
 			op->land_counted = 1;
 		}
 		s->st.posted++;

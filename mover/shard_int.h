@@ -65,7 +65,8 @@ struct mv_wr {
 	int land_err;
 	uint32_t src_region;  /* GPU and landing ops: for the messages naming them */
 	uint32_t dst_region;  /* ... the peer's region written */
-	int land_counted;     /* counted in the shard's landing messages in flight */
+	int land_counted;     /* counted in s->land_to[land_peer] (in flight) */
+	uint16_t land_peer;   /* ... its peer's index, kept: the peer may go first */
 	int inflight_counted; /* counted in at->inflight (posted, not yet reported) */
 	struct mv_attach *at;
 	struct mv_peer *peer;
@@ -188,7 +189,7 @@ static inline void mv_posted_del(struct mv_shard *s, struct mv_wr *op)
 static inline void mv_op_put(struct mv_shard *s, struct mv_wr *op)
 {
 	if (op->land_counted)
-		s->land_inflight--;
+		s->land_to[op->land_peer]--;
 	op->land_counted = 0;
 	if (op->chunk >= 0)
 		s->gpu.free_chunks |= 1u << op->chunk;

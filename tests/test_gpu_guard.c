@@ -3,13 +3,16 @@
  * GPU memory under bad input and quotas, on a machine with a CUDA device
  * (skipped with the reason elsewhere): a landing message from a peer whose
  * header lies about its length cuts that peer off and no one else (sent
- * from a raw libfabric endpoint, since no mover would), and freed GPU
+ * from a raw libfabric endpoint, since no mover would), a landing peer
+ * that stops acking holds up the writes into it and no others, and freed GPU
  * memory the mover still holds through its quarantine counts against its
  * client's and its uid's quotas. The paths themselves are test_gpu.c.
  */
 #include <check.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "mover.h" /* the raw fabric endpoint of the bad-input test */
 #include "mv_wire.h"
@@ -17,6 +20,7 @@
 
 #ifdef MV_HAVE_CUDA
 #include "gpu_util.h"
+#include "mvflood.h"
 
 #include <rdma/fi_endpoint.h>
 
@@ -137,6 +141,116 @@ START_TEST(test_bad_landing_header_cuts_its_peer_off)
 }
 END_TEST
 
+/* Movers A, B and C, one shard each (A's clients share its shard), GPU
+ * writes into a peer as landing messages. */
+static void movers_landing1(void)
+{
+	prov = "tcp";
+	mover_launch(&A, "a", 1);
+	mover_launch(&B, "b", 1);
+	mover_launch(&C, "c", 1);
+	movers_listening();
+}
+
+static void landing3_setup(void)
+{
+	mover_extra = "--no-gpu-copy"; /* one host, taken as three */
+	mover_extra2 = "--gpu-path=staged";
+	gpu_setup_on(movers_landing1);
+}
+
+/*
+ * A landing peer that stops acking holds up no other client (issue 15):
+ * client X of A writes into B's GPU memory by landing messages, and B
+ * stops (SIGSTOP) once they flow, so that X's next batch (eight writes, a
+ * message each) fills the messages B may have in flight with ones no one
+ * acks. Client Y of the
+ * same shard then writes into C, into host memory and by landing messages
+ * into GPU memory: every batch of Y's lands while X's write is still out.
+ * Before, the shard had one landing window for all its peers, and X at the
+ * round's head ended every burst, so Y waited until X's messages timed out.
+ */
+START_TEST(test_a_stopped_landing_peer_holds_up_no_other_client)
+{
+	enum { NY = 8 };
+	const size_t n = 1u << 20, yn = 8u << 20;
+	struct mvc *x, *y, *ob, *oc;
+	struct mvc_mem sx, sy, gb, gc, hc;
+	struct mvc_event ev[NY];
+	uint64_t cookies[NY];
+	uint8_t *got = malloc(yn);
+	int st;
+
+	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&y, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
+	CUdeviceptr db = dev_alloc(n), dc = dev_alloc(yn);
+	ck_assert_int_eq(cu->MemsetD8(dc, 0, yn), CUDA_SUCCESS);
+	ck_assert_msg(mvc_register_cuda(ob, (void *)db, n, &gb) == 0, "%s", mvc_error(ob));
+	ck_assert_msg(mvc_register_cuda(oc, (void *)dc, yn, &gc) == 0, "%s", mvc_error(oc));
+	ck_assert_msg(mvc_alloc(oc, 1u << 20, &hc) == 0, "%s", mvc_error(oc));
+	ck_assert_msg(mvc_alloc(x, n, &sx) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_alloc(y, yn, &sy) == 0, "%s", mvc_error(y));
+	fill(sx.addr, n, 61);
+	fill(sy.addr, yn, 62);
+	uint32_t ixb = reach(x, ob, gb.region);
+	uint32_t iyg = reach(y, oc, gc.region), iyh = reach(y, oc, hc.region);
+	/* Both peers met and their landing messages acked. */
+	ck_assert_int_eq(mvc_write(x, sx.region, 0, ixb, 0, 1u << 20), 0);
+	submit_ok(x, 100);
+	ck_assert_int_eq(mvc_write(y, sy.region, 0, iyg, 0, 1u << 20), 0);
+	submit_ok(y, 100);
+
+	ck_assert_int_eq(kill(B.pid, SIGSTOP), 0);
+	ck_assert_int_eq(waitpid(B.pid, &st, WUNTRACED), B.pid);
+	/* Small messages, so that X's bytes in flight stay under its share's
+	 * cap while the window is full (a cap passes the turn on by itself). */
+	for (uint64_t k = 0; k < 8; k++)
+		ck_assert_int_eq(mvc_write(x, sx.region, k << 17, ixb, k << 17, 1u << 16), 0);
+	ck_assert_int_eq(mvc_submit(x, 1), 0);
+	usleep(50000); /* X's first messages out, the window into B full */
+	double t0 = now_s();
+	for (int i = 0; i < NY; i++) {
+		/* 1 MiB into C's GPU memory, and 64 KiB into its host memory */
+		ck_assert_int_eq(
+		    mvc_write(y, sy.region, (uint64_t)i << 20, iyg, (uint64_t)i << 20, 1u << 20),
+		    0);
+		ck_assert_int_eq(
+		    mvc_write(y, sy.region, (uint64_t)i << 16, iyh, (uint64_t)i << 16, 1u << 16),
+		    0);
+		ck_assert_int_eq(mvc_submit(y, cookies[i] = 200 + (uint64_t)i), 0);
+	}
+	wait_batches(y, cookies, ev, NY, 30);
+	double took = now_s() - t0;
+	for (int i = 0; i < NY; i++)
+		ck_assert_msg(ev[i].status == 0, "Y's batch %d: %s", i, ev[i].msg);
+	struct mvc_event xe[2];
+	int xn = mvc_poll(x, xe, 2);
+	ck_assert_msg(xn == 0 && mvc_inflight(x) == 1,
+	              "Y's %d batches completed in %.2f s, after X's write into the stopped "
+	              "peer ended (%s): held up behind it",
+	              NY, took, xn > 0 ? xe[0].msg : "gone");
+	from_dev(got, dc, yn);
+	ck_assert_msg(!memcmp(got, sy.addr, yn), "C's GPU memory differs from what Y wrote");
+	ck_assert_msg(!memcmp(hc.addr, sy.addr, (size_t)NY << 16),
+	              "C's host memory differs from what Y wrote");
+	printf("landing: Y's %d batches into C done in %.3f s while X's into stopped B waits\n", NY,
+	       took);
+
+	kill(B.pid, SIGCONT);
+	struct mvc_event e = wait_batch(x, 1, 20); /* acked now, or timed out: either ends */
+	printf("landing: X's write into B once it went on: %s\n", e.status ? e.msg : "done");
+	mvc_disconnect(x);
+	mvc_disconnect(y);
+	mvc_disconnect(ob);
+	mvc_disconnect(oc);
+	cu->MemFree(db);
+	cu->MemFree(dc);
+	free(got);
+}
+END_TEST
+
 /* ---- quotas: freed GPU memory the mover still holds ---- */
 
 static void quota_setup(void)
@@ -200,6 +314,11 @@ int main(void)
 	tcase_set_timeout(tl, 120);
 	tcase_add_test(tl, test_bad_landing_header_cuts_its_peer_off);
 	suite_add_tcase(s, tl);
+	TCase *t3 = tcase_create("landing_three");
+	tcase_add_checked_fixture(t3, landing3_setup, teardown);
+	tcase_set_timeout(t3, 120);
+	tcase_add_test(t3, test_a_stopped_landing_peer_holds_up_no_other_client);
+	suite_add_tcase(s, t3);
 	TCase *tq = tcase_create("quota");
 	tcase_add_checked_fixture(tq, quota_setup, teardown);
 	tcase_set_timeout(tq, 60);
