@@ -75,7 +75,7 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 	tools/bench/rows_ext.c tools/bench/hops.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_shmring_errors test_shmring_procs test_validate test_config test_client test_mover test_faults test_shards test_lists test_hostile \
-	test_trace test_replay test_gpu test_gpu_guard test_tenants test_fair test_weights test_liveness test_reconnect test_samehost \
+	test_trace test_replay test_gpu test_gpu_guard test_tenants test_fair test_weights test_stopped_peer test_liveness test_reconnect test_samehost \
 	test_samehost_peers test_huge test_shm_restart
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
 	tests/cluster.sh tests/fleet.sh
@@ -247,7 +247,7 @@ $(B)/tests/test_shm_restart: $(B)/tests/test_shm_restart.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
-$(B)/tests/test_fair $(B)/tests/test_weights: $(B)/tests/%: $(B)/tests/%.o $(CLIENT_LIB)
+$(B)/tests/test_fair $(B)/tests/test_weights $(B)/tests/test_stopped_peer: $(B)/tests/%: $(B)/tests/%.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 

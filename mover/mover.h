@@ -474,7 +474,8 @@ struct mv_shard {
 	 * has its own window, so one that stops acking holds up only the
 	 * writes into it. */
 	uint8_t land_to[MV_MAX_PEERS];
-	struct fid_mr *ops_mr; /* the op pool, where landing headers live */
+	uint32_t posted_to[MV_MAX_PEERS]; /* posted ops (of s->posted), by peer index */
+	struct fid_mr *ops_mr;            /* the op pool, where landing headers live */
 	void *ops_desc;
 	uint32_t seq;
 	struct {

@@ -18,7 +18,8 @@
  * posts MV_LAND_BUFS receive buffers a shard; a message beyond them arrives
  * unexpected, which rxm 1.17 cancels: keep within half until acks come. */
 #define LAND_WINDOW (MV_LAND_BUFS / 2)
-static_assert(LAND_WINDOW <= UINT8_MAX && MV_MAX_PEERS <= UINT16_MAX + 1u, "mv_shard.land_to");
+static_assert(LAND_WINDOW <= UINT8_MAX && MV_MAX_PEERS <= UINT16_MAX + 1u,
+              "mv_shard.land_to, mv_wr.pix");
 
 /*
  * Fair share. A shard serves every client attached to it, and one that
@@ -464,6 +465,30 @@ static void round_next(struct mv_shard *s)
 }
 
 /*
+ * Whether a write to op's peer leaves room in the provider's queue for the
+ * writes to other peers, with mine and others more posted to op's peer
+ * and to the rest. A write holds its place in that queue until its peer
+ * takes it, and libfabric cannot take it back: on tcp a peer whose process
+ * stopped (its kernel still acks) takes nothing for as long, and its
+ * writes filled the queue that every client of the shard posts into (a
+ * second client's writes to a live peer then failed as that peer's
+ * "took no write"). So where another client is attached, the writes to
+ * one peer hold at most half of what those to every other peer leave
+ * free. Alone, a client has the whole queue.
+ */
+static int room_for(const struct mv_shard *s, const struct mv_wr *op, uint32_t mine,
+                    uint32_t others)
+{
+	uint64_t to = s->posted_to[op->peer->index], rest = s->posted - to;
+
+	if (s->natt < 2)
+		return 1;
+	to += mine;
+	rest += others;
+	return rest < s->fab.tx_size && 2 * to < s->fab.tx_size - rest;
+}
+
+/*
  * Whether op's post may carry FI_MORE: only while the shard posts for one
  * client and that client's next op surely follows in this burst. A burst
  * cut short (a full queue, the landing window, a next op whose peer is
@@ -485,7 +510,7 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 	    s->land_to[nx->peer->index] + (op->kind == MV_OPK_LAND && op->peer == nx->peer) >=
 	        LAND_WINDOW)
 		return 0;
-	return 1;
+	return room_for(s, nx, op->peer == nx->peer, op->peer != nx->peer);
 }
 
 /* Adds a same-host peer to the burst's list of peers to wake at its end. */
@@ -516,8 +541,8 @@ static void wake_add(struct mv_shard *s, struct mv_peer **wake, uint32_t *nwake,
 #define HOLD_MAX_NS   64000
 
 /*
- * A client whose head op cannot go this turn (its post refused, or its
- * peer's landing window full) passes the turn to the next client on the
+ * A client whose head op cannot go this turn (its post refused, its peer's
+ * landing window full, or no room_for() it) passes the turn to the next client on the
  * round: the other clients' writes must not wait on one client's peer.
  * Returns 0 once every client on the round was passed over this burst
  * (*passed counts them, *nround is the round's length, counted at the
@@ -659,10 +684,13 @@ int mv_post(struct mv_shard *s)
 			}
 			if (more_follows(s, op, burst, piece))
 				flags |= FI_MORE;
-			if (op->kind == MV_OPK_LAND && s->land_to[op->peer->index] >= LAND_WINDOW) {
-				/* Until this peer acks; the acks come through
-				 * the CQ, so no hold. more_follows() kept
-				 * FI_MORE off the post before. */
+			if ((op->kind == MV_OPK_LAND &&
+			     s->land_to[op->peer->index] >= LAND_WINDOW) ||
+			    !room_for(s, op, 0, 0)) {
+				/* Until this peer acks, or takes its writes;
+				 * both come through the CQ, so no hold.
+				 * more_follows() kept FI_MORE off the post
+				 * before. */
 				if (pass_turn(s, at, piece, &passed, &nround)) {
 					capped = NULL;
 					continue;
@@ -737,8 +765,7 @@ int mv_post(struct mv_shard *s)
 		wake_add(s, wake, &nwake, op->peer);
 		burst += op->bytes;
 		if (op->kind == MV_OPK_LAND) {
-			op->land_peer = (uint16_t)op->peer->index;
-			s->land_to[op->land_peer]++;
+			s->land_to[op->pix]++;
 			op->land_counted = 1;
 		}
 		s->st.posted++;

@@ -65,8 +65,8 @@ struct mv_wr {
 	int land_err;
 	uint32_t src_region;  /* GPU and landing ops: for the messages naming them */
 	uint32_t dst_region;  /* ... the peer's region written */
-	int land_counted;     /* counted in s->land_to[land_peer] (in flight) */
-	uint16_t land_peer;   /* ... its peer's index, kept: the peer may go first */
+	int land_counted;     /* counted in s->land_to[pix] (in flight) */
+	uint16_t pix;         /* posted: its peer's index, kept (the peer may go first) */
 	int inflight_counted; /* counted in at->inflight (posted, not yet reported) */
 	struct mv_attach *at;
 	struct mv_peer *peer;
@@ -148,6 +148,8 @@ static inline void mv_posted_add(struct mv_shard *s, struct mv_wr *op)
 	op->at->inflight_ops++;
 	op->at->posted_bytes += op->bytes;
 	op->posted_at = s->now;
+	op->pix = (uint16_t)op->peer->index;
+	s->posted_to[op->pix]++;
 	op->pnext = NULL;
 	op->pprev = s->posted_tail;
 	if (s->posted_tail)
@@ -183,13 +185,14 @@ static inline void mv_posted_del(struct mv_shard *s, struct mv_wr *op)
 	else
 		s->posted_tail = op->pprev;
 	s->posted--;
+	s->posted_to[op->pix]--;
 	s->posted_small -= op->on_small;
 }
 
 static inline void mv_op_put(struct mv_shard *s, struct mv_wr *op)
 {
 	if (op->land_counted)
-		s->land_to[op->land_peer]--;
+		s->land_to[op->pix]--;
 	op->land_counted = 0;
 	if (op->chunk >= 0)
 		s->gpu.free_chunks |= 1u << op->chunk;

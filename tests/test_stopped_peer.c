@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Deadlines and peers that take nothing, between the clients of one mover
+ * over tcp;ofi_rxm with one shard per mover: writes queued or cut into
+ * pieces outlive the deadline (op_timeout) while they move; those queued
+ * for a stopped peer fail together, at one deadline; and a stopped peer
+ * holds up no other client of the shard, whether it stopped before its
+ * connection was made (rxm refuses the posts) or after (its writes stay in
+ * the provider's queue). Fair share itself: test_fair.c.
+ */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mvc.h"
+
+#include "mvtest.h"
+#include "mvflood.h"
+
+#define FLOOD (64u << 20) /* bytes of one flood batch */
+
+static void setup_tcp_deadline(void)
+{
+	prov = "tcp";
+	mover_extra = "--no-host-copy";
+	mover_extra2 = "--op-timeout=0.5";
+	mover_launch(&A, "a", 1);
+	mover_extra = NULL;
+	mover_launch(&B, "b", 1);
+	mover_extra2 = NULL;
+	movers_listening();
+}
+
+/*
+ * A write's deadline (op_timeout) is for a peer that takes nothing: it
+ * counts while the write could go (the head of its client's queue, or the
+ * rest of one cut into pieces since its last piece went), not while it
+ * waits behind its client's own writes. Two clients of A each queue
+ * batches of one 64 MiB write, more until they take tcp on loopback over
+ * 1 s, twice the 0.5 s deadline: every batch completes with status 0, and
+ * its bytes are in place.
+ */
+
+/* Clients c[0] and c[1] each queue nb batches of one FLOOD-byte write at
+ * once; the seconds until every one completed, with status 0. */
+static double queue_floods(struct mvc **c, struct mvc_mem *src, const uint32_t *imp, int nb)
+{
+	struct mvc_event ev[16];
+	double t0 = now_s();
+
+	for (int i = 0; i < nb; i++)
+		for (int k = 0; k < 2; k++) {
+			ck_assert_int_eq(
+			    mvc_write(c[k], src[k].region, 0, imp[k], (uint64_t)k * FLOOD, FLOOD),
+			    0);
+			ck_assert_msg(mvc_submit(c[k], (uint64_t)i) == 0, "%s", mvc_error(c[k]));
+		}
+	for (int k = 0; k < 2; k++)
+		for (int left = nb; left > 0;) {
+			int n = mvc_wait(c[k], ev, 16, 200);
+			ck_assert_int_ge(n, 0);
+			for (int i = 0; i < n; i++) {
+				ck_assert_msg(ev[i].status == 0,
+				              "client %d, batch %llu of %d queued at once, %.2f s "
+				              "in: %s",
+				              k, (unsigned long long)ev[i].cookie, nb, now_s() - t0,
+				              ev[i].msg);
+				left--;
+			}
+			ck_assert_msg(n || mvc_inflight(c[k]), "batches lost");
+		}
+	return now_s() - t0;
+}
+
+START_TEST(test_queued_writes_outlive_the_deadline_while_they_move)
+{
+	struct mvc *owner, *c[2];
+	struct mvc_mem dst, src[2];
+	uint32_t imp[2];
+	int nb = 1;
+	double took;
+
+	ck_assert_int_eq(mvc_connect(&owner, B.sock), 0);
+	ck_assert_msg(mvc_alloc(owner, 2 * FLOOD, &dst) == 0, "%s", mvc_error(owner));
+	for (int k = 0; k < 2; k++) {
+		ck_assert_int_eq(mvc_connect(&c[k], A.sock), 0);
+		ck_assert_msg(mvc_alloc(c[k], FLOOD, &src[k]) == 0, "%s", mvc_error(c[k]));
+		fill(src[k].addr, FLOOD, 20 + k);
+		imp[k] = reach(c[k], owner, dst.region);
+		/* Connected (tcp connects on the first write) before the clock. */
+		ck_assert_int_eq(mvc_write(c[k], src[k].region, 0, imp[k], 0, 4096), 0);
+		submit_ok(c[k], 1000);
+	}
+	/* One of each, then as many as that rate moves in 1.6 s, until a
+	 * round takes over 1 s (the first writes run colder than the rest). */
+	for (int round = 0; (took = queue_floods(c, src, imp, nb)) <= 1.0; round++) {
+		ck_assert_msg(round < 4 && nb < 96,
+		              "%d x 2 batches of 64 MiB drained in %.2f s, within twice the "
+		              "deadline: the test proves nothing",
+		              nb, took);
+		nb = (int)(nb * 1.6 / took) + 1;
+		if (nb > 96)
+			nb = 96;
+	}
+	printf("tcp: %d x 2 queued 64 MiB writes drained in %.2f s beside a 0.5 s deadline\n", nb,
+	       took);
+	for (int k = 0; k < 2; k++)
+		ck_assert(!memcmp((uint8_t *)dst.addr + (size_t)k * FLOOD, src[k].addr, FLOOD));
+	for (int k = 0; k < 2; k++)
+		mvc_disconnect(c[k]);
+	mvc_disconnect(owner);
+}
+END_TEST
+
+/* Lets `from` write into `region` of `owner`, a client of C, with C stopped
+ * (SIGSTOP, whole) before A meets it: its blobs first, then the stop, then
+ * the peer and the import. */
+static uint32_t reach_stopped(struct mvc *from, struct mvc *owner, uint32_t region)
+{
+	uint8_t addr[MVC_BLOB_MAX], rblob[MVC_BLOB_MAX];
+	size_t alen = sizeof(addr), rlen = sizeof(rblob);
+	uint32_t peer, imp;
+	int st;
+
+	ck_assert_int_eq(mvc_address(owner, addr, &alen), 0);
+	ck_assert_int_eq(mvc_region_blob(owner, region, rblob, &rlen), 0);
+	ck_assert_int_eq(kill(C.pid, SIGSTOP), 0);
+	ck_assert_int_eq(waitpid(C.pid, &st, WUNTRACED), C.pid);
+	ck_assert_msg(mvc_peer_add(from, addr, alen, &peer) == 0, "%s", mvc_error(from));
+	ck_assert_msg(mvc_import(from, peer, rblob, rlen, &imp) == 0, "%s", mvc_error(from));
+	return imp;
+}
+
+/*
+ * And a peer that takes nothing still fails what waits for it within about
+ * the deadline, all of it: client X of A writes by turns to a stopped
+ * mover C (never met before it stopped: rxm answers EAGAIN while it
+ * connects) and to B.
+ * Each write to C fails as "took no write" within 3 deadlines of its
+ * submit, not one deadline after another in turn, and every write to B
+ * completes.
+ */
+START_TEST(test_writes_to_a_stopped_peer_fail_together)
+{
+	enum { NB = 8 };
+	struct mvc *x, *ob, *oc;
+	struct mvc_mem src, db, dc;
+	struct mvc_event ev[16];
+	uint32_t ib, ic;
+	double at[2 * NB] = {0};
+
+	mover_extra = NULL;
+	mover_start(&C, "c", 1);
+	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
+	ck_assert_msg(mvc_alloc(x, 1u << 20, &src) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_alloc(ob, 1u << 20, &db) == 0, "%s", mvc_error(ob));
+	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
+	fill(src.addr, 1u << 20, 31);
+	ib = reach(x, ob, db.region);
+	ck_assert_int_eq(mvc_write(x, src.region, 0, ib, 0, 4096), 0);
+	submit_ok(x, 1000);
+	ic = reach_stopped(x, oc, dc.region);
+	double t0 = now_s();
+	for (int i = 0; i < 2 * NB; i++) {
+		ck_assert_int_eq(mvc_write(x, src.region, (uint64_t)i * 4096, i % 2 ? ib : ic,
+		                           (uint64_t)i * 4096, 4096),
+		                 0);
+		ck_assert_int_eq(mvc_submit(x, (uint64_t)i), 0);
+	}
+	for (int left = 2 * NB; left > 0;) {
+		int n = mvc_wait(x, ev, 16, 200);
+		ck_assert_int_ge(n, 0);
+		ck_assert_msg(now_s() - t0 < 30, "%d batches still out after 30 s", left);
+		for (int k = 0; k < n; k++) {
+			int i = (int)ev[k].cookie;
+			ck_assert_int_lt(i, 2 * NB);
+			at[i] = now_s() - t0;
+			if (i % 2)
+				ck_assert_msg(ev[k].status == 0, "write %d to B: %s", i, ev[k].msg);
+			else
+				ck_assert_msg(ev[k].status == -ETIMEDOUT &&
+				                  strstr(ev[k].msg, "took no write"),
+				              "write %d to C: status %d, %s", i, ev[k].status,
+				              ev[k].msg);
+			left--;
+		}
+	}
+	kill(C.pid, SIGCONT);
+	for (int i = 0; i < 2 * NB; i += 2)
+		ck_assert_msg(at[i] < 1.5, "write %d to the stopped peer failed %.2f s in", i,
+		              at[i]);
+	printf("tcp: %d writes to a stopped peer failed %.2f-%.2f s in (deadline 0.5 s), "
+	       "the %d to B done by %.2f s\n",
+	       NB, at[0], at[2 * NB - 2], NB, at[2 * NB - 1]);
+	mvc_disconnect(x);
+	mvc_disconnect(ob);
+	mvc_disconnect(oc);
+}
+END_TEST
+
+/*
+ * A peer that takes nothing holds up no other client: while client X's
+ * writes wait for a stopped mover C (rxm answers EAGAIN for them), client
+ * Y of the same mover and shard writes to B, and its batches complete
+ * while X's are still out (they fail at the 0.5 s deadline), every one.
+ */
+START_TEST(test_a_stopped_peer_of_one_client_holds_up_no_other)
+{
+	struct mvc *x, *y, *ob, *oc;
+	struct mvc_mem sx, sy, db, dc;
+	uint32_t iby, icx;
+
+	mover_start(&C, "c", 1);
+	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&y, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
+	ck_assert_msg(mvc_alloc(x, 1u << 20, &sx) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_alloc(y, 1u << 20, &sy) == 0, "%s", mvc_error(y));
+	ck_assert_msg(mvc_alloc(ob, 1u << 20, &db) == 0, "%s", mvc_error(ob));
+	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
+	fill(sy.addr, 1u << 20, 41);
+	iby = reach(y, ob, db.region);
+	ck_assert_int_eq(mvc_write(y, sy.region, 0, iby, 0, 4096), 0);
+	submit_ok(y, 1000);
+	icx = reach_stopped(x, oc, dc.region);
+
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(mvc_write(x, sx.region, 0, icx, (uint64_t)i * 4096, 4096), 0);
+		ck_assert_int_eq(mvc_submit(x, (uint64_t)i), 0);
+	}
+	usleep(20000); /* X's first write refused a few times over */
+	/* More than a burst's bytes, so Y stays on the round behind X. */
+	uint64_t cookies[16];
+	struct mvc_event ye[16];
+	for (int i = 0; i < 16; i++) {
+		ck_assert_int_eq(
+		    mvc_write(y, sy.region, (uint64_t)i << 16, iby, (uint64_t)i << 16, 1u << 16),
+		    0);
+		ck_assert_int_eq(mvc_submit(y, cookies[i] = (uint64_t)i), 0);
+	}
+	wait_batches(y, cookies, ye, 16, 30);
+	for (int i = 0; i < 16; i++)
+		ck_assert_msg(ye[i].status == 0, "%s", ye[i].msg);
+	struct mvc_event ev[8];
+	int got = mvc_poll(x, ev, 8);
+	ck_assert_msg(got == 0 && mvc_inflight(x) == 4,
+	              "Y's 16 batches completed after %d of X's 4 to the stopped peer ended: "
+	              "held up behind them",
+	              got);
+	ck_assert(!memcmp(db.addr, sy.addr, 1u << 20));
+	kill(C.pid, SIGCONT);
+	mvc_disconnect(x);
+	mvc_disconnect(y);
+	mvc_disconnect(ob);
+	mvc_disconnect(oc);
+}
+END_TEST
+
+/* Adds writes of 1 KiB to x's batches until n were submitted or its ring
+ * stayed full (the shard took no more) for 100 ms; returns the count. */
+static int small_writes(struct mvc *x, uint32_t src, uint32_t imp, int n)
+{
+	int sent = 0, full = 0;
+
+	while (sent < n && full < 5) {
+		int r = 0, k;
+		for (k = 0; k < 128 && !r; k++)
+			r = mvc_write(x, src, (uint64_t)k * 2048, imp, (uint64_t)k * 2048, 1024);
+		if (!r)
+			r = mvc_submit(x, (uint64_t)sent);
+		if (r) {
+			ck_assert_msg(r == -EAGAIN, "%s", mvc_error(x));
+			mvc_abort(x);
+			full++;
+			usleep(20000);
+			continue;
+		}
+		sent += k;
+	}
+	return sent;
+}
+
+/*
+ * A peer that stopped after its connection was made holds up no other
+ * client: its writes stay in the provider's queue (the socket, then rxm's
+ * own queue, the same for every peer of the shard), and libfabric cannot
+ * take them back. Client X of A writes 1 KiB pieces to mover C, stopped
+ * (SIGSTOP) once the two had met, more than that queue holds; client Y of
+ * the same shard then writes to B: every batch of Y's completes and lands.
+ * Before, X's writes filled the queue, and Y's failed as B's "took no
+ * write" at the deadline.
+ */
+START_TEST(test_a_peer_stopped_after_meeting_holds_up_no_other)
+{
+	enum { NY = 16 };
+	struct mvc *x, *y, *ob, *oc;
+	struct mvc_mem sx, sy, db, dc;
+	uint64_t cookies[NY];
+	struct mvc_event ye[NY];
+	int st;
+
+	mover_extra = "--no-host-copy";
+	mover_start(&C, "c", 1);
+	mover_extra = NULL;
+	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&y, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
+	ck_assert_msg(mvc_alloc(x, 1u << 20, &sx) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_alloc(y, 1u << 20, &sy) == 0, "%s", mvc_error(y));
+	ck_assert_msg(mvc_alloc(ob, 1u << 20, &db) == 0, "%s", mvc_error(ob));
+	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
+	fill(sy.addr, 1u << 20, 43);
+	uint32_t icx = reach(x, oc, dc.region), iby = reach(y, ob, db.region);
+	ck_assert_int_eq(mvc_write(x, sx.region, 0, icx, 0, 4096), 0);
+	submit_ok(x, 1000);
+	ck_assert_int_eq(mvc_write(y, sy.region, 0, iby, 0, 4096), 0);
+	submit_ok(y, 1000);
+
+	ck_assert_int_eq(kill(C.pid, SIGSTOP), 0);
+	ck_assert_int_eq(waitpid(C.pid, &st, WUNTRACED), C.pid);
+	/* 24,576 writes: past what the socket takes (a few MiB) and rxm's
+	 * queue (2,048), under X's bytes in flight (8 MiB beside Y). */
+	int nx = small_writes(x, sx.region, icx, 24576);
+	usleep(100000); /* the shard posts what it can of them */
+	uint64_t posted = stat_sum(&A, "\"posted\""), eagain = stat_sum(&A, "\"eagain\"");
+	for (int i = 0; i < NY; i++) {
+		ck_assert_int_eq(
+		    mvc_write(y, sy.region, (uint64_t)i << 16, iby, (uint64_t)i << 16, 1u << 16),
+		    0);
+		ck_assert_int_eq(mvc_submit(y, cookies[i] = (uint64_t)i), 0);
+	}
+	wait_batches(y, cookies, ye, NY, 30);
+	for (int i = 0; i < NY; i++)
+		ck_assert_msg(ye[i].status == 0, "Y's batch %d to B: %s", i, ye[i].msg);
+	ck_assert(!memcmp(db.addr, sy.addr, (size_t)NY << 16));
+	printf("tcp: Y's %d batches to B landed beside %d writes of X to stopped C (A had "
+	       "posted %llu, refused %llu)\n",
+	       NY, nx, (unsigned long long)posted, (unsigned long long)eagain);
+	kill(C.pid, SIGCONT);
+	mvc_disconnect(x);
+	mvc_disconnect(y);
+	mvc_disconnect(ob);
+	mvc_disconnect(oc);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("stopped_peer");
+	TCase *tc = tcase_create("deadline_tcp");
+
+	tcase_add_checked_fixture(tc, setup_tcp_deadline, teardown);
+	tcase_set_timeout(tc, 90);
+	tcase_add_test(tc, test_queued_writes_outlive_the_deadline_while_they_move);
+	tcase_add_test(tc, test_writes_to_a_stopped_peer_fail_together);
+	tcase_add_test(tc, test_a_stopped_peer_of_one_client_holds_up_no_other);
+	tcase_add_test(tc, test_a_peer_stopped_after_meeting_holds_up_no_other);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
