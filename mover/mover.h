@@ -470,12 +470,7 @@ struct mv_shard {
 	void *land_desc;
 	struct mv_land_buf *lq_head, *lq_tail; /* arrived: copying, then acking */
 	uint32_t nland_busy;
-	/* Landing messages sent and not yet acked, by peer index: each peer
-	 * has its own window, so one that stops acking holds up only the
-	 * writes into it. */
-	uint8_t land_to[MV_MAX_PEERS];
-	uint32_t posted_to[MV_MAX_PEERS]; /* posted ops (of s->posted), by peer index */
-	struct fid_mr *ops_mr;            /* the op pool, where landing headers live */
+	struct fid_mr *ops_mr; /* the op pool, where landing headers live */
 	void *ops_desc;
 	uint32_t seq;
 	struct {
@@ -493,6 +488,12 @@ struct mv_shard {
 	struct mv_stats_peer *pub_peers;
 	int64_t next_pub, next_rows;
 	_Atomic uint64_t trace_dropped_pub;
+	/* By peer index, last (20 KiB a shard, read one entry a post): posted
+	 * ops of s->posted, and landing messages sent and not yet acked (each
+	 * peer has its own window, so one that stops acking holds up only
+	 * the writes into it). */
+	uint32_t posted_to[MV_MAX_PEERS];
+	uint8_t land_to[MV_MAX_PEERS];
 };
 
 struct mover {
