@@ -19,12 +19,12 @@
 
 #define LIST_STEP 256u /* entries copied out of the arena at a time */
 
-/* Room for one more run: the client's queue and the op pool, as consume()
- * keeps them. */
+/* Room for one more run: the client's queue and the op pool, and its share
+ * of the pool, as consume() keeps them. */
 static int room_for(const struct mv_shard *s, const struct mv_attach *at, uint64_t len)
 {
 	return at->npq <= s->fab.tx_size * 2 &&
-	       s->nfree > MV_IOV_MAX + (len + MV_CHUNK - 1) / MV_CHUNK + 1;
+	       s->nfree > MV_IOV_MAX + (len + MV_CHUNK - 1) / MV_CHUNK + 1 && mv_pool_room(s, at);
 }
 
 /* Ends the cursor of at, failing its part with why. */

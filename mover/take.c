@@ -327,15 +327,6 @@ static int take_desc(struct mv_shard *s, struct mv_attach *at, const struct mv_d
 	return ret;
 }
 
-/* Ops of the pool a client may hold while others are active: its weighted
- * share, so a flood of small writes cannot take every op. */
-static uint32_t pool_share(const struct mv_shard *s, const struct mv_attach *at)
-{
-	uint64_t w = s->wsum > at->weight ? s->wsum : (uint64_t)at->weight * 2;
-
-	return (uint32_t)((uint64_t)MV_OPS_PER_SHARD * at->weight / w);
-}
-
 /* Counts the clients active on the shard and their weights (post.c). */
 static void count_active(struct mv_shard *s)
 {
@@ -369,8 +360,7 @@ int mv_consume(struct mv_shard *s)
 		}
 		if (s->nfree <= MV_IOV_MAX)
 			break;
-		if (at->npq > s->fab.tx_size * 2 ||
-		    (s->nactive > 1 && at->outstanding > pool_share(s, at)))
+		if (at->npq > s->fab.tx_size * 2 || !mv_pool_room(s, at))
 			continue;
 		/* A list being expanded goes first; what follows it waits. */
 		if (at->cur.active) {

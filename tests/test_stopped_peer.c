@@ -294,9 +294,11 @@ static int small_writes(struct mvc *x, uint32_t src, uint32_t imp, int n)
  * own queue, the same for every peer of the shard), and libfabric cannot
  * take them back. Client X of A writes 1 KiB pieces to mover C, stopped
  * (SIGSTOP) once the two had met, more than that queue holds; client Y of
- * the same shard then writes to B: every batch of Y's completes and lands.
- * Before, X's writes filled the queue, and Y's failed as B's "took no
- * write" at the deadline.
+ * the same shard then writes to B: every batch of Y's completes and lands
+ * before any of X's fails at the deadline. Before, X's writes filled the
+ * queue, and Y's failed as B's "took no write" at the deadline; and then X's
+ * queue, which took every op of the shard's pool, kept Y's descriptors out
+ * until X's writes failed.
  */
 START_TEST(test_a_peer_stopped_after_meeting_holds_up_no_other)
 {
@@ -341,6 +343,12 @@ START_TEST(test_a_peer_stopped_after_meeting_holds_up_no_other)
 	wait_batches(y, cookies, ye, NY, 30);
 	for (int i = 0; i < NY; i++)
 		ck_assert_msg(ye[i].status == 0, "Y's batch %d to B: %s", i, ye[i].msg);
+	/* Before X's queued writes failed at the deadline (3 s): not behind them. */
+	struct mvc_event xe[4];
+	int got = mvc_poll(x, xe, 4);
+	ck_assert_msg(got == 0,
+	              "Y's batches completed after %d of X's failed (%s): held up behind them", got,
+	              got > 0 ? xe[0].msg : "");
 	ck_assert(!memcmp(db.addr, sy.addr, (size_t)NY << 16));
 	printf("tcp: Y's %d batches to B landed beside %d writes of X to stopped C (A had "
 	       "posted %llu, refused %llu)\n",
@@ -353,6 +361,17 @@ START_TEST(test_a_peer_stopped_after_meeting_holds_up_no_other)
 }
 END_TEST
 
+/* Movers A (on the fabric) and B, one shard each, the tests' deadline (3 s). */
+static void setup_tcp1_fabric(void)
+{
+	prov = "tcp";
+	mover_extra = "--no-host-copy";
+	mover_launch(&A, "a", 1);
+	mover_extra = NULL;
+	mover_launch(&B, "b", 1);
+	movers_listening();
+}
+
 int main(void)
 {
 	Suite *s = suite_create("stopped_peer");
@@ -363,6 +382,10 @@ int main(void)
 	tcase_add_test(tc, test_queued_writes_outlive_the_deadline_while_they_move);
 	tcase_add_test(tc, test_writes_to_a_stopped_peer_fail_together);
 	tcase_add_test(tc, test_a_stopped_peer_of_one_client_holds_up_no_other);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("stopped_tcp");
+	tcase_add_checked_fixture(tc, setup_tcp1_fabric, teardown);
+	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_a_peer_stopped_after_meeting_holds_up_no_other);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
