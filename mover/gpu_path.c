@@ -117,6 +117,66 @@ void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 }
 
 /*
+ * Whether op's peer may hold one more bounce chunk. A chunk is held until
+ * its write completes, and on tcp a peer whose process stopped after its
+ * connection was made completes none: its writes would take every chunk of
+ * the shard, and every other client's staged writes would wait for good.
+ * So where another client is attached, the chunks of one peer's writes are
+ * at most half of what those to every other peer leave, as room_for() in
+ * post.c keeps the provider's queue. Alone, a client has them all.
+ */
+static int chunk_room(const struct mv_shard *s, const struct mv_wr *op)
+{
+	uint32_t mine = s->chunks_to[op->peer->index];
+	uint32_t others =
+	    MV_BOUNCE_CHUNKS - (uint32_t)__builtin_popcount(s->gpu.free_chunks) - mine;
+
+	return s->natt < 2 || 2 * mine < MV_BOUNCE_CHUNKS - others;
+}
+
+/* Parked writes go back ahead of the queue, in their order: a chunk came
+ * free, so their peer may have room again. */
+static void unpark(struct mv_shard *s)
+{
+	s->unpark = 0;
+	if (!s->pk_head)
+		return;
+	s->pk_tail->next = s->sq_head;
+	if (!s->sq_head)
+		s->sq_tail = s->pk_tail;
+	s->sq_head = s->pk_head;
+	s->pk_head = s->pk_tail = NULL;
+}
+
+/*
+ * Parked writes that waited op_timeout for a chunk fail as a write that
+ * took no write would: their peer completed nothing meanwhile.
+ */
+int mv_gpu_expire_parked(struct mv_shard *s, int64_t limit)
+{
+	int n = 0;
+
+	for (struct mv_wr **pp = &s->pk_head, *op; (op = *pp);) {
+		if (s->now - op->posted_at <= limit) {
+			s->pk_tail = op;
+			pp = &op->next;
+			continue;
+		}
+		char text[MV_ERRLEN];
+		*pp = op->next;
+		s->ngpu--;
+		snprintf(text, sizeof(text),
+		         "peer mover %016llx took no write for %d ms: unreachable or gone",
+		         (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
+		mv_op_done(s, op, -ETIMEDOUT, text);
+		n++;
+	}
+	if (!s->pk_head)
+		s->pk_tail = NULL;
+	return n;
+}
+
+/*
  * GPU work of the shard: staged writes take a free bounce chunk and start
  * their device-to-host copy; finished copies either complete (path 2) or
  * become fabric writes from their chunk (path 3), so the copy of one chunk
@@ -127,6 +187,8 @@ int mv_gpu_progress(struct mv_shard *s)
 	char why[MV_ERRLEN];
 	int n = 0;
 
+	if (s->unpark)
+		unpark(s);
 	while (s->sq_head && s->gpu.free_chunks) {
 		struct mv_wr *op = s->sq_head;
 		int c = __builtin_ctz(s->gpu.free_chunks);
@@ -135,8 +197,16 @@ int mv_gpu_progress(struct mv_shard *s)
 		s->sq_head = op->next;
 		if (!s->sq_head)
 			s->sq_tail = NULL;
+		if (!chunk_room(s, op)) {
+			if (!op->posted_at)
+				op->posted_at = s->now; /* waits for a chunk since */
+			mv_wr_append(&s->pk_head, &s->pk_tail, op);
+			continue;
+		}
 		s->gpu.free_chunks &= ~(1u << c);
 		op->chunk = c;
+		op->pix = (uint16_t)op->peer->index;
+		s->chunks_to[op->pix]++;
 		op->cdst = buf;
 		mv_fence(s, why, sizeof(why)); /* a staged op is a group of its own */
 		int ret = mv_gpu_copy(s, op->dev, buf, -1, op->csrc, op->src_dev, op->bytes, why,

@@ -462,7 +462,9 @@ struct mv_shard {
 	struct mv_gpu_shard gpu;
 	struct mv_wr *gq_head, *gq_tail; /* GPU copies in flight, in stream order */
 	struct mv_wr *sq_head, *sq_tail; /* staged writes waiting for a bounce chunk */
-	uint32_t ngpu;                   /* ops in those two queues */
+	struct mv_wr *pk_head, *pk_tail; /* ... whose peer holds its share (gpu_path.c) */
+	int unpark;                      /* a chunk came free: the parked try again */
+	uint32_t ngpu;                   /* ops in those three queues */
 	struct mv_wr *rq_head, *rq_tail; /* writes waiting to be posted again, due at posted_at */
 	uint32_t nretry;
 	struct mv_land_buf *land; /* the receive pool, once a GPU region needs it */
@@ -488,12 +490,13 @@ struct mv_shard {
 	struct mv_stats_peer *pub_peers;
 	int64_t next_pub, next_rows;
 	_Atomic uint64_t trace_dropped_pub;
-	/* By peer index, last (20 KiB a shard, read one entry a post): posted
-	 * ops of s->posted, and landing messages sent and not yet acked (each
-	 * peer has its own window, so one that stops acking holds up only
-	 * the writes into it). */
+	/* By peer index, last (24 KiB a shard, read one entry a post): posted
+	 * ops of s->posted, landing messages sent and not yet acked (each peer
+	 * has its own window, so one that stops acking holds up only the
+	 * writes into it), and bounce chunks held. */
 	uint32_t posted_to[MV_MAX_PEERS];
 	uint8_t land_to[MV_MAX_PEERS];
+	uint8_t chunks_to[MV_MAX_PEERS]; /* bounce chunks held by staged writes */
 };
 
 struct mover {

@@ -88,6 +88,7 @@ static void cancel_pending(struct mv_shard *s, struct mv_attach *at)
 {
 	/* Staged writes still waiting for a bounce chunk: nothing started. */
 	s->ngpu -= drop_queued(s, &s->sq_head, &s->sq_tail, at, 0);
+	s->ngpu -= drop_queued(s, &s->pk_head, &s->pk_tail, at, 0);
 	/* Writes waiting to be retried: nothing of them is in the provider. */
 	s->nretry -= drop_queued(s, &s->rq_head, &s->rq_tail, at, 1);
 	while (at->pq_head) {

@@ -209,8 +209,11 @@ static inline void mv_op_put(struct mv_shard *s, struct mv_wr *op)
 	if (op->land_counted)
 		s->land_to[op->pix]--;
 	op->land_counted = 0;
-	if (op->chunk >= 0)
+	if (op->chunk >= 0) {
 		s->gpu.free_chunks |= 1u << op->chunk;
+		s->chunks_to[op->pix]--;
+		s->unpark = 1;
+	}
 	op->next = s->free_ops;
 	s->free_ops = op;
 	s->nfree++;
@@ -431,6 +434,7 @@ int mv_fence(struct mv_shard *s, char *why, size_t whylen);
 void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
                  const struct mv_region *src, const struct mv_import *dst, uint8_t path, int land);
 int mv_gpu_progress(struct mv_shard *s);
+int mv_gpu_expire_parked(struct mv_shard *s, int64_t limit);
 
 /* land.c */
 void mv_land_hdr(struct mv_shard *s, struct mv_wr *op, const struct mv_import *dst,

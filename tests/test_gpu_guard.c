@@ -4,7 +4,8 @@
  * (skipped with the reason elsewhere): a landing message from a peer whose
  * header lies about its length cuts that peer off and no one else (sent
  * from a raw libfabric endpoint, since no mover would), a landing peer
- * that stops acking holds up the writes into it and no others, and freed GPU
+ * that stops acking holds up the writes into it and no others, a peer that
+ * takes nothing holds no bounce chunk another client needs, and freed GPU
  * memory the mover still holds through its quarantine counts against its
  * client's and its uid's quotas. The paths themselves are test_gpu.c.
  */
@@ -251,6 +252,84 @@ START_TEST(test_a_stopped_landing_peer_holds_up_no_other_client)
 }
 END_TEST
 
+/*
+ * A peer that takes nothing holds no bounce chunk another client needs:
+ * client X of A writes from its GPU memory to B's host memory, staged
+ * through A's bounce chunks (8, each held until its write completes), and
+ * B stops (SIGSTOP) once the two had met, so X's writes stop completing
+ * once its socket is full. Client Y of the same shard then writes from its
+ * GPU memory to C: every batch of Y's lands. Before, X's writes took every
+ * chunk, and Y's waited for a free one for as long as B stayed stopped.
+ */
+START_TEST(test_a_stopped_peer_holds_no_chunk_of_another_client)
+{
+	enum { NY = 4 };
+	const size_t xn = 40u << 20, yn = 4u << 20; /* X: ten chunks */
+	struct mvc *x, *y, *ob, *oc;
+	struct mvc_mem gx, gy, hb, hc;
+	struct mvc_event ev[NY];
+	uint64_t cookies[NY];
+	uint8_t *want = malloc(yn);
+	int st;
+
+	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&y, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
+	CUdeviceptr dx = dev_alloc(xn), dy = dev_alloc(yn);
+	fill(want, yn, 71);
+	to_dev(dy, want, yn);
+	ck_assert_msg(mvc_register_cuda(x, (void *)dx, xn, &gx) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_register_cuda(y, (void *)dy, yn, &gy) == 0, "%s", mvc_error(y));
+	ck_assert_msg(mvc_alloc(ob, xn, &hb) == 0, "%s", mvc_error(ob));
+	ck_assert_msg(mvc_alloc(oc, (size_t)NY * yn, &hc) == 0, "%s", mvc_error(oc));
+	uint32_t ixb = reach(x, ob, hb.region), iyc = reach(y, oc, hc.region);
+	ck_assert_int_eq(mvc_write(x, gx.region, 0, ixb, 0, 1u << 20), 0);
+	submit_ok(x, 100);
+	ck_assert_int_eq(mvc_write(y, gy.region, 0, iyc, 0, 1u << 20), 0);
+	submit_ok(y, 100);
+
+	ck_assert_int_eq(kill(B.pid, SIGSTOP), 0);
+	ck_assert_int_eq(waitpid(B.pid, &st, WUNTRACED), B.pid);
+	ck_assert_int_eq(mvc_write(x, gx.region, 0, ixb, 0, xn), 0);
+	ck_assert_int_eq(mvc_submit(x, 1), 0);
+	usleep(200000); /* X's chunks copied and written, its socket full */
+	for (int i = 0; i < NY; i++) {
+		ck_assert_int_eq(mvc_write(y, gy.region, 0, iyc, (uint64_t)i * yn, yn), 0);
+		ck_assert_int_eq(mvc_submit(y, cookies[i] = 200 + (uint64_t)i), 0);
+	}
+	double t0 = now_s();
+	wait_batches(y, cookies, ev, NY, 20);
+	double took = now_s() - t0;
+	/* Before any of X's writes timed out (3 s): not behind them. The
+	 * counters are published every few ms; wait for them. */
+	usleep(200000);
+	uint64_t tmo = stat_sum(&A, "\"timeouts\"");
+	ck_assert_msg(tmo == 0,
+	              "Y's batches completed %.2f s in, after %llu of X's writes timed out: "
+	              "held up behind them",
+	              took, (unsigned long long)tmo);
+	for (int i = 0; i < NY; i++) {
+		ck_assert_msg(ev[i].status == 0, "Y's batch %d: %s", i, ev[i].msg);
+		ck_assert_msg(!memcmp((uint8_t *)hc.addr + (size_t)i * yn, want, yn),
+		              "Y's batch %d: C's memory differs", i);
+	}
+	struct mvc_event xe;
+	int xn_done = mvc_poll(x, &xe, 1);
+	printf("staged: Y's %d batches into C landed in %.3f s; X's into stopped B %s\n", NY, took,
+	       xn_done ? "had ended" : "still out");
+	kill(B.pid, SIGCONT);
+	xe = wait_batch(x, 1, 20); /* went on, or failed at the deadline: either ends */
+	mvc_disconnect(x);
+	mvc_disconnect(y);
+	mvc_disconnect(ob);
+	mvc_disconnect(oc);
+	cu->MemFree(dx);
+	cu->MemFree(dy);
+	free(want);
+}
+END_TEST
+
 /* ---- quotas: freed GPU memory the mover still holds ---- */
 
 static void quota_setup(void)
@@ -318,6 +397,7 @@ int main(void)
 	tcase_add_checked_fixture(t3, landing3_setup, teardown);
 	tcase_set_timeout(t3, 120);
 	tcase_add_test(t3, test_a_stopped_landing_peer_holds_up_no_other_client);
+	tcase_add_test(t3, test_a_stopped_peer_holds_no_chunk_of_another_client);
 	suite_add_tcase(s, t3);
 	TCase *tq = tcase_create("quota");
 	tcase_add_checked_fixture(tq, quota_setup, teardown);
