@@ -135,12 +135,24 @@ static int chunk_room(const struct mv_shard *s, const struct mv_wr *op)
 }
 
 /* Parked writes go back ahead of the queue, in their order: a chunk came
- * free, so their peer may have room again. */
+ * free, so their peer may have room again, or the other clients left. A
+ * write whose peer completed a chunk's write meanwhile waits for a chunk
+ * again from now: its peer is moving, and writes cannot overtake one
+ * another to reach it sooner. */
 static void unpark(struct mv_shard *s)
 {
+	uint32_t nf = s->nfreed;
+
 	s->unpark = 0;
+	s->nfreed = 0;
 	if (!s->pk_head)
 		return;
+	for (struct mv_wr *op = s->pk_head; op; op = op->next)
+		for (uint32_t i = 0; i < nf; i++)
+			if (s->freed_pix[i] == op->peer->index) {
+				op->posted_at = s->now;
+				break;
+			}
 	s->pk_tail->next = s->sq_head;
 	if (!s->sq_head)
 		s->sq_tail = s->pk_tail;
@@ -149,8 +161,9 @@ static void unpark(struct mv_shard *s)
 }
 
 /*
- * Parked writes that waited op_timeout for a chunk fail as a write that
- * took no write would: their peer completed nothing meanwhile.
+ * Parked writes that waited op_timeout for a chunk, their peer completing
+ * none of its writes meanwhile (unpark() restamps them when it does),
+ * fail as a write to a peer that took none would.
  */
 int mv_gpu_expire_parked(struct mv_shard *s, int64_t limit)
 {
@@ -187,7 +200,9 @@ int mv_gpu_progress(struct mv_shard *s)
 	char why[MV_ERRLEN];
 	int n = 0;
 
-	if (s->unpark)
+	/* Alone, a client has every chunk: its parked writes go first, as
+	 * they came (a write queued since must not overtake them). */
+	if (s->unpark || (s->pk_head && s->natt < 2))
 		unpark(s);
 	while (s->sq_head && s->gpu.free_chunks) {
 		struct mv_wr *op = s->sq_head;

@@ -460,10 +460,12 @@ struct mv_shard {
 	void *bell_desc;
 	uint64_t bell_key;
 	struct mv_gpu_shard gpu;
-	struct mv_wr *gq_head, *gq_tail; /* GPU copies in flight, in stream order */
-	struct mv_wr *sq_head, *sq_tail; /* staged writes waiting for a bounce chunk */
-	struct mv_wr *pk_head, *pk_tail; /* ... whose peer holds its share (gpu_path.c) */
-	int unpark;                      /* a chunk came free: the parked try again */
+	struct mv_wr *gq_head, *gq_tail;      /* GPU copies in flight, in stream order */
+	struct mv_wr *sq_head, *sq_tail;      /* staged writes waiting for a bounce chunk */
+	struct mv_wr *pk_head, *pk_tail;      /* ... whose peer holds its share (gpu_path.c) */
+	int unpark;                           /* a chunk came free: the parked try again */
+	uint16_t freed_pix[MV_BOUNCE_CHUNKS]; /* ... of these peers since the last try */
+	uint32_t nfreed;
 	uint32_t ngpu;                   /* ops in those three queues */
 	struct mv_wr *rq_head, *rq_tail; /* writes waiting to be posted again, due at posted_at */
 	uint32_t nretry;

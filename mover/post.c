@@ -491,9 +491,10 @@ static int room_for(const struct mv_shard *s, const struct mv_wr *op, uint32_t m
 /*
  * Whether op's post may carry FI_MORE: only while the shard posts for one
  * client and that client's next op surely follows in this burst. A burst
- * cut short (a full queue, the landing window, a next op whose peer is
- * gone, the burst's byte budget, the client's bytes in flight), or a next
- * op on the other endpoint, must not leave the doorbell unrung. A post
+ * cut short (a full queue, the landing window or no room_for() the next
+ * op, a next op whose peer is gone, the burst's byte budget, the client's
+ * bytes in flight), or a next op on the other endpoint or copied (same
+ * host: no post), must not leave the doorbell unrung. A post
  * that fails for another reason can still end a burst early.
  */
 static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64_t burst,
@@ -501,8 +502,9 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 {
 	const struct mv_wr *nx = op->next;
 
-	if (!nx || s->nactive > 1 || burst + op->bytes >= MV_BURST_BYTES ||
-	    ep_of(s, nx, piece) != ep_of(s, op, piece) || s->posted + 1 >= s->fab.tx_size ||
+	if (!nx || s->nactive > 1 || nx->path == MV_PATH_SAMEHOST ||
+	    burst + op->bytes >= MV_BURST_BYTES || ep_of(s, nx, piece) != ep_of(s, op, piece) ||
+	    s->posted + 1 >= s->fab.tx_size ||
 	    op->at->inflight + op->bytes + nx->bytes > inflight_cap(s, op->at) ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
 		return 0;

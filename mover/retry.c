@@ -34,6 +34,12 @@ int mv_retry(struct mv_shard *s, struct mv_wr *op, int err)
 	    err != FI_ECONNREFUSED && err != FI_ECANCELED)
 		return 0;
 	op->retries++;
+	/* A landing message out of its peer's window until it is sent again
+	 * (the post counts it again). */
+	if (op->land_counted) {
+		s->land_to[op->pix]--;
+		op->land_counted = 0;
+	}
 	op->posted_at = s->now + wait; /* due then; mv_pend_push restamps it */
 	mv_wr_append(&s->rq_head, &s->rq_tail, op);
 	s->nretry++;

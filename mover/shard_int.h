@@ -212,6 +212,10 @@ static inline void mv_op_put(struct mv_shard *s, struct mv_wr *op)
 	if (op->chunk >= 0) {
 		s->gpu.free_chunks |= 1u << op->chunk;
 		s->chunks_to[op->pix]--;
+		/* Its peer moved: the parked writes to it try again, their
+		 * deadline counting from now (gpu_path.c). */
+		if (s->nfreed < MV_BOUNCE_CHUNKS)
+			s->freed_pix[s->nfreed++] = op->pix;
 		s->unpark = 1;
 	}
 	op->next = s->free_ops;

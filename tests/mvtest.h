@@ -31,6 +31,7 @@ struct mvproc {
 static const char *prov = "tcp";
 static const char *mover_extra;  /* one more mover option, or NULL */
 static const char *mover_extra2; /* and another */
+static const char *mover_extra3; /* and a third */
 static struct mvproc A, B, C;
 
 static inline double now_s(void)
@@ -101,6 +102,8 @@ static inline void mover_launch(struct mvproc *m, const char *name, int shards)
 		argv[n++] = mover_extra;
 	if (mover_extra2)
 		argv[n++] = mover_extra2;
+	if (mover_extra3)
+		argv[n++] = mover_extra3;
 	mover_spawn(m, argv);
 }
 

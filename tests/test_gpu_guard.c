@@ -5,7 +5,8 @@
  * header lies about its length cuts that peer off and no one else (sent
  * from a raw libfabric endpoint, since no mover would), a landing peer
  * that stops acking holds up the writes into it and no others, a peer that
- * takes nothing holds no bounce chunk another client needs, and freed GPU
+ * takes nothing holds no bounce chunk another client needs (and writes
+ * waiting for a chunk outlive the deadline while their peer moves), and freed GPU
  * memory the mover still holds through its quarantine counts against its
  * client's and its uid's quotas. The paths themselves are test_gpu.c.
  */
@@ -330,6 +331,64 @@ START_TEST(test_a_stopped_peer_holds_no_chunk_of_another_client)
 }
 END_TEST
 
+/* As landing3_setup, and A fails a write whose peer took none in 0.5 s. */
+static void landing3_short_setup(void)
+{
+	mover_extra3 = "--op-timeout=0.5";
+	landing3_setup();
+	mover_extra3 = NULL;
+}
+
+/*
+ * A staged backlog outlives the deadline while it moves: client X of A
+ * writes 6 GiB from its GPU memory to B's host memory in one batch, with a
+ * second client attached (so X's writes hold half the bounce chunks and
+ * the rest wait for them) and a 0.5 s deadline; the batch takes longer
+ * than that and every write completes. Before, a write waiting for a chunk
+ * counted its deadline from its first wait, and the tail of the backlog
+ * failed as "took no write" while B took every write.
+ */
+START_TEST(test_a_staged_backlog_outlives_the_deadline_while_it_moves)
+{
+	const size_t n = 1u << 30;
+	enum { REPS = 6 };
+	struct mvc *x, *y, *ob;
+	struct mvc_mem gx, hb;
+	uint8_t *want = malloc(n);
+
+	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
+	CUdeviceptr dx = dev_alloc(n);
+	fill(want, n, 81);
+	to_dev(dx, want, n);
+	ck_assert_msg(mvc_register_cuda(x, (void *)dx, n, &gx) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_alloc(ob, n, &hb) == 0, "%s", mvc_error(ob));
+	uint32_t ixb = reach(x, ob, hb.region);
+	double took[2];
+	/* Alone (every chunk X's), then beside an idle client (half). */
+	for (int k = 0; k < 2; k++) {
+		if (k)
+			ck_assert_int_eq(mvc_connect(&y, A.sock), 0);
+		for (int i = 0; i < REPS; i++)
+			ck_assert_int_eq(mvc_write(x, gx.region, 0, ixb, 0, n), 0);
+		double t0 = now_s();
+		ck_assert_int_eq(mvc_submit(x, 1 + (uint64_t)k), 0);
+		struct mvc_event e = wait_batch(x, 1 + (uint64_t)k, 60);
+		took[k] = now_s() - t0;
+		ck_assert_msg(e.status == 0, "%d GiB staged, %s, %.2f s in: %s", REPS,
+		              k ? "beside an idle client" : "alone", took[k], e.msg);
+	}
+	ck_assert_msg(!memcmp(hb.addr, want, n), "B's memory differs from X's");
+	printf("staged: %d GiB alone in %.2f s, beside an idle client in %.2f s, deadline 0.5 s\n",
+	       REPS, took[0], took[1]);
+	mvc_disconnect(x);
+	mvc_disconnect(y);
+	mvc_disconnect(ob);
+	cu->MemFree(dx);
+	free(want);
+}
+END_TEST
+
 /* ---- quotas: freed GPU memory the mover still holds ---- */
 
 static void quota_setup(void)
@@ -399,6 +458,11 @@ int main(void)
 	tcase_add_test(t3, test_a_stopped_landing_peer_holds_up_no_other_client);
 	tcase_add_test(t3, test_a_stopped_peer_holds_no_chunk_of_another_client);
 	suite_add_tcase(s, t3);
+	TCase *t4 = tcase_create("landing_deadline");
+	tcase_add_checked_fixture(t4, landing3_short_setup, teardown);
+	tcase_set_timeout(t4, 120);
+	tcase_add_test(t4, test_a_staged_backlog_outlives_the_deadline_while_it_moves);
+	suite_add_tcase(s, t4);
 	TCase *tq = tcase_create("quota");
 	tcase_add_checked_fixture(tq, quota_setup, teardown);
 	tcase_set_timeout(tq, 60);
