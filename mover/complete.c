@@ -240,7 +240,7 @@ int mv_expire(struct mv_shard *s)
 		return n;
 	s->next_expire = now + 50000000ll;
 	n += mv_expire_waits(s);
-	if (s->pk_head)
+	if (s->npk)
 		n += mv_gpu_expire_parked(s, limit);
 	/* Never posted: at the head of their client's queue for op_timeout,
 	 * the provider answering EAGAIN (rxm does while it cannot connect;

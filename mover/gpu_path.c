@@ -110,7 +110,8 @@ void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 				mv_land_hdr(s, op, dst, d->dst_off + off, n);
 				op->kind = MV_OPK_STAGE; /* until its chunk is filled */
 			}
-			mv_wr_append(&s->sq_head, &s->sq_tail, op);
+			mv_wr_append(&at->sq_head, &at->sq_tail, op);
+			s->nsq++;
 		}
 		off += n;
 	}
@@ -134,10 +135,10 @@ static int chunk_room(const struct mv_shard *s, const struct mv_wr *op)
 	return s->natt < 2 || 2 * mine < MV_BOUNCE_CHUNKS - others;
 }
 
-/* Parked writes go back ahead of the queue, in their order: a chunk came
- * free, so their peer may have room again, or the other clients left. A
- * write whose peer completed a chunk's write meanwhile waits for a chunk
- * again from now: its peer is moving, and writes cannot overtake one
+/* Parked writes go back ahead of their client's queue, in their order: a
+ * chunk came free, so their peer may have room again, or the other clients
+ * left. A write whose peer completed a chunk's write meanwhile waits for a
+ * chunk again from now: its peer is moving, and writes cannot overtake one
  * another to reach it sooner. */
 static void unpark(struct mv_shard *s)
 {
@@ -145,19 +146,56 @@ static void unpark(struct mv_shard *s)
 
 	s->unpark = 0;
 	s->nfreed = 0;
-	if (!s->pk_head)
-		return;
-	for (struct mv_wr *op = s->pk_head; op; op = op->next)
-		for (uint32_t i = 0; i < nf; i++)
-			if (s->freed_pix[i] == op->peer->index) {
-				op->posted_at = s->now;
-				break;
+	for (uint32_t k = 0; k < s->natt && s->npk; k++) {
+		struct mv_attach *at = s->att[k];
+		if (!at->pk_head)
+			continue;
+		for (struct mv_wr *op = at->pk_head; op; op = op->next) {
+			for (uint32_t i = 0; i < nf; i++)
+				if (s->freed_pix[i] == op->peer->index) {
+					op->posted_at = s->now;
+					break;
+				}
+			s->npk--;
+			s->nsq++;
+		}
+		at->pk_tail->next = at->sq_head;
+		if (!at->sq_head)
+			at->sq_tail = at->pk_tail;
+		at->sq_head = at->pk_head;
+		at->pk_head = at->pk_tail = NULL;
+	}
+}
+
+/*
+ * The staged write that takes the next free chunk: the clients' queues take
+ * turns (a client's backlog of staged writes made another's wait for all
+ * of it: 1.3-1.4 s for 4 MiB beside 6 GiB on the H100), each from its
+ * head, a write whose peer holds its share parked on the way. NULL when
+ * none may.
+ */
+static struct mv_wr *next_staged(struct mv_shard *s)
+{
+	for (uint32_t k = 0; k < s->natt; k++) {
+		uint32_t i = (s->sq_rr + k) % s->natt;
+		struct mv_attach *at = s->att[i];
+		while (at->sq_head) {
+			struct mv_wr *op = at->sq_head;
+			at->sq_head = op->next;
+			if (!at->sq_head)
+				at->sq_tail = NULL;
+			s->nsq--;
+			if (chunk_room(s, op)) {
+				s->sq_rr = i + 1;
+				return op;
 			}
-	s->pk_tail->next = s->sq_head;
-	if (!s->sq_head)
-		s->sq_tail = s->pk_tail;
-	s->sq_head = s->pk_head;
-	s->pk_head = s->pk_tail = NULL;
+			if (!op->posted_at)
+				op->posted_at = s->now; /* waits for a chunk since */
+			mv_wr_append(&at->pk_head, &at->pk_tail, op);
+			s->npk++;
+		}
+	}
+	return NULL;
 }
 
 /*
@@ -169,23 +207,27 @@ int mv_gpu_expire_parked(struct mv_shard *s, int64_t limit)
 {
 	int n = 0;
 
-	for (struct mv_wr **pp = &s->pk_head, *op; (op = *pp);) {
-		if (s->now - op->posted_at <= limit) {
-			s->pk_tail = op;
-			pp = &op->next;
-			continue;
+	for (uint32_t k = 0; k < s->natt; k++) {
+		struct mv_attach *at = s->att[k];
+		for (struct mv_wr **pp = &at->pk_head, *op; (op = *pp);) {
+			if (s->now - op->posted_at <= limit) {
+				at->pk_tail = op;
+				pp = &op->next;
+				continue;
+			}
+			char text[MV_ERRLEN];
+			*pp = op->next;
+			s->npk--;
+			s->ngpu--;
+			snprintf(text, sizeof(text),
+			         "peer mover %016llx took no write for %d ms: unreachable or gone",
+			         (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
+			mv_op_done(s, op, -ETIMEDOUT, text);
+			n++;
 		}
-		char text[MV_ERRLEN];
-		*pp = op->next;
-		s->ngpu--;
-		snprintf(text, sizeof(text),
-		         "peer mover %016llx took no write for %d ms: unreachable or gone",
-		         (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
-		mv_op_done(s, op, -ETIMEDOUT, text);
-		n++;
+		if (!at->pk_head)
+			at->pk_tail = NULL;
 	}
-	if (!s->pk_head)
-		s->pk_tail = NULL;
 	return n;
 }
 
@@ -202,22 +244,15 @@ int mv_gpu_progress(struct mv_shard *s)
 
 	/* Alone, a client has every chunk: its parked writes go first, as
 	 * they came (a write queued since must not overtake them). */
-	if (s->unpark || (s->pk_head && s->natt < 2))
+	if (s->unpark || (s->npk && s->natt < 2))
 		unpark(s);
-	while (s->sq_head && s->gpu.free_chunks) {
-		struct mv_wr *op = s->sq_head;
+	while (s->nsq && s->gpu.free_chunks) {
+		struct mv_wr *op = next_staged(s);
+		if (!op)
+			break;
 		int c = __builtin_ctz(s->gpu.free_chunks);
 		uint64_t buf = (uint64_t)(uintptr_t)s->gpu.bounce + (uint64_t)c * MV_CHUNK;
 
-		s->sq_head = op->next;
-		if (!s->sq_head)
-			s->sq_tail = NULL;
-		if (!chunk_room(s, op)) {
-			if (!op->posted_at)
-				op->posted_at = s->now; /* waits for a chunk since */
-			mv_wr_append(&s->pk_head, &s->pk_tail, op);
-			continue;
-		}
 		s->gpu.free_chunks &= ~(1u << c);
 		op->chunk = c;
 		op->pix = (uint16_t)op->peer->index;

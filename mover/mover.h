@@ -287,7 +287,10 @@ struct mv_attach {
 	 * its place in the shard's round of clients with queued ops, and
 	 * what deficit round robin and the in-flight share count for it. */
 	struct mv_wr *pq_head, *pq_tail;
-	uint32_t npq;                 /* ops on its queue */
+	uint32_t npq; /* ops on its queue */
+	/* Its staged writes waiting for a bounce chunk, and those parked there
+	 * while their peer holds its share (gpu_path.c). */
+	struct mv_wr *sq_head, *sq_tail, *pk_head, *pk_tail;
 	struct mv_attach *round_next; /* the next client with queued ops */
 	uint8_t in_round;             /* on the shard's round */
 	uint8_t turn;                 /* its quantum for this turn was added */
@@ -460,13 +463,14 @@ struct mv_shard {
 	void *bell_desc;
 	uint64_t bell_key;
 	struct mv_gpu_shard gpu;
-	struct mv_wr *gq_head, *gq_tail;      /* GPU copies in flight, in stream order */
-	struct mv_wr *sq_head, *sq_tail;      /* staged writes waiting for a bounce chunk */
-	struct mv_wr *pk_head, *pk_tail;      /* ... whose peer holds its share (gpu_path.c) */
-	int unpark;                           /* a chunk came free: the parked try again */
+	struct mv_wr *gq_head, *gq_tail; /* GPU copies in flight, in stream order */
+	uint32_t nsq, npk;               /* staged writes waiting for a bounce chunk, on their
+	                                  * clients' queues (at->sq_head) and parked (at->pk_head) */
+	uint32_t sq_rr;                  /* the client whose staged write takes the next chunk */
+	int unpark;                      /* a chunk came free: the parked try again */
 	uint16_t freed_pix[MV_BOUNCE_CHUNKS]; /* ... of these peers since the last try */
 	uint32_t nfreed;
-	uint32_t ngpu;                   /* ops in those three queues */
+	uint32_t ngpu;                   /* ops in those queues */
 	struct mv_wr *rq_head, *rq_tail; /* writes waiting to be posted again, due at posted_at */
 	uint32_t nretry;
 	struct mv_land_buf *land; /* the receive pool, once a GPU region needs it */

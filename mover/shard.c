@@ -87,8 +87,11 @@ static uint32_t drop_queued(struct mv_shard *s, struct mv_wr **head, struct mv_w
 static void cancel_pending(struct mv_shard *s, struct mv_attach *at)
 {
 	/* Staged writes still waiting for a bounce chunk: nothing started. */
-	s->ngpu -= drop_queued(s, &s->sq_head, &s->sq_tail, at, 0);
-	s->ngpu -= drop_queued(s, &s->pk_head, &s->pk_tail, at, 0);
+	uint32_t nsq = drop_queued(s, &at->sq_head, &at->sq_tail, at, 0);
+	uint32_t npk = drop_queued(s, &at->pk_head, &at->pk_tail, at, 0);
+	s->nsq -= nsq;
+	s->npk -= npk;
+	s->ngpu -= nsq + npk;
 	/* Writes waiting to be retried: nothing of them is in the provider. */
 	s->nretry -= drop_queued(s, &s->rq_head, &s->rq_tail, at, 1);
 	while (at->pq_head) {

@@ -6,7 +6,8 @@
  * from a raw libfabric endpoint, since no mover would), a landing peer
  * that stops acking holds up the writes into it and no others, a peer that
  * takes nothing holds no bounce chunk another client needs (and writes
- * waiting for a chunk outlive the deadline while their peer moves), and freed GPU
+ * waiting for a chunk outlive the deadline while their peer moves, and a
+ * client's small one goes beside another's backlog), and freed GPU
  * memory the mover still holds through its quarantine counts against its
  * client's and its uid's quotas. The paths themselves are test_gpu.c.
  */
@@ -389,6 +390,70 @@ START_TEST(test_a_staged_backlog_outlives_the_deadline_while_it_moves)
 }
 END_TEST
 
+/*
+ * A client's small staged write goes beside another client's staged
+ * backlog, not behind it: client X of A writes 6 GiB from its GPU memory
+ * to B in one batch; 100 ms later client Y of the same shard writes 4 MiB
+ * from its GPU memory to B, and its batch completes while most of X's
+ * bytes are still to go (A's byte counters, which both clients' writes
+ * add to). Before, the shard's staged writes took the bounce chunks in one
+ * queue, and Y's waited for all of X's (1.3-1.4 s on the H100).
+ */
+START_TEST(test_a_small_staged_write_goes_beside_a_staged_backlog)
+{
+	const size_t n = 1u << 30, yn = 4u << 20;
+	enum { REPS = 6 };
+	struct mvc *x, *y, *ob;
+	struct mvc_mem gx, gy, hb;
+
+	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&y, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
+	CUdeviceptr dx = dev_alloc(n), dy = dev_alloc(yn);
+	ck_assert_int_eq(cu->MemsetD8(dx, 0x5a, n), CUDA_SUCCESS);
+	ck_assert_int_eq(cu->MemsetD8(dy, 0xa5, yn), CUDA_SUCCESS);
+	ck_assert_msg(mvc_register_cuda(x, (void *)dx, n, &gx) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_register_cuda(y, (void *)dy, yn, &gy) == 0, "%s", mvc_error(y));
+	ck_assert_msg(mvc_alloc(ob, n + yn, &hb) == 0, "%s", mvc_error(ob));
+	uint32_t ixb = reach(x, ob, hb.region), iyb = reach(y, ob, hb.region);
+	ck_assert_int_eq(mvc_write(y, gy.region, 0, iyb, n, yn), 0);
+	submit_ok(y, 50);
+	usleep(50000); /* the counters published */
+	uint64_t base = stat_sum(&A, "\"bytes\"");
+
+	for (int i = 0; i < REPS; i++)
+		ck_assert_int_eq(mvc_write(x, gx.region, 0, ixb, 0, n), 0);
+	ck_assert_int_eq(mvc_submit(x, 1), 0);
+	usleep(100000);
+	memset((uint8_t *)hb.addr + n, 0, yn);
+	double t0 = now_s();
+	ck_assert_int_eq(mvc_write(y, gy.region, 0, iyb, n, yn), 0);
+	submit_ok(y, 51);
+	double took = now_s() - t0;
+	uint64_t at_y = stat_sum(&A, "\"bytes\"");
+	struct mvc_event e = wait_batch(x, 1, 60);
+	ck_assert_msg(e.status == 0, "X's batch: %s", e.msg);
+	usleep(50000);
+	uint64_t at_end = stat_sum(&A, "\"bytes\"");
+	double part = (double)(at_y - base) / (double)(at_end - base);
+	printf("staged: Y's 4 MiB beside X's %d GiB in %.3f s, when %.0f%% of the bytes had "
+	       "moved\n",
+	       REPS, took, 100 * part);
+	ck_assert_msg(part < 0.5,
+	              "Y's write completed %.2f s in, once %.0f%% of X's bytes had "
+	              "moved: behind X's backlog",
+	              took, 100 * part);
+	const uint8_t *got = (const uint8_t *)hb.addr + n;
+	for (size_t i = 0; i < yn; i++)
+		ck_assert_msg(got[i] == 0xa5, "Y's byte %zu is %#x", i, got[i]);
+	mvc_disconnect(x);
+	mvc_disconnect(y);
+	mvc_disconnect(ob);
+	cu->MemFree(dx);
+	cu->MemFree(dy);
+}
+END_TEST
+
 /* ---- quotas: freed GPU memory the mover still holds ---- */
 
 static void quota_setup(void)
@@ -462,6 +527,7 @@ int main(void)
 	tcase_add_checked_fixture(t4, landing3_short_setup, teardown);
 	tcase_set_timeout(t4, 120);
 	tcase_add_test(t4, test_a_staged_backlog_outlives_the_deadline_while_it_moves);
+	tcase_add_test(t4, test_a_small_staged_write_goes_beside_a_staged_backlog);
 	suite_add_tcase(s, t4);
 	TCase *tq = tcase_create("quota");
 	tcase_add_checked_fixture(tq, quota_setup, teardown);
