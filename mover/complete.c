@@ -253,9 +253,7 @@ int mv_expire(struct mv_shard *s)
 		if (at->pq_head && now - at->pq_head->posted_at > limit) {
 			struct mv_peer *p = at->pq_head->peer;
 			char text[MV_ERRLEN];
-			snprintf(text, sizeof(text),
-			         "peer mover %016llx took no write for %d ms: unreachable or gone",
-			         (unsigned long long)p->mover_id, s->mv->cfg.op_timeout_ms);
+			mv_took_none(s, p, text, sizeof(text));
 			n += expire_to(s, at, p, text);
 			mv_pend_head_fresh(s, at); /* the next waited on those */
 		}

@@ -222,9 +222,7 @@ int mv_gpu_expire_parked(struct mv_shard *s, int64_t limit)
 			*pp = op->next;
 			s->npk--;
 			s->ngpu--;
-			snprintf(text, sizeof(text),
-			         "peer mover %016llx took no write for %d ms: unreachable or gone",
-			         (unsigned long long)op->peer->mover_id, s->mv->cfg.op_timeout_ms);
+			mv_took_none(s, op->peer, text, sizeof(text));
 			mv_op_done(s, op, -ETIMEDOUT, text);
 			n++;
 		}

@@ -28,6 +28,7 @@
 #include "mover.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
 
@@ -154,6 +155,14 @@ static inline int mv_pool_room(const struct mv_shard *s, const struct mv_attach 
 	uint64_t w = s->wsum > at->weight ? s->wsum : (uint64_t)at->weight * 2;
 
 	return s->natt < 2 || at->outstanding <= (uint64_t)MV_OPS_PER_SHARD * at->weight / w;
+}
+
+/* Why a write failed whose peer took none in op_timeout (queued or parked). */
+static inline void mv_took_none(const struct mv_shard *s, const struct mv_peer *p, char *text,
+                                size_t len)
+{
+	snprintf(text, len, "peer mover %016llx took no write for %d ms: unreachable or gone",
+	         (unsigned long long)p->mover_id, s->mv->cfg.op_timeout_ms);
 }
 
 static inline void mv_posted_add(struct mv_shard *s, struct mv_wr *op)
