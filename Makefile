@@ -66,7 +66,7 @@ MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_c
 	mover/access.c mover/quota.c mover/etcd.c mover/cluster.c mover/cluster_keys.c \
 	mover/names.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/gpu_calib.c mover/land.c \
-	mover/post.c mover/retry.c mover/complete.c mover/batch.c mover/idle.c mover/heartbeat.c \
+	mover/post.c mover/hold.c mover/retry.c mover/complete.c mover/batch.c mover/idle.c mover/heartbeat.c \
 	mover/samehost.c \
 	mover/shm_lock.c mover/samehost_owner.c mover/samehost_ask.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \

@@ -46,7 +46,7 @@ static_assert(LAND_WINDOW <= UINT8_MAX && MV_MAX_PEERS <= UINT16_MAX + 1u,
  *    there too;
  *  - while another client's small write (half a piece or less in flight)
  *    waits for its completion, posts no op larger than half a piece, for
- *    SMALL_HOLD_NS at most: the small write's completion is read by the
+ *    MV_SMALL_HOLD_NS at most: the small write's completion is read by the
  *    loop, not after the post of the flood's next piece (shm copies inside
  *    the post; tcp's send of a 32 KiB piece takes 8-16 us on the H100),
  *    and the peer's shard is not busy taking that piece in when the small
@@ -57,17 +57,17 @@ static_assert(LAND_WINDOW <= UINT8_MAX && MV_MAX_PEERS <= UINT16_MAX + 1u,
  *    2026-11-27, five interleaved pairs);
  *  - where posting a piece takes long (tcp's send, shm's copy), holds a
  *    flood's next piece briefly for a client whose small batch just
- *    completed and that usually sends its next one at once (anticipated()
+ *    completed and that usually sends its next one at once (mv_anticipated()
  *    below);
  *  - ends a burst after FAIR_BURST bytes, or at once when another client
- *    waits on it (others_wait()): the loop takes its descriptors, or reads
+ *    waits on it (mv_others_wait()): the loop takes its descriptors, or reads
  *    its small write's completion, without waiting out the burst.
  * Neither the hold nor the early end lasts: a client held (or cut short)
- * for SMALL_HOLD_NS in a row posts one piece (one piece more in its burst)
- * whatever the others do, then may be held again (yield()); where
+ * for MV_SMALL_HOLD_NS in a row posts one piece (one piece more in its burst)
+ * whatever the others do, then may be held again (mv_yield()); where
  * mv_fair_piece() cuts pieces smaller than configured, the runs after the
  * first of a client held without a break shorten with them, so that it moves
- * a configured piece's bytes every SMALL_HOLD_NS. Else a client
+ * a configured piece's bytes every MV_SMALL_HOLD_NS. Else a client
  * that sends small writes back to back, or keeps descriptors in its ring
  * that are never taken, would hold a flood to a piece a loop turn or none.
  *
@@ -92,7 +92,6 @@ static_assert(LAND_WINDOW <= UINT8_MAX && MV_MAX_PEERS <= UINT16_MAX + 1u,
 #define FAIR_INFLIGHT  (256u << 10) /* bytes in flight, all clients, while shared */
 #define ALONE_INFLIGHT (32u << 20)  /* bytes in flight of the one client attached */
 #define QUIET_INFLIGHT (8u << 20)   /* of the one active client beside idle ones */
-#define SMALL_HOLD_NS  50000        /* a small write holds the others' pieces this long at most */
 
 /* The piece the configuration gives: mv_config's, else FAIR_PIECE. */
 static uint64_t piece_cfg(const struct mv_shard *s)
@@ -158,153 +157,11 @@ static uint64_t inflight_cap(const struct mv_shard *s, const struct mv_attach *a
 	return all * at->weight / s->wsum;
 }
 
-/* Whether a client other than at has a small write in flight (`small`
- * bytes or less) since less than SMALL_HOLD_NS. */
-static int small_in_flight(const struct mv_shard *s, const struct mv_attach *at, uint64_t small)
-{
-	for (uint32_t i = 0; i < s->natt; i++) {
-		struct mv_attach *o = s->att[i];
-		if (o != at && o->inflight_ops && o->inflight <= small &&
-		    s->now - o->inflight_since < SMALL_HOLD_NS && mv_serving(o))
-			return 1;
-	}
-	return 0;
-}
-
-/*
- * Whether another client waits on this burst: one with nothing queued that
- * has descriptors in its ring (OTHERS_RING: the loop must take them), or
- * one whose few bytes in flight (half a piece or less: a small batch, not a
- * stream) may have completed already, which only the next read of the
- * completion queue tells (OTHERS_REAP). Where a post copies before it
- * returns (shm), each post of a burst holds both off for the length of a
- * copy. A ring with descriptors is told first: the loop takes them before
- * it reads the completion queue (s->ring_cut, shard.c). The ring check is a
- * hint (relaxed; mv_consume() checks what it takes).
- */
-enum { OTHERS_NONE, OTHERS_REAP, OTHERS_RING };
-
-static int others_wait(const struct mv_shard *s, const struct mv_attach *at, uint64_t piece)
-{
-	int why = OTHERS_NONE;
-
-	for (uint32_t i = 0; i < s->natt; i++) {
-		struct mv_attach *o = s->att[i];
-		if (o == at || !mv_serving(o))
-			continue;
-		/* Ops, not bytes: a batch's separate immediate (the same-host
-		 * path's, after its copies) has none, and its completion is
-		 * what the client waits for. */
-		if (o->inflight_ops && o->inflight <= piece / 2)
-			why = OTHERS_REAP;
-		if (o->npq || o->cur.active)
-			continue;
-		if (atomic_load_explicit(&o->sub.lay->prod.idx, memory_order_relaxed) !=
-		    o->sub.local)
-			return OTHERS_RING;
-	}
-	return why;
-}
-
-/*
- * Whether a client active on the shard (a descriptor taken within
- * MV_FAIR_LINGER_NS) has nothing queued: its next descriptor may come at
- * any moment and, if it comes just after others_wait() looked, waits for
- * the burst's end. Floods with ops queued stand in the round instead.
- */
-static int one_may_come(const struct mv_shard *s)
-{
-	for (uint32_t i = 0; i < s->natt; i++) {
-		const struct mv_attach *o = s->att[i];
-		if (mv_serving(o) && !o->npq && !o->cur.active &&
-		    s->now - o->last_take < MV_FAIR_LINGER_NS)
-			return 1;
-	}
-	return 0;
-}
-
-/*
- * Anticipation. A client that sends one small batch at a time sends its
- * next one a moment after it reads the last one's completion: if a flood's
- * piece is posted in that moment, the next batch waits out the whole post
- * (tcp's send of a piece, shm's copy inside the post: 8-10 us on the H100,
- * most of the small batch's wait beside a flood). So, where posting a piece
- * takes long, a flood's piece waits a little for a client whose batch just
- * completed with nothing of it left queued or in flight: about as long as
- * that client took to come back before (twice that, and a microsecond),
- * never as long as a piece's post, and never more than a quarter of the
- * client's own cycle, so the waiting costs the others a quarter of the
- * shard's time at most (the anticipatory disk scheduler's idea, bounded).
- * Only a client of the flood's weight or more is waited for: an operator
- * who weighs a bulk job above the others keeps its pieces from waiting.
- * Holds are yields (yield()): a run of them ends with one piece posted
- * whatever comes.
- */
-#define ANTICIPATE_MIN_NS 2000 /* posts quicker than this hold nobody long */
-#define ANTICIPATE_PAD_NS 1000 /* past twice the client's usual return */
-
-/* Whether a client other than at is expected back before at's next piece
- * could be posted and done with. */
-static int anticipated(const struct mv_shard *s, const struct mv_attach *at)
-{
-	int64_t post = s->piece_ns;
-
-	if (post < ANTICIPATE_MIN_NS)
-		return 0;
-	for (uint32_t i = 0; i < s->natt; i++) {
-		const struct mv_attach *o = s->att[i];
-		if (o == at || !o->done_at || !o->react_ns || o->weight < at->weight || o->npq ||
-		    o->cur.active || o->inflight_ops || !mv_serving(o))
-			continue;
-		int64_t wait = 2 * o->react_ns + ANTICIPATE_PAD_NS;
-		if (wait > o->cycle_ns / 4)
-			wait = o->cycle_ns / 4;
-		if (wait < post && s->now - o->done_at < wait)
-			return 1;
-	}
-	return 0;
-}
-
-/*
- * Whether a client that would give way to others now (a piece held, a
- * burst ended early) does: yes for SMALL_HOLD_NS from the first of a run
- * of such turns, then no once, which ends the run. A run whose latest
- * turn is over YIELD_STALE_NS old ended unseen (the client's queue ran
- * dry, say): the next turn starts a new one, as does a turn that did not
- * yield (the caller zeroes since and out).
- *
- * A run that follows one that ran out, with no unheld turn between, lasts
- * short_ns (hold_run()): a client held without a break for smaller pieces
- * than configured then still moves a configured piece's bytes every
- * SMALL_HOLD_NS, where a client held now and then (its pieces go in the
- * others' gaps) keeps the whole run. On the H100 (fairness row, tcp, the
- * small client back to back) the flood went from one 8 KiB piece per 50 us
- * (a 64 MiB batch in 0.4 s) to 2.3-2.7 Gbit/s; shortening every run instead
- * also put a piece ahead of shm's small writes four times as often (loaded
- * p99 21-25 us against 8-21, the flood no faster: it posts in the gaps).
- */
-#define YIELD_STALE_NS 1000000
-
-static int yield(const struct mv_shard *s, struct mv_yields *y, int64_t short_ns)
-{
-	if (!y->since || s->now - y->last > YIELD_STALE_NS) {
-		if (y->since && s->now - y->last > YIELD_STALE_NS)
-			y->out = 0;
-		y->since = s->now;
-	}
-	y->last = s->now;
-	if (s->now - y->since < (y->out ? short_ns : SMALL_HOLD_NS))
-		return 1;
-	y->since = 0;
-	y->out = s->now;
-	return 0;
-}
-
-/* A run of yields after one that ran out (yield()): SMALL_HOLD_NS at the
+/* A run of yields after one that ran out (mv_yield()): MV_SMALL_HOLD_NS at the
  * configured piece, shorter in step with a piece mv_fair_piece() cut. */
 static int64_t hold_run(const struct mv_shard *s, uint64_t piece)
 {
-	return (int64_t)(SMALL_HOLD_NS * piece / piece_cfg(s));
+	return (int64_t)(MV_SMALL_HOLD_NS * piece / piece_cfg(s));
 }
 
 /* The endpoint op goes on: while the shard is shared, small writes and
@@ -377,20 +234,20 @@ static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct 
 }
 
 /* What a same-host copy asks between its steps while the shard is shared:
- * whether another client waits (others_wait()). */
+ * whether another client waits (mv_others_wait()). */
 struct copy_stop {
 	const struct mv_shard *s;
 	const struct mv_attach *at;
 	uint64_t piece;
-	int why; /* others_wait()'s answer when it stopped the copy */
+	int why; /* mv_others_wait()'s answer when it stopped the copy */
 };
 
 static int copy_stop(void *arg)
 {
 	struct copy_stop *c = arg;
 
-	c->why = others_wait(c->s, c->at, c->piece);
-	return c->why != OTHERS_NONE;
+	c->why = mv_others_wait(c->s, c->at, c->piece);
+	return c->why != MV_OTHERS_NONE;
 }
 
 /*
@@ -406,14 +263,14 @@ static int copy_stop(void *arg)
  * of a 64 MiB write from memory: 3-4 us on the H100, most of the small
  * batch's wait in its ring there), and the flood still moves a step a
  * turn. Returns the bytes copied; *stopped says whether it stopped so
- * (others_wait()'s answer, or OTHERS_NONE).
+ * (mv_others_wait()'s answer, or MV_OTHERS_NONE).
  */
 #define COPY_STEP 4096u
 
 static uint64_t copy_op(struct mv_shard *s, struct mv_attach *at, struct mv_wr *op, int64_t cost,
                         uint64_t piece, int *stopped)
 {
-	struct copy_stop cs = {s, at, piece, OTHERS_NONE};
+	struct copy_stop cs = {s, at, piece, MV_OTHERS_NONE};
 	char why[MV_ERRLEN];
 	int64_t n;
 
@@ -569,7 +426,7 @@ int mv_post(struct mv_shard *s)
 	struct mv_attach *capped = NULL; /* first of a run of turns ended by the share */
 	int shared = s->nactive > 1;
 	uint64_t burst = 0, limit = shared ? FAIR_BURST : MV_BURST_BYTES, piece = mv_fair_piece(s);
-	int64_t run = hold_run(s, piece); /* yield() */
+	int64_t run = hold_run(s, piece); /* mv_yield() */
 	uint32_t nwake = 0;
 	int64_t t_post = 0; /* read once a burst, for the hops */
 	int n = 0;
@@ -579,9 +436,9 @@ int mv_post(struct mv_shard *s)
 	s->ring_cut = 0;
 	if (s->post_hold && s->now < s->post_hold)
 		return 0;
-	/* While shared and a client may come (one_may_come()), a burst also
+	/* While shared and a client may come (mv_one_may_come()), a burst also
 	 * ends after FAIR_BURST_NS: where each post copies (shm's one-segment
-	 * writes, same-host copies), a burst that others_wait() did not cut
+	 * writes, same-host copies), a burst that mv_others_wait() did not cut
 	 * (the small client's next descriptor came just after the last look)
 	 * held a waiting client for FAIR_BURST bytes of copies. The fairness
 	 * row on the H100 (4 interleaved pairs): the small batch's wait in its
@@ -593,7 +450,7 @@ int mv_post(struct mv_shard *s)
 	 * loop a byte). */
 	int64_t burst_end = !shared ? 0 : mv_now_ns() + (piece < piece_cfg(s) ? 0 : FAIR_BURST_NS);
 	while (s->round_head && burst < limit &&
-	       (!burst_end || !n || mv_now_ns() < burst_end || !one_may_come(s))) {
+	       (!burst_end || !n || mv_now_ns() < burst_end || !mv_one_may_come(s))) {
 		struct mv_attach *at = s->round_head;
 		struct mv_wr *op = at->pq_head;
 		uint64_t flags = FI_COMPLETION | s->fab.dc_flag;
@@ -621,9 +478,9 @@ int mv_post(struct mv_shard *s)
 				continue;
 			}
 			if (op->bytes > piece / 2 &&
-			    (small_in_flight(s, at, piece / 2) ||
-			     (op->path != MV_PATH_SAMEHOST && anticipated(s, at))) &&
-			    yield(s, &at->held, run)) {
+			    (mv_small_in_flight(s, at, piece / 2) ||
+			     (op->path != MV_PATH_SAMEHOST && mv_anticipated(s, at))) &&
+			    mv_yield(s, &at->held, run)) {
 				s->st.holds++;
 				credit_cap(at, piece);
 				if (capped == at)
@@ -643,16 +500,16 @@ int mv_post(struct mv_shard *s)
 			 * at least a step a turn, so a flood is never held
 			 * for good, and a whole piece after a run of yields
 			 * (grace) would hold a small batch for it again. */
-			int stopped = OTHERS_NONE, why;
+			int stopped = MV_OTHERS_NONE, why;
 			burst += copy_op(s, at, op, cost, shared ? piece : 0, &stopped);
 			n++;
 			if (stopped) {
-				s->ring_cut = stopped == OTHERS_RING;
+				s->ring_cut = stopped == MV_OTHERS_RING;
 				break;
 			}
-			if (shared && burst >= grace && (why = others_wait(s, at, piece))) {
-				if (yield(s, &at->cut_short, run)) {
-					s->ring_cut = why == OTHERS_RING;
+			if (shared && burst >= grace && (why = mv_others_wait(s, at, piece))) {
+				if (mv_yield(s, &at->cut_short, run)) {
+					s->ring_cut = why == MV_OTHERS_RING;
 					break;
 				}
 				grace = burst + piece;
@@ -773,7 +630,7 @@ int mv_post(struct mv_shard *s)
 		s->st.posted++;
 		s->st.posted_small += op->on_small;
 		/* A large piece went: a next hold is a new run, and one that is
-		 * not the run's end (yield() said no this turn) breaks a streak. */
+		 * not the run's end (mv_yield() said no this turn) breaks a streak. */
 		if (op->bytes > piece / 2) {
 			at->held.since = 0;
 			if (at->held.out != s->now)
@@ -781,9 +638,9 @@ int mv_post(struct mv_shard *s)
 		}
 		n++;
 		int why;
-		if (shared && burst >= grace && (why = others_wait(s, at, piece))) {
-			if (yield(s, &at->cut_short, run)) {
-				s->ring_cut = why == OTHERS_RING;
+		if (shared && burst >= grace && (why = mv_others_wait(s, at, piece))) {
+			if (mv_yield(s, &at->cut_short, run)) {
+				s->ring_cut = why == MV_OTHERS_RING;
 				break;
 			}
 			/* One piece more whatever the others do: enough that a

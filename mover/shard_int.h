@@ -446,6 +446,15 @@ int mv_list_expand(struct mv_shard *s, struct mv_attach *at);
 int mv_fence(struct mv_shard *s, char *why, size_t whylen);
 void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
                  const struct mv_region *src, const struct mv_import *dst, uint8_t path, int land);
+/* hold.c: when a client's piece gives way to the others (fair share). */
+#define MV_SMALL_HOLD_NS 50000 /* a small write holds the others' pieces this long at most */
+enum { MV_OTHERS_NONE, MV_OTHERS_REAP, MV_OTHERS_RING };
+int mv_small_in_flight(const struct mv_shard *s, const struct mv_attach *at, uint64_t small);
+int mv_others_wait(const struct mv_shard *s, const struct mv_attach *at, uint64_t piece);
+int mv_one_may_come(const struct mv_shard *s);
+int mv_anticipated(const struct mv_shard *s, const struct mv_attach *at);
+int mv_yield(const struct mv_shard *s, struct mv_yields *y, int64_t short_ns);
+
 int mv_gpu_progress(struct mv_shard *s);
 int mv_gpu_expire_parked(struct mv_shard *s, int64_t limit);
 

@@ -353,7 +353,7 @@ END_TEST
  * (anticipation), on shm and tcp, the holds must run out, so a flood beside
  * it still moves. Counted, not timed: while the small client
  * completes 3000 batches (each at least a post and a completion, so the
- * run lasts far longer than the 128 holds of SMALL_HOLD_NS a 4 MiB write
+ * run lasts far longer than the 128 holds of MV_SMALL_HOLD_NS a 4 MiB write
  * needs at worst), the flooder must complete a 4 MiB batch.
  */
 START_TEST(test_flood_moves_beside_back_to_back_small_writes)
