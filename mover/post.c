@@ -345,6 +345,19 @@ static int room_for(const struct mv_shard *s, const struct mv_wr *op, uint32_t m
 	return rest < s->fab.tx_size && 2 * to < s->fab.tx_size - rest;
 }
 
+/* Whether op cannot go now for its peer's sake: its landing window is full,
+ * or no room_for() it. before: an op of this burst posted ahead of it
+ * (more_follows()'s question), or NULL. */
+static int peer_full(const struct mv_shard *s, const struct mv_wr *op, const struct mv_wr *before)
+{
+	int same = before && before->peer == op->peer;
+
+	if (op->kind == MV_OPK_LAND &&
+	    s->land_to[op->peer->index] + (same && before->kind == MV_OPK_LAND) >= LAND_WINDOW)
+		return 1;
+	return !room_for(s, op, same, before && !same);
+}
+
 /*
  * Whether op's post may carry FI_MORE: only while the shard posts for one
  * client and that client's next op surely follows in this burst. A burst
@@ -365,11 +378,7 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 	    op->at->inflight + op->bytes + nx->bytes > inflight_cap(s, op->at) ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
 		return 0;
-	if (nx->kind == MV_OPK_LAND &&
-	    s->land_to[nx->peer->index] + (op->kind == MV_OPK_LAND && op->peer == nx->peer) >=
-	        LAND_WINDOW)
-		return 0;
-	return room_for(s, nx, op->peer == nx->peer, op->peer != nx->peer);
+	return !peer_full(s, nx, op);
 }
 
 /* Adds a same-host peer to the burst's list of peers to wake at its end. */
@@ -543,9 +552,7 @@ int mv_post(struct mv_shard *s)
 			}
 			if (more_follows(s, op, burst, piece))
 				flags |= FI_MORE;
-			if ((op->kind == MV_OPK_LAND &&
-			     s->land_to[op->peer->index] >= LAND_WINDOW) ||
-			    !room_for(s, op, 0, 0)) {
+			if (peer_full(s, op, NULL)) {
 				/* Until this peer acks, or takes its writes;
 				 * both come through the CQ, so no hold.
 				 * more_follows() kept FI_MORE off the post
