@@ -329,17 +329,15 @@ static void round_next(struct mv_shard *s)
  * stopped (its kernel still acks) takes nothing for as long, and its
  * writes filled the queue that every client of the shard posts into (a
  * second client's writes to a live peer then failed as that peer's
- * "took no write"). So where another client is attached, the writes to
- * one peer hold at most half of what those to every other peer leave
- * free. Alone, a client has the whole queue.
+ * "took no write"). So the writes to one peer hold at most half of what
+ * those to every other peer leave free; a client alone too, since one
+ * that came later found the queue full.
  */
 static int room_for(const struct mv_shard *s, const struct mv_wr *op, uint32_t mine,
                     uint32_t others)
 {
 	uint64_t to = s->posted_to[op->peer->index], rest = s->posted - to;
 
-	if (s->natt < 2)
-		return 1;
 	to += mine;
 	rest += others;
 	return rest < s->fab.tx_size && 2 * to < s->fab.tx_size - rest;

@@ -143,18 +143,19 @@ static inline struct mv_wr *mv_op_get(struct mv_shard *s)
 }
 
 /*
- * Whether at may take more ops from the shard's pool. Where other clients
- * are attached: its weighted share while they are active, and half while
- * they are not, since they may come back (a client whose peer took nothing
- * held every op until its queue expired, op_timeout later, and a client
- * that came then took none), so that a flood of small writes cannot take
- * every op.
+ * Whether at may take more ops from the shard's pool: its weighted share
+ * while other clients are active, and half while none is, since others
+ * may come (a client whose peer took nothing held every op until its queue
+ * expired, op_timeout later, and a client that came then took none), so
+ * that a flood of small writes cannot take every op. A client alone too:
+ * one that came while the first one's writes waited on a stopped peer
+ * found every op taken.
  */
 static inline int mv_pool_room(const struct mv_shard *s, const struct mv_attach *at)
 {
 	uint64_t w = s->wsum > at->weight ? s->wsum : (uint64_t)at->weight * 2;
 
-	return s->natt < 2 || at->outstanding <= (uint64_t)MV_OPS_PER_SHARD * at->weight / w;
+	return at->outstanding <= (uint64_t)MV_OPS_PER_SHARD * at->weight / w;
 }
 
 /* Why a write failed whose peer took none in op_timeout (queued or parked). */

@@ -6,7 +6,8 @@
  * for a stopped peer fail together, at one deadline; and a stopped peer
  * holds up no other client of the shard, whether it stopped before its
  * connection was made (rxm refuses the posts) or after (its writes stay in
- * the provider's queue). Fair share itself: test_fair.c.
+ * the provider's queue), whether the other client came before or after.
+ * Fair share itself: test_fair.c.
  */
 #include <check.h>
 #include <errno.h>
@@ -294,45 +295,62 @@ static int small_writes(struct mvc *x, uint32_t src, uint32_t imp, int n)
  * own queue, the same for every peer of the shard), and libfabric cannot
  * take them back. Client X of A writes 1 KiB pieces to mover C, stopped
  * (SIGSTOP) once the two had met, more than that queue holds; client Y of
- * the same shard then writes to B: every batch of Y's completes and lands
+ * the same shard, attached before the flood (y_late 0) or after it
+ * (y_late 1), then writes to B: every batch of Y's completes and lands
  * before any of X's fails at the deadline. Before, X's writes filled the
  * queue, and Y's failed as B's "took no write" at the deadline; and then X's
  * queue, which took every op of the shard's pool, kept Y's descriptors out
- * until X's writes failed.
+ * until X's writes failed. A Y that came after the flood found both full
+ * while X was alone.
  */
-START_TEST(test_a_peer_stopped_after_meeting_holds_up_no_other)
+static void stopped_after_meeting(int y_late)
 {
 	enum { NY = 16 };
 	struct mvc *x, *y, *ob, *oc;
 	struct mvc_mem sx, sy, db, dc;
 	uint64_t cookies[NY];
 	struct mvc_event ye[NY];
+	uint32_t iby = 0;
 	int st;
 
 	mover_extra = "--no-host-copy";
 	mover_start(&C, "c", 1);
 	mover_extra = NULL;
 	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
-	ck_assert_int_eq(mvc_connect(&y, A.sock), 0);
 	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
 	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
 	ck_assert_msg(mvc_alloc(x, 1u << 20, &sx) == 0, "%s", mvc_error(x));
-	ck_assert_msg(mvc_alloc(y, 1u << 20, &sy) == 0, "%s", mvc_error(y));
 	ck_assert_msg(mvc_alloc(ob, 1u << 20, &db) == 0, "%s", mvc_error(ob));
 	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
-	fill(sy.addr, 1u << 20, 43);
-	uint32_t icx = reach(x, oc, dc.region), iby = reach(y, ob, db.region);
+	uint32_t icx = reach(x, oc, dc.region);
 	ck_assert_int_eq(mvc_write(x, sx.region, 0, icx, 0, 4096), 0);
 	submit_ok(x, 1000);
-	ck_assert_int_eq(mvc_write(y, sy.region, 0, iby, 0, 4096), 0);
-	submit_ok(y, 1000);
-
-	ck_assert_int_eq(kill(C.pid, SIGSTOP), 0);
-	ck_assert_int_eq(waitpid(C.pid, &st, WUNTRACED), C.pid);
-	/* 24,576 writes: past what the socket takes (a few MiB) and rxm's
-	 * queue (2,048), under X's bytes in flight (8 MiB beside Y). */
-	int nx = small_writes(x, sx.region, icx, 24576);
-	usleep(100000); /* the shard posts what it can of them */
+	for (int late = 0; late < 2; late++) {
+		if (late != y_late)
+			continue;
+		if (late) {
+			ck_assert_int_eq(kill(C.pid, SIGSTOP), 0);
+			ck_assert_int_eq(waitpid(C.pid, &st, WUNTRACED), C.pid);
+			/* 24,576 writes: past what the socket takes (a few MiB)
+			 * and rxm's queue (2,048), under X's bytes in flight. */
+			small_writes(x, sx.region, icx, 24576);
+			usleep(100000); /* the shard posts what it can of them */
+		}
+		ck_assert_int_eq(mvc_connect(&y, A.sock), 0);
+		ck_assert_msg(mvc_alloc(y, 1u << 20, &sy) == 0, "%s", mvc_error(y));
+		fill(sy.addr, 1u << 20, 43);
+		iby = reach(y, ob, db.region);
+		ck_assert_int_eq(mvc_write(y, sy.region, 0, iby, 0, 4096), 0);
+		submit_ok(y, 1000);
+	}
+	int nx = 0;
+	if (!y_late) {
+		ck_assert_int_eq(kill(C.pid, SIGSTOP), 0);
+		ck_assert_int_eq(waitpid(C.pid, &st, WUNTRACED), C.pid);
+		/* As above; under X's bytes in flight (8 MiB beside Y). */
+		nx = small_writes(x, sx.region, icx, 24576);
+		usleep(100000);
+	}
 	uint64_t posted = stat_sum(&A, "\"posted\""), eagain = stat_sum(&A, "\"eagain\"");
 	for (int i = 0; i < NY; i++) {
 		ck_assert_int_eq(
@@ -350,14 +368,26 @@ START_TEST(test_a_peer_stopped_after_meeting_holds_up_no_other)
 	              "Y's batches completed after %d of X's failed (%s): held up behind them", got,
 	              got > 0 ? xe[0].msg : "");
 	ck_assert(!memcmp(db.addr, sy.addr, (size_t)NY << 16));
-	printf("tcp: Y's %d batches to B landed beside %d writes of X to stopped C (A had "
-	       "posted %llu, refused %llu)\n",
-	       NY, nx, (unsigned long long)posted, (unsigned long long)eagain);
+	printf("tcp: Y's %d batches to B landed beside %d writes of X to stopped C, Y %s (A "
+	       "had posted %llu, refused %llu)\n",
+	       NY, nx, y_late ? "attached after them" : "attached before",
+	       (unsigned long long)posted, (unsigned long long)eagain);
 	kill(C.pid, SIGCONT);
 	mvc_disconnect(x);
 	mvc_disconnect(y);
 	mvc_disconnect(ob);
 	mvc_disconnect(oc);
+}
+
+START_TEST(test_a_peer_stopped_after_meeting_holds_up_no_other)
+{
+	stopped_after_meeting(0);
+}
+END_TEST
+
+START_TEST(test_a_lone_clients_stopped_peer_holds_up_no_later_one)
+{
+	stopped_after_meeting(1);
 }
 END_TEST
 
@@ -387,6 +417,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup_tcp1_fabric, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_a_peer_stopped_after_meeting_holds_up_no_other);
+	tcase_add_test(tc, test_a_lone_clients_stopped_peer_holds_up_no_later_one);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
