@@ -377,7 +377,7 @@ static void finish_part(struct mv_shard *s, struct mv_attach *at, uint32_t b)
 		op->riov[0].addr = imp->peer->blob.bell[t].addr;
 		op->riov[0].key = imp->peer->blob.bell[t].key;
 		op->riov[0].len = 0;
-		at->outstanding++;
+		mv_op_own(s, at, op);
 		mv_pend_push(s, op);
 		return;
 	}

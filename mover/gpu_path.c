@@ -82,7 +82,7 @@ void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 		op->csrc = src->is_gpu ? src->gpu.dptr + d->src_off + off
 		                       : (uint64_t)(uintptr_t)(src->base + d->src_off + off);
 		p->outstanding++;
-		at->outstanding++;
+		mv_op_own(s, at, op);
 		s->ngpu++;
 		if (path == MV_PATH_COPY) {
 			op->dst_dev = dst->remote->map.dev;

@@ -64,7 +64,7 @@ void mv_take_land(struct mv_shard *s, struct mv_attach *at, const struct mv_desc
 		op->iov[1] = (struct iovec){src->base + d->src_off + off, n};
 		op->desc[1] = src->desc[s->id];
 		p->outstanding++;
-		at->outstanding++;
+		mv_op_own(s, at, op);
 		mv_pend_push(s, op);
 		off += n;
 	}

@@ -41,6 +41,7 @@
 #define MV_CLIENT_MAX_IMPORTS 4096u
 #define MV_CLIENT_MAX_PEERS   1024u
 #define MV_MAX_PEERS          4096u
+#define MV_UID_SLOTS          (2 * MV_MAX_CLIENTS) /* a shard's uids of clients and held ops */
 /* iovs one op holds: a same-host copy, which no provider limits, merges up
  * to this many writes, so that a batch of small writes is a few ops */
 #define MV_IOV_MAX       16u
@@ -312,6 +313,7 @@ struct mv_attach {
 	 * has (mv_config.weights, default 1) times the percent it asked for
 	 * (its submission ring's hdr.user, mv_wire.h), so 1 to 100 * 100. */
 	uint32_t weight;
+	uint16_t uix; /* its uid's slot in the shard's s->uids */
 };
 
 enum mv_client_state { MV_CL_NEW, MV_CL_READY, MV_CL_DETACHING };
@@ -496,6 +498,15 @@ struct mv_shard {
 	struct mv_stats_peer *pub_peers;
 	int64_t next_pub, next_rows;
 	_Atomic uint64_t trace_dropped_pub;
+	/* By uid of the clients: the ops each uid holds of the pool
+	 * (mv_pool_room()), those of writes failed at their deadline that the
+	 * provider still holds too (they outlive their client), and its clients
+	 * attached here. A slot is free while both are 0. */
+	struct mv_uid_ops {
+		uid_t uid;
+		uint32_t ops;
+		uint32_t natt;
+	} uids[MV_UID_SLOTS];
 	/* By peer index, last (24 KiB a shard, read one entry a post): posted
 	 * ops of s->posted, landing messages sent and not yet acked (each peer
 	 * has its own window, so one that stops acking holds up only the

@@ -221,7 +221,7 @@ static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct 
 		p->imm_sent = 0;
 	}
 	p->outstanding++;
-	at->outstanding++;
+	mv_op_own(s, at, pc);
 	/* The piece could go since the write could (its retries' budget);
 	 * the rest's deadline counts again once it went (mv_pend_went). */
 	pc->born = op->born;

@@ -120,6 +120,32 @@ static uint32_t weight_of(const struct mover *mv, const struct mv_attach *at)
 	return w * (uint32_t)asked;
 }
 
+/* The slot of uid in s->uids, taken if it has none. The last slot is
+ * shared by the uids that find every other slot taken (more than
+ * MV_MAX_CLIENTS uids whose clients left still hold ops of writes that
+ * their peers never took): they count as one. */
+static uint16_t uid_slot(struct mv_shard *s, uid_t uid)
+{
+	int free = -1;
+
+	for (int i = 0; i < (int)MV_UID_SLOTS - 1; i++) {
+		const struct mv_uid_ops *u = &s->uids[i];
+		if (!u->natt && !u->ops) {
+			if (free < 0)
+				free = i;
+		} else if (u->uid == uid) {
+			return (uint16_t)i;
+		}
+	}
+	if (free < 0) {
+		mv_warn("shard %d: uid %u shares the last of %u uid slots", s->id, (unsigned)uid,
+		        MV_UID_SLOTS);
+		return MV_UID_SLOTS - 1;
+	}
+	s->uids[free].uid = uid;
+	return (uint16_t)free;
+}
+
 static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 {
 	struct mv_region *r;
@@ -135,6 +161,8 @@ static void run_cmd(struct mv_shard *s, struct mv_cmd *c)
 			ret = -ENOSPC;
 			break;
 		}
+		at->uix = uid_slot(s, at->cl->uid);
+		s->uids[at->uix].natt++;
 		shmring_set_doorbell(&at->comp, at->cl->efd);
 		at->weight = weight_of(s->mv, at);
 		mv_dbg("shard %d: client %u (pid %d) weighs %u", s->id, at->cl->id, at->cl->pid,
@@ -248,6 +276,7 @@ static void reap_detached(struct mv_shard *s)
 			continue;
 		struct mv_client *cl = at->cl;
 		s->att[i] = s->att[--s->natt];
+		s->uids[at->uix].natt--;
 		i--;
 		cl->att[s->id] = NULL;
 		attach_free(at);

@@ -68,6 +68,8 @@ struct mv_wr {
 	uint32_t dst_region;  /* ... the peer's region written */
 	int land_counted;     /* counted in s->land_to[pix] (in flight) */
 	uint16_t pix;         /* posted: its peer's index, kept (the peer may go first) */
+	uint16_t uix;         /* its client's uid slot (s->uids): mv_op_own() */
+	uint8_t uid_owned;    /* counted in s->uids[uix].ops (mv_op_own()) */
 	int inflight_counted; /* counted in at->inflight (posted, not yet reported) */
 	struct mv_attach *at;
 	struct mv_peer *peer;
@@ -149,13 +151,32 @@ static inline struct mv_wr *mv_op_get(struct mv_shard *s)
  * expired, op_timeout later, and a client that came then took none), so
  * that a flood of small writes cannot take every op. A client alone too:
  * one that came while the first one's writes waited on a stopped peer
- * found every op taken.
+ * found every op taken. And the clients of one uid together hold at most
+ * three quarters of what other uids' clients leave, the ops of their writes
+ * that their peers never took included: each client took its share while
+ * the shares were larger (a half, then a third), so three clients of one
+ * uid, their writes waiting on a stopped peer, held every op, and another
+ * uid's client waited for those writes to fail. Three quarters, not half:
+ * beside a client that holds its half, another of its uid still finds ops.
  */
 static inline int mv_pool_room(const struct mv_shard *s, const struct mv_attach *at)
 {
 	uint64_t w = s->wsum > at->weight ? s->wsum : (uint64_t)at->weight * 2;
+	uint64_t uid = s->uids[at->uix].ops, held = MV_OPS_PER_SHARD - s->nfree;
 
-	return at->outstanding <= (uint64_t)MV_OPS_PER_SHARD * at->weight / w;
+	return at->outstanding <= (uint64_t)MV_OPS_PER_SHARD * at->weight / w &&
+	       4 * uid < 3 * (MV_OPS_PER_SHARD - (held - uid));
+}
+
+/* op is at's: counted in its client's ops until reported, and in its
+ * uid's ops of the pool until it goes back to the pool (an op reported at
+ * its deadline stays the provider's until it lets go), for mv_pool_room(). */
+static inline void mv_op_own(struct mv_shard *s, struct mv_attach *at, struct mv_wr *op)
+{
+	at->outstanding++;
+	op->uix = at->uix;
+	op->uid_owned = 1;
+	s->uids[at->uix].ops++;
 }
 
 /* Why a write failed whose peer took none in op_timeout (queued or parked). */
@@ -216,6 +237,8 @@ static inline void mv_posted_del(struct mv_shard *s, struct mv_wr *op)
 
 static inline void mv_op_put(struct mv_shard *s, struct mv_wr *op)
 {
+	if (op->uid_owned)
+		s->uids[op->uix].ops--;
 	if (op->land_counted)
 		s->land_to[op->pix]--;
 	op->land_counted = 0;

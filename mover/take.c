@@ -130,7 +130,7 @@ void mv_take_run(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
 		op->desc[0] = src->desc[s->id];
 		op->riov[0] = (struct fi_rma_iov){.addr = ra, .len = n, .key = dst->key[t]};
 		p->outstanding++;
-		at->outstanding++;
+		mv_op_own(s, at, op);
 		mv_pend_push(s, op);
 		off += n;
 	}

@@ -6,8 +6,9 @@
  * for a stopped peer fail together, at one deadline; and a stopped peer
  * holds up no other client of the shard, whether it stopped before its
  * connection was made (rxm refuses the posts) or after (its writes stay in
- * the provider's queue), whether the other client came before or after.
- * Fair share itself: test_fair.c.
+ * the provider's queue), whether the other client came before or after,
+ * and whatever number of clients the first one's uid has. Fair share
+ * itself: test_fair.c.
  */
 #include <check.h>
 #include <errno.h>
@@ -391,6 +392,123 @@ START_TEST(test_a_lone_clients_stopped_peer_holds_up_no_later_one)
 }
 END_TEST
 
+/*
+ * The clients of one uid whose writes wait on a stopped peer hold up no
+ * client of another uid. Each client takes ops from the shard's pool up to
+ * its share while it can, and keeps them while its writes wait: three
+ * clients of root on A each write 1 KiB pieces to mover C, stopped once
+ * they had met (the first takes half the pool while alone, the next two
+ * most of the rest while the shares are halves and thirds); then a client
+ * Y of uid 65534 writes 64 KiB batches to B: every one completes and lands
+ * before any of root's fails at the deadline. Before, Y's descriptors found
+ * no op until root's writes failed.
+ */
+#define NX 3
+
+START_TEST(test_a_uids_clients_on_a_stopped_peer_hold_up_no_other_uid)
+{
+	enum { NY = 16 };
+	struct mvc *x[NX], *ob, *oc;
+	struct mvc_mem sx[NX], db, dc;
+	uint32_t icx[NX];
+	int st;
+
+	mover_extra = "--no-host-copy";
+	mover_start(&C, "c", 1);
+	mover_extra = NULL;
+	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
+	ck_assert_msg(mvc_alloc(ob, 1u << 20, &db) == 0, "%s", mvc_error(ob));
+	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
+	for (int i = 0; i < NX; i++) {
+		ck_assert_int_eq(mvc_connect(&x[i], A.sock), 0);
+		ck_assert_msg(mvc_alloc(x[i], 1u << 20, &sx[i]) == 0, "%s", mvc_error(x[i]));
+		icx[i] = reach(x[i], oc, dc.region);
+		ck_assert_int_eq(mvc_write(x[i], sx[i].region, 0, icx[i], 0, 4096), 0);
+		submit_ok(x[i], 1000);
+	}
+	ck_assert_int_eq(kill(C.pid, SIGSTOP), 0);
+	ck_assert_int_eq(waitpid(C.pid, &st, WUNTRACED), C.pid);
+	int nx = 0;
+	for (int i = 0; i < NX; i++)
+		nx += small_writes(x[i], sx[i].region, icx[i], 24576);
+	usleep(100000); /* the shard takes what it can of them */
+	uint64_t posted = stat_sum(&A, "\"posted\"") - NX;
+
+	/* Y: a child as uid 65534, which says how its batches went on a pipe. */
+	uint8_t addr[MVC_BLOB_MAX], blob[MVC_BLOB_MAX];
+	size_t alen = sizeof(addr), blen = sizeof(blob);
+	ck_assert_int_eq(mvc_address(ob, addr, &alen), 0);
+	ck_assert_int_eq(mvc_region_blob(ob, db.region, blob, &blen), 0);
+	int pfd[2];
+	ck_assert_int_eq(pipe(pfd), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char why[512] = "";
+		struct mvc *y;
+		struct mvc_mem sy;
+		uint32_t peer, imp;
+		if (setgid(65534) || setuid(65534) || mvc_connect(&y, A.sock) ||
+		    mvc_alloc(y, (size_t)NY << 16, &sy) || mvc_peer_add(y, addr, alen, &peer) ||
+		    mvc_import(y, peer, blob, blen, &imp)) {
+			snprintf(why, sizeof(why), "uid 65534's client could not start");
+		} else {
+			fill(sy.addr, (size_t)NY << 16, 47);
+			double t0 = now_s();
+			for (int i = 0; i < NY && !why[0]; i++)
+				if (mvc_write(y, sy.region, (uint64_t)i << 16, imp,
+				              (uint64_t)i << 16, 1u << 16) ||
+				    mvc_submit(y, (uint64_t)i))
+					snprintf(why, sizeof(why), "submit: %s", mvc_error(y));
+			for (int left = NY; left > 0 && !why[0];) {
+				struct mvc_event ev;
+				int n = mvc_wait(y, &ev, 1, 200);
+				if (n < 0 || now_s() - t0 > 20)
+					snprintf(why, sizeof(why),
+					         "%d of Y's batches still out after %.1f s", left,
+					         now_s() - t0);
+				else if (n && ev.status)
+					snprintf(
+					    why, sizeof(why), "Y's batch %llu to B, %.2f s in: %s",
+					    (unsigned long long)ev.cookie, now_s() - t0, ev.msg);
+				else
+					left -= n;
+			}
+		}
+		if (write(pfd[1], why, sizeof(why)) != (ssize_t)sizeof(why))
+			_exit(2);
+		_exit(0);
+	}
+	char why[512];
+	ck_assert_int_eq(read(pfd[0], why, sizeof(why)), (ssize_t)sizeof(why));
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(!why[0], "%s (A had posted %llu of root's %d writes to stopped C)", why,
+	              (unsigned long long)posted, nx);
+	/* Before root's writes failed at the deadline (3 s): not behind them. */
+	for (int i = 0; i < NX; i++) {
+		struct mvc_event xe[4];
+		int got = mvc_poll(x[i], xe, 4);
+		ck_assert_msg(got == 0,
+		              "Y's batches completed after %d of root's failed (%s): held up "
+		              "behind them",
+		              got, got > 0 ? xe[0].msg : "");
+	}
+	struct mvc_mem want;
+	ck_assert_int_eq(mvc_alloc(ob, (size_t)NY << 16, &want), 0);
+	fill(want.addr, (size_t)NY << 16, 47);
+	ck_assert(!memcmp(db.addr, want.addr, (size_t)NY << 16));
+	printf("tcp: uid 65534's %d batches to B landed beside %d writes of %d clients of root to "
+	       "stopped C (A had posted %llu)\n",
+	       NY, nx, NX, (unsigned long long)posted);
+	kill(C.pid, SIGCONT);
+	for (int i = 0; i < NX; i++)
+		mvc_disconnect(x[i]);
+	mvc_disconnect(oc);
+	mvc_disconnect(ob);
+}
+END_TEST
+
 /* Movers A (on the fabric) and B, one shard each, the tests' deadline (3 s). */
 static void setup_tcp1_fabric(void)
 {
@@ -400,6 +518,19 @@ static void setup_tcp1_fabric(void)
 	mover_extra = NULL;
 	mover_launch(&B, "b", 1);
 	movers_listening();
+}
+
+/* Movers A (on the fabric, any uid) and B, one shard each. */
+static void setup_tcp1_uids(void)
+{
+	prov = "tcp";
+	mover_extra = "--no-host-copy";
+	mover_extra2 = "--allow-any-uid";
+	mover_launch(&A, "a", 1);
+	mover_extra = mover_extra2 = NULL;
+	mover_launch(&B, "b", 1);
+	movers_listening();
+	ck_assert_int_eq(chmod(A.sock, 0666), 0);
 }
 
 int main(void)
@@ -418,6 +549,11 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_a_peer_stopped_after_meeting_holds_up_no_other);
 	tcase_add_test(tc, test_a_lone_clients_stopped_peer_holds_up_no_later_one);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("stopped_uids");
+	tcase_add_checked_fixture(tc, setup_tcp1_uids, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_a_uids_clients_on_a_stopped_peer_hold_up_no_other_uid);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
