@@ -91,6 +91,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		if (!s->ops || !AT[k])
 			abort();
 		AT[k]->cl = cl;
+		s->uids[0].natt = 1; /* as run_cmd() attaches it: uid slot 0 */
 		AT[k]->parts = calloc(MV_MAX_BATCHES, sizeof(*AT[k]->parts));
 		if (!AT[k]->parts)
 			abort();
@@ -268,6 +269,7 @@ static void reset(const struct take_case *c, uint8_t *arena, uint64_t arena_size
 		free(at->waits);
 		memset(at, 0, sizeof(*at));
 		at->cl = cl;
+		at->weight = MV_SHARE_FULL; /* as run_cmd() attaches it */
 		at->parts = parts;
 		at->sub = sub;
 		at->comp = comp;
@@ -377,6 +379,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	for (uint32_t k = 0; k < nsh; k++) {
 		assert(SH[k]->nfree == MV_OPS_PER_SHARD && !SH[k]->npend); /* no op lost */
+		assert(!SH[k]->uids[0].ops);                                  /* nor counted */
 		assert(!AT[k]->cur.active);
 	}
 	if (atomic_load(&cl->cut)) {
