@@ -66,7 +66,7 @@ MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_c
 	mover/access.c mover/quota.c mover/etcd.c mover/cluster.c mover/cluster_keys.c \
 	mover/names.c \
 	mover/shard.c mover/take.c mover/list.c mover/gpu_path.c mover/gpu_calib.c mover/land.c \
-	mover/post.c mover/hold.c mover/retry.c mover/complete.c mover/batch.c mover/idle.c mover/heartbeat.c \
+	mover/post.c mover/hold.c mover/queue.c mover/retry.c mover/complete.c mover/batch.c mover/idle.c mover/heartbeat.c \
 	mover/samehost.c \
 	mover/shm_lock.c mover/samehost_owner.c mover/samehost_ask.c
 MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/bench/books.c \
@@ -74,7 +74,7 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 	tools/bench/rows_lat.c tools/bench/lat_direct.c tools/bench/rows_fair.c tools/bench/rows_reg.c \
 	tools/bench/rows_ext.c tools/bench/hops.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
-TESTS := test_shmring test_shmring_errors test_shmring_procs test_validate test_config test_client test_mover test_faults test_shards test_lists test_hostile \
+TESTS := test_shmring test_shmring_errors test_shmring_procs test_validate test_config test_queue test_client test_mover test_faults test_shards test_lists test_hostile \
 	test_trace test_replay test_gpu test_gpu_guard test_tenants test_fair test_weights test_stopped_peer test_liveness test_reconnect test_samehost \
 	test_samehost_peers test_huge test_shm_restart
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
@@ -187,6 +187,11 @@ $(B)/tests/test_shmring $(B)/tests/test_shmring_errors $(B)/tests/test_shmring_p
 $(B)/tests/test_config: $(B)/tests/test_config.o $(B)/mover/config.o $(B)/mover/log.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) -lm $(LDLIBS)
+
+# test_queue drives a client's queue of ops (shard_int.h, queue.c) alone.
+$(B)/tests/test_queue: $(B)/tests/test_queue.o $(B)/mover/queue.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
 $(B)/tests/test_validate: $(B)/tests/test_validate.o $(B)/mover/validate.o $(B)/mover/msg_check.o \
 	$(B)/mover/cluster_keys.o

@@ -198,6 +198,7 @@ static int expire_to(struct mv_shard *s, struct mv_attach *at, struct mv_peer *p
 		mv_op_report(s, op, -ETIMEDOUT, text);
 		mv_op_put(s, op);
 	}
+	mv_pend_runs_fix(at);
 	if (!at->pq_head)
 		mv_round_leave(s, at);
 	return (int)n;

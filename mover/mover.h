@@ -288,7 +288,8 @@ struct mv_attach {
 	 * its place in the shard's round of clients with queued ops, and
 	 * what deficit round robin and the in-flight share count for it. */
 	struct mv_wr *pq_head, *pq_tail;
-	uint32_t npq; /* ops on its queue */
+	struct mv_wr *run_tail; /* the first op of pq_tail's run (shard_int.h) */
+	uint32_t npq;           /* ops on its queue */
 	/* Its staged writes waiting for a bounce chunk, and those parked there
 	 * while their peer holds its share (gpu_path.c). */
 	struct mv_wr *sq_head, *sq_tail, *pk_head, *pk_tail;
@@ -381,6 +382,7 @@ struct mv_shard_counters {
 	uint64_t posted_small; /* of posted, on the small-write endpoint (fab.ep_small) */
 	uint64_t copy_stops;   /* same-host copies stopped partway for another client */
 	uint64_t holds;        /* large pieces held for another client (post.c) */
+	uint64_t promoted;     /* ops moved ahead of a head whose peer could not take it */
 	uint64_t batches, timeouts, sleeps, wakes, trace_dropped;
 	uint64_t path_bytes[5]; /* by enum mv_gpu_path: host, HMEM, CUDA copy, staged, same host */
 	uint64_t hop_sum[MV_HOPS];

@@ -225,6 +225,10 @@ static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct 
 	/* The piece could go since the write could (its retries' budget);
 	 * the rest's deadline counts again once it went (mv_pend_went). */
 	pc->born = op->born;
+	pc->promoted = op->promoted;
+	pc->run_last = op->run_last; /* the first of op's run now */
+	if (at->run_tail == op)
+		at->run_tail = pc;
 	pc->next = op;
 	at->pq_head = pc;
 	at->npq++;
@@ -366,13 +370,13 @@ static int peer_full(const struct mv_shard *s, const struct mv_wr *op, const str
  * that fails for another reason can still end a burst early.
  */
 static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64_t burst,
-                        uint64_t piece)
+                        uint64_t piece, const struct mv_refused *r)
 {
 	const struct mv_wr *nx = op->next;
 
-	if (!nx || s->nactive > 1 || nx->path == MV_PATH_SAMEHOST ||
-	    burst + op->bytes >= MV_BURST_BYTES || ep_of(s, nx, piece) != ep_of(s, op, piece) ||
-	    s->posted + 1 >= s->fab.tx_size ||
+	if (!nx || s->nactive > 1 || mv_refused_has(r, op->at, nx->peer) ||
+	    nx->path == MV_PATH_SAMEHOST || burst + op->bytes >= MV_BURST_BYTES ||
+	    ep_of(s, nx, piece) != ep_of(s, op, piece) || s->posted + 1 >= s->fab.tx_size ||
 	    op->at->inflight + op->bytes + nx->bytes > inflight_cap(s, op->at) ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
 		return 0;
@@ -439,6 +443,7 @@ int mv_post(struct mv_shard *s)
 	int n = 0;
 	uint64_t grace = 0; /* a client whose yields ran out posts on to this burst byte */
 	uint32_t passed = 0, nround = 0; /* pass_turn() */
+	struct mv_refused refused = {0}; /* mv_promote() */
 
 	s->ring_cut = 0;
 	if (s->post_hold && s->now < s->post_hold)
@@ -548,13 +553,17 @@ int mv_post(struct mv_shard *s)
 				flags |= FI_REMOTE_CQ_DATA;
 				msg.data = op->data;
 			}
-			if (more_follows(s, op, burst, piece))
+			if (more_follows(s, op, burst, piece, &refused))
 				flags |= FI_MORE;
 			if (peer_full(s, op, NULL)) {
 				/* Until this peer acks, or takes its writes;
 				 * both come through the CQ, so no hold.
 				 * more_follows() kept FI_MORE off the post
-				 * before. */
+				 * before. Its writes to other peers first. */
+				if (mv_promote(s, at, &refused)) {
+					capped = NULL;
+					continue;
+				}
 				if (pass_turn(s, at, piece, &passed, &nround)) {
 					capped = NULL;
 					continue;
@@ -590,8 +599,14 @@ int mv_post(struct mv_shard *s)
 				/* The provider took nothing: its queue is full, or
 				 * this op's peer is not connected (rxm while it
 				 * connects; a peer that never answers, until
-				 * op_timeout): the next client tries, and the
-				 * shard holds once each was passed over. */
+				 * op_timeout): its writes to other peers (where
+				 * the queue is not full), then the next client
+				 * try, and the shard holds once each was passed
+				 * over. */
+				if (s->posted + 1 < s->fab.tx_size && mv_promote(s, at, &refused)) {
+					capped = NULL;
+					continue;
+				}
 				if (pass_turn(s, at, piece, &passed, &nround)) {
 					capped = NULL;
 					continue;

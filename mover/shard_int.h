@@ -15,6 +15,8 @@
  *                    landing messages into GPU memory the fabric cannot reach)
  *     -> post.c      the clients' queues go to the fabric in fair shares
  *                    (deficit round robin on bytes, by weight), with retries
+ *                    (queue.c: a client's writes to other peers past a head
+ *                    whose peer cannot take it)
  *     -> complete.c  fabric completions and deadlines end ops
  *     -> batch.c     ended ops finish batch parts; completions go back on the
  *                    client's completion ring
@@ -49,6 +51,9 @@ enum mv_op_kind {
 struct mv_wr {
 	struct fi_context2 ctx; /* first: the provider's scratch, and our cookie */
 	struct mv_wr *next;
+	/* Queued, the first op of a run (ops in a row to one peer, post.c's
+	 * promote()): the run's last op. */
+	struct mv_wr *run_last;
 	struct mv_wr *pprev, *pnext; /* the posted list, oldest first */
 	int64_t posted_at;
 	int abandoned;        /* reported as failed; waits for the provider to let go */
@@ -79,6 +84,7 @@ struct mv_wr {
 	uint8_t niov;
 	uint8_t with_imm; /* a WRITE that carries its batch's immediate (data) */
 	uint8_t on_small; /* posted on the small-write endpoint (fab.ep_small) */
+	uint8_t promoted; /* queued ahead of a head whose peer could not take it (post.c) */
 	uint64_t bytes;
 	uint64_t copied; /* MV_PATH_SAMEHOST: bytes copied so far (bytes: what is left) */
 	uint64_t data;
@@ -340,12 +346,26 @@ static inline void mv_round_leave(struct mv_shard *s, struct mv_attach *at)
 	at->deficit = 0;
 }
 
+/*
+ * A client's queue is also a list of runs, ops in a row to one peer: the
+ * first op of each holds its last (run_last), and at->run_tail is the
+ * first op of the run that ends the queue. post.c's promote() steps over
+ * a peer's ops a run at a time.
+ */
+
 /* Queues op for the fabric behind its client's other ops. */
 static inline void mv_pend_push(struct mv_shard *s, struct mv_wr *op)
 {
 	struct mv_attach *at = op->at;
 
 	op->born = op->posted_at = s->now; /* queued at, until it is posted */
+	op->promoted = 0;
+	if (at->pq_tail && at->pq_tail->peer == op->peer) {
+		at->run_tail->run_last = op;
+	} else {
+		op->run_last = op;
+		at->run_tail = op;
+	}
 	mv_wr_append(&at->pq_head, &at->pq_tail, op);
 	at->npq++;
 	s->npend++;
@@ -358,6 +378,15 @@ static inline void mv_pend_push_front(struct mv_shard *s, struct mv_wr *op)
 {
 	struct mv_attach *at = op->at;
 
+	int same = at->pq_head && at->pq_head->peer == op->peer;
+
+	/* Ops promoted to the head (queue.c) are just queued behind it now. */
+	for (struct mv_wr *p = at->pq_head; p && p->promoted; p = p->next)
+		p->promoted = 0;
+	op->promoted = 0;
+	op->run_last = same ? at->pq_head->run_last : op; /* the head's run goes on */
+	if (!at->pq_tail || (same && at->run_tail == at->pq_head))
+		at->run_tail = op;
 	op->next = at->pq_head;
 	at->pq_head = op;
 	if (!at->pq_tail)
@@ -374,6 +403,10 @@ static inline struct mv_wr *mv_pend_pop(struct mv_shard *s, struct mv_attach *at
 	struct mv_wr *op = at->pq_head;
 
 	at->pq_head = op->next;
+	if (op->run_last != op)
+		op->next->run_last = op->run_last; /* the run's first now */
+	if (at->run_tail == op)
+		at->run_tail = op->run_last != op ? op->next : NULL;
 	if (!at->pq_head)
 		at->pq_tail = NULL;
 	at->npq--;
@@ -397,13 +430,24 @@ static inline void mv_pend_head_fresh(struct mv_shard *s, struct mv_attach *at)
 }
 
 /* Pops at's head, which went (posted, copied, or failed); the next one's
- * count starts. */
+ * count starts, unless the op went ahead of it (promoted: post.c) and it
+ * is the head that could not go, whose wait goes on. */
 static inline struct mv_wr *mv_pend_went(struct mv_shard *s, struct mv_attach *at)
 {
 	struct mv_wr *op = mv_pend_pop(s, at);
 
-	mv_pend_head_fresh(s, at);
+	if (!op->promoted || (at->pq_head && at->pq_head->promoted))
+		mv_pend_head_fresh(s, at);
 	return op;
+}
+
+/* at->run_tail again, after ops were taken out of at's queue: whole runs,
+ * those of one peer (mv_wr_take()), so the others stay as they were. */
+static inline void mv_pend_runs_fix(struct mv_attach *at)
+{
+	at->run_tail = NULL;
+	for (struct mv_wr *f = at->pq_head; f; f = f->run_last->next)
+		at->run_tail = f;
 }
 
 static inline struct mv_import *mv_import_get(struct mv_client *cl, uint32_t h)
@@ -470,6 +514,23 @@ int mv_list_expand(struct mv_shard *s, struct mv_attach *at);
 int mv_fence(struct mv_shard *s, char *why, size_t whylen);
 void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
                  const struct mv_region *src, const struct mv_import *dst, uint8_t path, int land);
+/* queue.c: a client's writes to other peers go while its head's peer
+ * cannot take it. The peers that could not take an op of the client, this
+ * burst (at most MV_REFUSED_PEERS; post.c keeps them). */
+#define MV_REFUSED_PEERS 8
+struct mv_refused {
+	const struct mv_attach *at; /* the client they refused */
+	uint32_t n;
+	const struct mv_peer *peer[MV_REFUSED_PEERS];
+};
+/* Whether p refused an op of at's, this burst. */
+int mv_refused_has(const struct mv_refused *r, const struct mv_attach *at, const struct mv_peer *p);
+/* at's head op could not go for its peer's sake (noted in r): puts
+ * promoted ops back behind the head they went ahead of, or brings the next
+ * run of ops to a peer not in r to the head. Returns whether the head
+ * changed (the caller tries it), 0 when no other op may go. */
+int mv_promote(struct mv_shard *s, struct mv_attach *at, struct mv_refused *r);
+
 /* hold.c: when a client's piece gives way to the others (fair share). */
 #define MV_SMALL_HOLD_NS 50000 /* a small write holds the others' pieces this long at most */
 enum { MV_OTHERS_NONE, MV_OTHERS_REAP, MV_OTHERS_RING };

@@ -191,6 +191,7 @@ void mv_stats_publish(struct mv_shard *s, int force)
 	PUT(o->posted_small, s->st.posted_small);
 	PUT(o->copy_stops, s->st.copy_stops);
 	PUT(o->holds, s->st.holds);
+	PUT(o->promoted, s->st.promoted);
 	PUT(o->piece_bytes, mv_fair_piece(s));
 	PUT(o->cq_errors, s->st.cq_errors);
 	PUT(o->retries, s->st.retries);

@@ -27,9 +27,9 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI   10u                 /* 7-10: posted_small, copy_stops, holds, piece_bytes */
-#define MV_STATS_RINGS 256u                /* ring rows per shard: client slots */
-#define MV_STATS_PEERS 256u                /* peer rows per shard: the first peer slots */
+#define MV_STATS_ABI   11u  /* 7-11: posted_small, copy_stops, holds, piece_bytes, promoted */
+#define MV_STATS_RINGS 256u /* ring rows per shard: client slots */
+#define MV_STATS_PEERS 256u /* peer rows per shard: the first peer slots */
 
 struct mv_stats_hdr {
 	uint64_t magic;
@@ -152,6 +152,9 @@ struct mv_stats_shard {
 	/* ABI 10: bytes one post carries at most while the shard is shared,
 	 * now: the configured piece, or less where posts copy slowly (post.c) */
 	_Atomic uint64_t piece_bytes;
+	/* ABI 11: ops a client posted ahead of its head, whose peer could
+	 * not take it (post.c's promote()) */
+	_Atomic uint64_t promoted;
 };
 
 /* One client's rings on one shard (row slot = client slot). */

@@ -140,12 +140,13 @@ static uint32_t reach_stopped(struct mvc *from, struct mvc *owner, uint32_t regi
 
 /*
  * And a peer that takes nothing still fails what waits for it within about
- * the deadline, all of it: client X of A writes by turns to a stopped
- * mover C (never met before it stopped: rxm answers EAGAIN while it
- * connects) and to B.
+ * the deadline, all of it, and holds up none of the client's writes to
+ * other peers: client X of A writes by turns to a stopped mover C (never
+ * met before it stopped: rxm answers EAGAIN while it connects) and to B.
  * Each write to C fails as "took no write" within 3 deadlines of its
  * submit, not one deadline after another in turn, and every write to B
- * completes.
+ * completes before the first of them fails (before, they waited behind
+ * X's first write to C, and completed once it failed).
  */
 START_TEST(test_writes_to_a_stopped_peer_fail_together)
 {
@@ -198,6 +199,11 @@ START_TEST(test_writes_to_a_stopped_peer_fail_together)
 	for (int i = 0; i < 2 * NB; i += 2)
 		ck_assert_msg(at[i] < 1.5, "write %d to the stopped peer failed %.2f s in", i,
 		              at[i]);
+	for (int i = 1; i < 2 * NB; i += 2)
+		ck_assert_msg(at[i] < at[0],
+		              "write %d to B completed %.2f s in, after the first write to the "
+		              "stopped peer failed (%.2f s): held up behind it",
+		              i, at[i], at[0]);
 	printf("tcp: %d writes to a stopped peer failed %.2f-%.2f s in (deadline 0.5 s), "
 	       "the %d to B done by %.2f s\n",
 	       NB, at[0], at[2 * NB - 2], NB, at[2 * NB - 1]);
@@ -393,6 +399,85 @@ START_TEST(test_a_lone_clients_stopped_peer_holds_up_no_later_one)
 END_TEST
 
 /*
+ * A peer that stopped after meeting holds up none of its client's writes
+ * to other peers either: client X of A writes 1,536 pieces of 1 KiB to C,
+ * stopped once they had met (more than C's half of the provider's queue:
+ * the rest wait in X's queue), then 16 batches of 64 KiB to B. Every batch
+ * to B completes and lands before any write to C fails at the deadline
+ * (3 s), and those to C then fail at it. Before, X's writes to
+ * B waited behind its first write to C still queued, until it failed.
+ */
+START_TEST(test_a_stopped_peer_holds_up_none_of_its_clients_other_writes)
+{
+	enum { NY = 16, NC = 6144 };
+	struct mvc *x, *ob, *oc;
+	struct mvc_mem sx, db, dc;
+	struct mvc_event ev[16];
+	int st;
+
+	mover_extra = "--no-host-copy";
+	mover_start(&C, "c", 1);
+	mover_extra = NULL;
+	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
+	ck_assert_msg(mvc_alloc(x, 1u << 20, &sx) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_alloc(ob, 1u << 20, &db) == 0, "%s", mvc_error(ob));
+	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
+	fill(sx.addr, 1u << 20, 53);
+	uint32_t icx = reach(x, oc, dc.region), ibx = reach(x, ob, db.region);
+	ck_assert_int_eq(mvc_write(x, sx.region, 0, icx, 0, 4096), 0);
+	submit_ok(x, 1u << 30);
+	ck_assert_int_eq(mvc_write(x, sx.region, 0, ibx, 0, 4096), 0);
+	submit_ok(x, (1u << 30) + 1);
+	ck_assert_int_eq(kill(C.pid, SIGSTOP), 0);
+	ck_assert_int_eq(waitpid(C.pid, &st, WUNTRACED), C.pid);
+	int nc = small_writes(x, sx.region, icx, NC), nbc = (nc + 127) / 128;
+	ck_assert_int_eq(nc, NC);
+	double t0 = now_s();
+	for (int i = 0; i < NY; i++) {
+		ck_assert_int_eq(
+		    mvc_write(x, sx.region, (uint64_t)i << 16, ibx, (uint64_t)i << 16, 1u << 16),
+		    0);
+		ck_assert_int_eq(mvc_submit(x, (1u << 20) + (uint64_t)i), 0);
+	}
+	double b_done = 0, c_first = 0;
+	for (int left = NY + nbc; left > 0;) {
+		int n = mvc_wait(x, ev, 16, 200);
+		ck_assert_int_ge(n, 0);
+		ck_assert_msg(now_s() - t0 < 30, "%d batches still out after 30 s", left);
+		for (int k = 0; k < n; k++, left--) {
+			if (ev[k].cookie >= 1u << 20) {
+				ck_assert_msg(ev[k].status == 0, "X's batch to B: %s", ev[k].msg);
+				b_done = now_s() - t0;
+				continue;
+			}
+			/* Posted ("no completion") or still queued ("took no write"). */
+			ck_assert_msg(ev[k].status == -ETIMEDOUT &&
+			                  (strstr(ev[k].msg, "took no write") ||
+			                   strstr(ev[k].msg, "no completion from peer")),
+			              "X's batch to stopped C: status %d, %s", ev[k].status,
+			              ev[k].msg);
+			if (!c_first)
+				c_first = now_s() - t0;
+		}
+	}
+	ck_assert_msg(b_done < c_first,
+	              "X's %d batches to B completed %.2f s in, after its first batch to stopped "
+	              "C failed (%.2f s): held up behind it",
+	              NY, b_done, c_first);
+	ck_assert(!memcmp(db.addr, sx.addr, (size_t)NY << 16));
+	printf("tcp: X's %d batches to B done %.3f s in, beside %d writes to stopped C (the first "
+	       "failed %.2f s in)\n",
+	       NY, b_done, nc, c_first);
+	kill(C.pid, SIGCONT);
+	mvc_disconnect(x);
+	mvc_disconnect(ob);
+	mvc_disconnect(oc);
+}
+END_TEST
+
+/*
  * The clients of one uid whose writes wait on a stopped peer hold up no
  * client of another uid. Each client takes ops from the shard's pool up to
  * its share while it can, and keeps them while its writes wait: three
@@ -549,6 +634,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_a_peer_stopped_after_meeting_holds_up_no_other);
 	tcase_add_test(tc, test_a_lone_clients_stopped_peer_holds_up_no_later_one);
+	tcase_add_test(tc, test_a_stopped_peer_holds_up_none_of_its_clients_other_writes);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("stopped_uids");
 	tcase_add_checked_fixture(tc, setup_tcp1_uids, teardown);

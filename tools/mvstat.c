@@ -272,28 +272,29 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 	        GET(h->tracing) ? "true" : "false", GET(h->trace_records));
 	for (uint32_t s = 0; s < h->nshards; s++) {
 		const struct mv_stats_shard *x = &a->shard[s], *y = &b->shard[s];
-		fprintf(
-		    f,
-		    "%s{\"shard\":%u,\"provider\":\"%s\",\"iface\":\"%s\",\"cpu\":%d,"
-		    "\"numa\":%d,\"posted\":%" PRIu64 ",\"completed\":%" PRIu64
-		    ",\"bytes\":%" PRIu64 ",\"descs\":%" PRIu64 ",\"batches\":%" PRIu64
-		    ",\"gbit_s\":%.6f,\"msg_s\":%.1f,\"pending\":%" PRIu64 ",\"inflight\":%" PRIu64
-		    ",\"eagain\":%" PRIu64 ",\"reposts_per_write\":%.6f,\"cq_errors\":%" PRIu64
-		    ",\"retries\":%" PRIu64 ",\"timeouts\":%" PRIu64 ",\"imm_rx\":%" PRIu64
-		    ",\"sleeps\":%" PRIu64 ",\"wakes\":%" PRIu64 ",\"host_bytes\":%" PRIu64
-		    ",\"hmem_bytes\":%" PRIu64 ",\"copy_bytes\":%" PRIu64
-		    ",\"staged_bytes\":%" PRIu64 ",\"samehost_bytes\":%" PRIu64
-		    ",\"posted_small\":%" PRIu64 ",\"copy_stops\":%" PRIu64 ",\"holds\":%" PRIu64
-		    ",\"piece_bytes\":%" PRIu64 "}",
-		    s ? "," : "", s, y->provider, y->iface, y->cpu, y->numa, GET(y->posted),
-		    GET(y->completed), GET(y->bytes), GET(y->descs), GET(y->batches),
-		    rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
-		    rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
-		    GET(y->inflight), GET(y->eagain), reposts(y), GET(y->cq_errors),
-		    GET(y->retries), GET(y->timeouts), GET(y->imm_rx), GET(y->sleeps),
-		    GET(y->wakes), GET(y->path_bytes[0]), GET(y->path_bytes[1]),
-		    GET(y->path_bytes[2]), GET(y->path_bytes[3]), GET(y->samehost_bytes),
-		    GET(y->posted_small), GET(y->copy_stops), GET(y->holds), GET(y->piece_bytes));
+		fprintf(f,
+		        "%s{\"shard\":%u,\"provider\":\"%s\",\"iface\":\"%s\",\"cpu\":%d,"
+		        "\"numa\":%d,\"posted\":%" PRIu64 ",\"completed\":%" PRIu64
+		        ",\"bytes\":%" PRIu64 ",\"descs\":%" PRIu64 ",\"batches\":%" PRIu64
+		        ",\"gbit_s\":%.6f,\"msg_s\":%.1f,\"pending\":%" PRIu64
+		        ",\"inflight\":%" PRIu64 ",\"eagain\":%" PRIu64
+		        ",\"reposts_per_write\":%.6f,\"cq_errors\":%" PRIu64 ",\"retries\":%" PRIu64
+		        ",\"timeouts\":%" PRIu64 ",\"imm_rx\":%" PRIu64 ",\"sleeps\":%" PRIu64
+		        ",\"wakes\":%" PRIu64 ",\"host_bytes\":%" PRIu64 ",\"hmem_bytes\":%" PRIu64
+		        ",\"copy_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64
+		        ",\"samehost_bytes\":%" PRIu64 ",\"posted_small\":%" PRIu64
+		        ",\"copy_stops\":%" PRIu64 ",\"holds\":%" PRIu64 ",\"piece_bytes\":%" PRIu64
+		        ",\"promoted\":%" PRIu64 "}",
+		        s ? "," : "", s, y->provider, y->iface, y->cpu, y->numa, GET(y->posted),
+		        GET(y->completed), GET(y->bytes), GET(y->descs), GET(y->batches),
+		        rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
+		        rate(GET(x->completed), GET(y->completed), secs), GET(y->pending),
+		        GET(y->inflight), GET(y->eagain), reposts(y), GET(y->cq_errors),
+		        GET(y->retries), GET(y->timeouts), GET(y->imm_rx), GET(y->sleeps),
+		        GET(y->wakes), GET(y->path_bytes[0]), GET(y->path_bytes[1]),
+		        GET(y->path_bytes[2]), GET(y->path_bytes[3]), GET(y->samehost_bytes),
+		        GET(y->posted_small), GET(y->copy_stops), GET(y->holds),
+		        GET(y->piece_bytes), GET(y->promoted));
 	}
 	fprintf(f, "]");
 	mvstat_mem_json(f, h);
@@ -377,6 +378,8 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 	    M(wakes, "same-host peer shards this shard woke", 0),
 	    M(copy_stops, "same-host copies stopped partway for another client", 0),
 	    M(holds, "turns a large piece waited for another client's small write or next batch",
+	      0),
+	    M(promoted, "writes posted ahead of their client's head, whose peer could not take it",
 	      0),
 	    M(pending, "writes queued, not yet posted", 1),
 	    M(inflight, "writes posted, not yet completed", 1),
