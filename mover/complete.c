@@ -251,12 +251,21 @@ int mv_expire(struct mv_shard *s)
 	 * head, holding the writes to other peers behind it. */
 	for (struct mv_attach *at = s->round_head, *next; at; at = next) {
 		next = at->round_next; /* at leaves the round when its queue empties */
-		if (at->pq_head && now - at->pq_head->posted_at > limit) {
-			struct mv_peer *p = at->pq_head->peer;
+		/* Ops promoted past the head (queue.c) go now: the head they
+		 * went ahead of is the one that waits. */
+		struct mv_wr *h = at->pq_head;
+		while (h && h->promoted)
+			h = h->next;
+		if (h && now - h->posted_at > limit) {
+			struct mv_peer *p = h->peer;
 			char text[MV_ERRLEN];
 			mv_took_none(s, p, text, sizeof(text));
 			n += expire_to(s, at, p, text);
 			mv_pend_head_fresh(s, at); /* the next waited on those */
+			for (h = at->pq_head; h && h->promoted; h = h->next)
+				;
+			if (h)
+				h->born = h->posted_at = s->now;
 		}
 	}
 	for (struct mv_wr *op = s->posted_head; op && now - op->posted_at > limit; op = op->pnext) {

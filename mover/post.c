@@ -374,9 +374,12 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 {
 	const struct mv_wr *nx = op->next;
 
+	/* A promoted op's next, where not promoted, is the head that could
+	 * not go (queue.c): it may refuse again, in a burst that knows it not. */
 	if (!nx || s->nactive > 1 || mv_refused_has(r, op->at, nx->peer) ||
-	    nx->path == MV_PATH_SAMEHOST || burst + op->bytes >= MV_BURST_BYTES ||
-	    ep_of(s, nx, piece) != ep_of(s, op, piece) || s->posted + 1 >= s->fab.tx_size ||
+	    (op->promoted && !nx->promoted) || nx->path == MV_PATH_SAMEHOST ||
+	    burst + op->bytes >= MV_BURST_BYTES || ep_of(s, nx, piece) != ep_of(s, op, piece) ||
+	    s->posted + 1 >= s->fab.tx_size ||
 	    op->at->inflight + op->bytes + nx->bytes > inflight_cap(s, op->at) ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
 		return 0;

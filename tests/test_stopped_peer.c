@@ -400,12 +400,14 @@ END_TEST
 
 /*
  * A peer that stopped after meeting holds up none of its client's writes
- * to other peers either: client X of A writes 1,536 pieces of 1 KiB to C,
+ * to other peers either: client X of A writes 6,144 pieces of 1 KiB to C,
  * stopped once they had met (more than C's half of the provider's queue:
- * the rest wait in X's queue), then 16 batches of 64 KiB to B. Every batch
- * to B completes and lands before any write to C fails at the deadline
- * (3 s), and those to C then fail at it. Before, X's writes to
- * B waited behind its first write to C still queued, until it failed.
+ * the rest wait in X's queue), then batches of 64 KiB to B, 16 at once, and
+ * of 8 MiB, eight at a time, for as long as its writes to C are out. Its first 16
+ * to B complete and land before any write to C fails, and those to C fail
+ * at the deadline (3 s) all the same, not later while X keeps B busy.
+ * Before, X's writes to B waited behind its first write to C still queued,
+ * until it failed.
  */
 START_TEST(test_a_stopped_peer_holds_up_none_of_its_clients_other_writes)
 {
@@ -421,10 +423,10 @@ START_TEST(test_a_stopped_peer_holds_up_none_of_its_clients_other_writes)
 	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
 	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
 	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
-	ck_assert_msg(mvc_alloc(x, 1u << 20, &sx) == 0, "%s", mvc_error(x));
-	ck_assert_msg(mvc_alloc(ob, 1u << 20, &db) == 0, "%s", mvc_error(ob));
+	ck_assert_msg(mvc_alloc(x, 8u << 20, &sx) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_alloc(ob, 8u << 20, &db) == 0, "%s", mvc_error(ob));
 	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
-	fill(sx.addr, 1u << 20, 53);
+	fill(sx.addr, 8u << 20, 53);
 	uint32_t icx = reach(x, oc, dc.region), ibx = reach(x, ob, db.region);
 	ck_assert_int_eq(mvc_write(x, sx.region, 0, icx, 0, 4096), 0);
 	submit_ok(x, 1u << 30);
@@ -435,21 +437,24 @@ START_TEST(test_a_stopped_peer_holds_up_none_of_its_clients_other_writes)
 	int nc = small_writes(x, sx.region, icx, NC), nbc = (nc + 127) / 128;
 	ck_assert_int_eq(nc, NC);
 	double t0 = now_s();
-	for (int i = 0; i < NY; i++) {
+	uint64_t nb = 0;
+	for (; nb < NY; nb++) {
 		ck_assert_int_eq(
-		    mvc_write(x, sx.region, (uint64_t)i << 16, ibx, (uint64_t)i << 16, 1u << 16),
-		    0);
-		ck_assert_int_eq(mvc_submit(x, (1u << 20) + (uint64_t)i), 0);
+		    mvc_write(x, sx.region, (nb % NY) << 16, ibx, (nb % NY) << 16, 1u << 16), 0);
+		ck_assert_int_eq(mvc_submit(x, (1u << 20) + nb), 0);
 	}
-	double b_done = 0, c_first = 0;
-	for (int left = NY + nbc; left > 0;) {
+	double b_done = 0, c_first = 0, c_last = 0;
+	int b_out = NY, b_ok = 0, c_out = nbc;
+	while (c_out > 0) {
 		int n = mvc_wait(x, ev, 16, 200);
 		ck_assert_int_ge(n, 0);
-		ck_assert_msg(now_s() - t0 < 30, "%d batches still out after 30 s", left);
-		for (int k = 0; k < n; k++, left--) {
+		ck_assert_msg(now_s() - t0 < 30, "%d batches to C still out after 30 s", c_out);
+		for (int k = 0; k < n; k++) {
 			if (ev[k].cookie >= 1u << 20) {
 				ck_assert_msg(ev[k].status == 0, "X's batch to B: %s", ev[k].msg);
-				b_done = now_s() - t0;
+				b_out--;
+				if (++b_ok == NY)
+					b_done = now_s() - t0;
 				continue;
 			}
 			/* Posted ("no completion") or still queued ("took no write"). */
@@ -458,18 +463,37 @@ START_TEST(test_a_stopped_peer_holds_up_none_of_its_clients_other_writes)
 			                   strstr(ev[k].msg, "no completion from peer")),
 			              "X's batch to stopped C: status %d, %s", ev[k].status,
 			              ev[k].msg);
+			c_last = now_s() - t0;
 			if (!c_first)
-				c_first = now_s() - t0;
+				c_first = c_last;
+			c_out--;
+		}
+		/* B kept busy while C's are out: batches of 8 MiB, more in
+		 * flight than X may have (32 MiB), so that writes to B wait at
+		 * the head of X's queue too. */
+		for (; b_ok >= NY && b_out < 8 && c_out > 0; nb++, b_out++) {
+			ck_assert_int_eq(mvc_write(x, sx.region, 0, ibx, 0, 8u << 20), 0);
+			ck_assert_int_eq(mvc_submit(x, (1u << 20) + nb), 0);
 		}
 	}
-	ck_assert_msg(b_done < c_first,
+	while (b_out > 0) {
+		int n = mvc_wait(x, ev, 16, 200);
+		ck_assert_int_ge(n, 0);
+		for (int k = 0; k < n; k++, b_out--)
+			ck_assert_msg(ev[k].status == 0, "X's batch to B: %s", ev[k].msg);
+	}
+	ck_assert_msg(b_done && b_done < c_first,
 	              "X's %d batches to B completed %.2f s in, after its first batch to stopped "
 	              "C failed (%.2f s): held up behind it",
 	              NY, b_done, c_first);
+	ck_assert_msg(c_last < 4.5,
+	              "X's last batch to stopped C failed %.2f s in, past 1.5 deadlines, while X "
+	              "kept writing to B",
+	              c_last);
 	ck_assert(!memcmp(db.addr, sx.addr, (size_t)NY << 16));
-	printf("tcp: X's %d batches to B done %.3f s in, beside %d writes to stopped C (the first "
-	       "failed %.2f s in)\n",
-	       NY, b_done, nc, c_first);
+	printf("tcp: X's %d batches to B done %.3f s in, beside %d writes to stopped C (failed "
+	       "%.2f-%.2f s in, %llu batches to B meanwhile)\n",
+	       NY, b_done, nc, c_first, c_last, (unsigned long long)nb);
 	kill(C.pid, SIGCONT);
 	mvc_disconnect(x);
 	mvc_disconnect(ob);
