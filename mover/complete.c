@@ -241,8 +241,8 @@ int mv_expire(struct mv_shard *s)
 		return n;
 	s->next_expire = now + 50000000ll;
 	n += mv_expire_waits(s);
-	if (s->npk)
-		n += mv_gpu_expire_parked(s, limit);
+	if (s->npk || s->nsq)
+		n += mv_gpu_expire(s, limit);
 	/* Never posted: at the head of their client's queue for op_timeout,
 	 * the provider answering EAGAIN (rxm does while it cannot connect;
 	 * mv_pend_went() starts the count). These are ours alone and end here,

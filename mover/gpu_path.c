@@ -201,15 +201,61 @@ static struct mv_wr *next_staged(struct mv_shard *s)
 	return NULL;
 }
 
-/*
- * Parked writes that waited op_timeout for a chunk, their peer completing
- * none of its writes meanwhile (unpark() restamps them when it does),
- * fail as a write to a peer that took none would.
- */
-int mv_gpu_expire_parked(struct mv_shard *s, int64_t limit)
+/* Why the staged writes waiting for a chunk fail: every chunk held for
+ * op_timeout by writes whose peers completed none. The words name the
+ * peer that holds the most (a client's message is short); the log, once
+ * a time it happens, every holder. */
+static void chunks_held(struct mv_shard *s, char *text, size_t len)
 {
-	int n = 0;
+	char all[256] = "";
+	const struct mv_peer *top = NULL;
+	uint32_t most = 0;
+	size_t n = 0;
 
+	for (uint32_t i = 0; i < MV_MAX_PEERS; i++) {
+		const struct mv_peer *p =
+		    s->chunks_to[i] ? atomic_load_explicit(&s->mv->peers[i], memory_order_acquire)
+		                    : NULL;
+		if (!p)
+			continue;
+		if (s->chunks_to[i] > most) {
+			most = s->chunks_to[i];
+			top = p;
+		}
+		if (n < sizeof(all))
+			n += (size_t)snprintf(all + n, sizeof(all) - n, " %016llx: %u",
+			                      (unsigned long long)p->mover_id, s->chunks_to[i]);
+	}
+	snprintf(text, len, "no bounce chunk freed in %d ms: peer mover %016llx holds %u of %u",
+	         s->mv->cfg.op_timeout_ms, top ? (unsigned long long)top->mover_id : 0ull, most,
+	         MV_BOUNCE_CHUNKS);
+	if (s->chunks_told != s->chunks_full_since) {
+		s->chunks_told = s->chunks_full_since;
+		mv_warn("shard %d: no bounce chunk freed in %d ms; staged writes waiting for one "
+		        "fail. Held by writes to peer movers that take nothing:%s",
+		        s->id, s->mv->cfg.op_timeout_ms, all);
+	}
+}
+
+/*
+ * Staged writes whose chunk does not come: parked ones that waited
+ * op_timeout for a chunk, their peer completing none of its writes
+ * meanwhile (unpark() restamps them when it does), fail as a write to a
+ * peer that took none would. And where every chunk has been held for
+ * op_timeout, none freed (each held until its write completes, and
+ * libfabric cannot take a posted write back: on tcp a few peers that
+ * stopped after meeting hold them all, each its share of what the others
+ * leave), the writes queued for one fail too, naming the holders: before,
+ * they waited for as long as those peers stayed stopped.
+ */
+int mv_gpu_expire(struct mv_shard *s, int64_t limit)
+{
+	int n = 0, wedged = s->nsq && s->chunks_full_since && !s->gpu.free_chunks &&
+	                    s->now - s->chunks_full_since > limit;
+	char held[MV_ERRLEN];
+
+	if (wedged)
+		chunks_held(s, held, sizeof(held));
 	for (uint32_t k = 0; k < s->natt; k++) {
 		struct mv_attach *at = s->att[k];
 		for (struct mv_wr **pp = &at->pk_head, *op; (op = *pp);) {
@@ -228,6 +274,16 @@ int mv_gpu_expire_parked(struct mv_shard *s, int64_t limit)
 		}
 		if (!at->pk_head)
 			at->pk_tail = NULL;
+		while (wedged && at->sq_head) {
+			struct mv_wr *op = at->sq_head;
+			at->sq_head = op->next;
+			s->nsq--;
+			s->ngpu--;
+			mv_op_done(s, op, -ETIMEDOUT, held);
+			n++;
+		}
+		if (!at->sq_head)
+			at->sq_tail = NULL;
 	}
 	return n;
 }
@@ -253,6 +309,8 @@ int mv_gpu_progress(struct mv_shard *s)
 		uint64_t buf = (uint64_t)(uintptr_t)s->gpu.bounce + (uint64_t)c * MV_CHUNK;
 
 		s->gpu.free_chunks &= ~(1u << c);
+		if (!s->gpu.free_chunks)
+			s->chunks_full_since = s->now;
 		op->chunk = c;
 		op->pix = (uint16_t)op->peer->index;
 		s->chunks_to[op->pix]++;

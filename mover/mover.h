@@ -474,6 +474,8 @@ struct mv_shard {
 	int unpark;                      /* a chunk came free: the parked try again */
 	uint16_t freed_pix[MV_BOUNCE_CHUNKS]; /* ... of these peers since the last try */
 	uint32_t nfreed;
+	int64_t chunks_full_since;       /* every chunk held, none freed since (0: not so) */
+	int64_t chunks_told;             /* the chunks_full_since the log told of */
 	uint32_t ngpu;                   /* ops in those queues */
 	struct mv_wr *rq_head, *rq_tail; /* writes waiting to be posted again, due at posted_at */
 	uint32_t nretry;

@@ -256,6 +256,7 @@ static inline void mv_op_put(struct mv_shard *s, struct mv_wr *op)
 		if (s->nfreed < MV_BOUNCE_CHUNKS)
 			s->freed_pix[s->nfreed++] = op->pix;
 		s->unpark = 1;
+		s->chunks_full_since = 0;
 	}
 	op->next = s->free_ops;
 	s->free_ops = op;
@@ -541,7 +542,7 @@ int mv_anticipated(const struct mv_shard *s, const struct mv_attach *at);
 int mv_yield(const struct mv_shard *s, struct mv_yields *y, int64_t short_ns);
 
 int mv_gpu_progress(struct mv_shard *s);
-int mv_gpu_expire_parked(struct mv_shard *s, int64_t limit);
+int mv_gpu_expire(struct mv_shard *s, int64_t limit);
 
 /* land.c */
 void mv_land_hdr(struct mv_shard *s, struct mv_wr *op, const struct mv_import *dst,

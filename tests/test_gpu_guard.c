@@ -333,6 +333,102 @@ START_TEST(test_a_stopped_peer_holds_no_chunk_of_another_client)
 }
 END_TEST
 
+/* Movers A and C, and four more to stop (NSTOP), one shard each. */
+#define NSTOP 4
+static struct mvproc stopped[NSTOP];
+
+static void movers_chunks(void)
+{
+	prov = "tcp";
+	mover_launch(&A, "a", 1);
+	mover_launch(&C, "c", 1);
+	for (int i = 0; i < NSTOP; i++) {
+		char name[8];
+		snprintf(name, sizeof(name), "s%d", i);
+		mover_launch(&stopped[i], name, 1);
+	}
+	movers_listening();
+	for (int i = 0; i < NSTOP; i++)
+		mover_listening(&stopped[i], "s*", 30);
+}
+
+static void chunks_setup(void)
+{
+	mover_extra = "--no-gpu-copy"; /* one host, taken as six */
+	mover_extra2 = "--gpu-path=staged";
+	gpu_setup_on(movers_chunks);
+}
+
+/*
+ * A staged write whose bounce chunk cannot come fails at the deadline,
+ * naming why, instead of waiting for good. Each chunk (8 a shard) is held
+ * until its write completes, and libfabric cannot take a posted write back:
+ * client X of A writes from its GPU memory to four movers, each stopped
+ * (SIGSTOP) once they had met, so their writes hold 4, 2, 1 and 1 chunks,
+ * each peer its share of what the others leave, and none frees. Client Y
+ * then writes from its GPU memory to C: its batch fails within twice the
+ * deadline (3 s), saying that no chunk came free and which peer holds the
+ * most (the log names them all). Before, it waited for as long as those movers stayed stopped.
+ */
+START_TEST(test_a_staged_write_whose_chunk_cannot_come_fails_naming_why)
+{
+	const size_t xn = 40u << 20, yn = 4u << 20; /* X: ten chunks a peer */
+	struct mvc *x, *y, *oc, *os[NSTOP];
+	struct mvc_mem gx, gy, hc, hs[NSTOP];
+	uint32_t ixs[NSTOP];
+	int st;
+
+	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
+	CUdeviceptr dx = dev_alloc(xn), dy = dev_alloc(yn);
+	ck_assert_msg(mvc_register_cuda(x, (void *)dx, xn, &gx) == 0, "%s", mvc_error(x));
+	ck_assert_msg(mvc_alloc(oc, yn, &hc) == 0, "%s", mvc_error(oc));
+	for (int i = 0; i < NSTOP; i++) {
+		ck_assert_int_eq(mvc_connect(&os[i], stopped[i].sock), 0);
+		ck_assert_msg(mvc_alloc(os[i], xn, &hs[i]) == 0, "%s", mvc_error(os[i]));
+		ixs[i] = reach(x, os[i], hs[i].region);
+		ck_assert_int_eq(mvc_write(x, gx.region, 0, ixs[i], 0, 1u << 20), 0);
+		submit_ok(x, 100 + (uint64_t)i);
+	}
+	for (int i = 0; i < NSTOP; i++) {
+		ck_assert_int_eq(kill(stopped[i].pid, SIGSTOP), 0);
+		ck_assert_int_eq(waitpid(stopped[i].pid, &st, WUNTRACED), stopped[i].pid);
+	}
+	for (int i = 0; i < NSTOP; i++) {
+		ck_assert_int_eq(mvc_write(x, gx.region, 0, ixs[i], 0, xn), 0);
+		ck_assert_int_eq(mvc_submit(x, (uint64_t)i), 0);
+	}
+	usleep(300000); /* X's chunks copied and written, their sockets full */
+	ck_assert_int_eq(mvc_connect(&y, A.sock), 0);
+	ck_assert_msg(mvc_register_cuda(y, (void *)dy, yn, &gy) == 0, "%s", mvc_error(y));
+	uint32_t iyc = reach(y, oc, hc.region);
+	ck_assert_int_eq(mvc_write(y, gy.region, 0, iyc, 0, yn), 0);
+	double t0 = now_s();
+	ck_assert_int_eq(mvc_submit(y, 200), 0);
+	struct mvc_event e = wait_batch(y, 200, 20);
+	double took = now_s() - t0;
+	ck_assert_msg(e.status == -ETIMEDOUT && strstr(e.msg, "no bounce chunk freed") &&
+	                  strstr(e.msg, "peer mover"),
+	              "Y's batch beside four stopped peers' chunks, %.2f s in: status %d, %s", took,
+	              e.status, e.msg);
+	ck_assert_msg(took < 6, "Y's batch failed %.2f s in, past twice the deadline", took);
+	printf("staged: Y's batch failed %.2f s in: %s\n", took, e.msg);
+	for (int i = 0; i < NSTOP; i++)
+		kill(stopped[i].pid, SIGCONT);
+	/* X's went on, or failed at the deadline: either ends. */
+	uint64_t xc[NSTOP] = {0, 1, 2, 3};
+	struct mvc_event xe[NSTOP];
+	wait_batches(x, xc, xe, NSTOP, 20);
+	mvc_disconnect(x);
+	mvc_disconnect(y);
+	mvc_disconnect(oc);
+	for (int i = 0; i < NSTOP; i++)
+		mvc_disconnect(os[i]);
+	cu->MemFree(dx);
+	cu->MemFree(dy);
+}
+END_TEST
+
 /* As landing3_setup, and A fails a write whose peer took none in 0.5 s. */
 static void landing3_short_setup(void)
 {
@@ -531,6 +627,11 @@ int main(void)
 	tcase_add_test(t4, test_a_staged_backlog_outlives_the_deadline_while_it_moves);
 	tcase_add_test(t4, test_a_small_staged_write_goes_beside_a_staged_backlog);
 	suite_add_tcase(s, t4);
+	TCase *tc = tcase_create("chunks");
+	tcase_add_checked_fixture(tc, chunks_setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_a_staged_write_whose_chunk_cannot_come_fails_naming_why);
+	suite_add_tcase(s, tc);
 	TCase *tq = tcase_create("quota");
 	tcase_add_checked_fixture(tq, quota_setup, teardown);
 	tcase_set_timeout(tq, 60);
