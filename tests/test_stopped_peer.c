@@ -139,6 +139,39 @@ static uint32_t reach_stopped(struct mvc *from, struct mvc *owner, uint32_t regi
 }
 
 /*
+ * The cast of most tests here: mover C (on the fabric with c_fabric: A
+ * then reaches it by tcp, not by same-host copies), client x of A, owners
+ * ob of B and oc of C, each with a region (x's xlen bytes, ob's blen,
+ * oc's 1 MiB).
+ */
+struct cast {
+	struct mvc *x, *ob, *oc;
+	struct mvc_mem sx, db, dc;
+};
+
+static void cast_open(struct cast *k, int c_fabric, size_t xlen, size_t blen)
+{
+	mover_extra = c_fabric ? "--no-host-copy" : NULL;
+	mover_start(&C, "c", 1);
+	mover_extra = NULL;
+	ck_assert_int_eq(mvc_connect(&k->x, A.sock), 0);
+	ck_assert_int_eq(mvc_connect(&k->ob, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&k->oc, C.sock), 0);
+	ck_assert_msg(mvc_alloc(k->x, xlen, &k->sx) == 0, "%s", mvc_error(k->x));
+	ck_assert_msg(mvc_alloc(k->ob, blen, &k->db) == 0, "%s", mvc_error(k->ob));
+	ck_assert_msg(mvc_alloc(k->oc, 1u << 20, &k->dc) == 0, "%s", mvc_error(k->oc));
+}
+
+/* C goes on, if it was stopped, and the cast leaves. */
+static void cast_close(struct cast *k)
+{
+	kill(C.pid, SIGCONT);
+	mvc_disconnect(k->x);
+	mvc_disconnect(k->ob);
+	mvc_disconnect(k->oc);
+}
+
+/*
  * And a peer that takes nothing still fails what waits for it within about
  * the deadline, all of it, and holds up none of the client's writes to
  * other peers: client X of A writes by turns to a stopped mover C (never
@@ -151,25 +184,19 @@ static uint32_t reach_stopped(struct mvc *from, struct mvc *owner, uint32_t regi
 START_TEST(test_writes_to_a_stopped_peer_fail_together)
 {
 	enum { NB = 8 };
-	struct mvc *x, *ob, *oc;
-	struct mvc_mem src, db, dc;
+	struct cast cs;
 	struct mvc_event ev[16];
 	uint32_t ib, ic;
 	double at[2 * NB] = {0};
 
-	mover_extra = NULL;
-	mover_start(&C, "c", 1);
-	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
-	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
-	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
-	ck_assert_msg(mvc_alloc(x, 1u << 20, &src) == 0, "%s", mvc_error(x));
-	ck_assert_msg(mvc_alloc(ob, 1u << 20, &db) == 0, "%s", mvc_error(ob));
-	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
+	cast_open(&cs, 0, 1u << 20, 1u << 20);
+	struct mvc *x = cs.x;
+	struct mvc_mem src = cs.sx;
 	fill(src.addr, 1u << 20, 31);
-	ib = reach(x, ob, db.region);
+	ib = reach(x, cs.ob, cs.db.region);
 	ck_assert_int_eq(mvc_write(x, src.region, 0, ib, 0, 4096), 0);
 	submit_ok(x, 1000);
-	ic = reach_stopped(x, oc, dc.region);
+	ic = reach_stopped(x, cs.oc, cs.dc.region);
 	double t0 = now_s();
 	for (int i = 0; i < 2 * NB; i++) {
 		ck_assert_int_eq(mvc_write(x, src.region, (uint64_t)i * 4096, i % 2 ? ib : ic,
@@ -207,9 +234,7 @@ START_TEST(test_writes_to_a_stopped_peer_fail_together)
 	printf("tcp: %d writes to a stopped peer failed %.2f-%.2f s in (deadline 0.5 s), "
 	       "the %d to B done by %.2f s\n",
 	       NB, at[0], at[2 * NB - 2], NB, at[2 * NB - 1]);
-	mvc_disconnect(x);
-	mvc_disconnect(ob);
-	mvc_disconnect(oc);
+	cast_close(&cs);
 }
 END_TEST
 
@@ -221,24 +246,21 @@ END_TEST
  */
 START_TEST(test_a_stopped_peer_of_one_client_holds_up_no_other)
 {
-	struct mvc *x, *y, *ob, *oc;
-	struct mvc_mem sx, sy, db, dc;
+	struct cast cs;
+	struct mvc *y;
+	struct mvc_mem sy;
 	uint32_t iby, icx;
 
-	mover_start(&C, "c", 1);
-	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	cast_open(&cs, 0, 1u << 20, 1u << 20);
+	struct mvc *x = cs.x;
+	struct mvc_mem sx = cs.sx, db = cs.db;
 	ck_assert_int_eq(mvc_connect(&y, A.sock), 0);
-	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
-	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
-	ck_assert_msg(mvc_alloc(x, 1u << 20, &sx) == 0, "%s", mvc_error(x));
 	ck_assert_msg(mvc_alloc(y, 1u << 20, &sy) == 0, "%s", mvc_error(y));
-	ck_assert_msg(mvc_alloc(ob, 1u << 20, &db) == 0, "%s", mvc_error(ob));
-	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
 	fill(sy.addr, 1u << 20, 41);
-	iby = reach(y, ob, db.region);
+	iby = reach(y, cs.ob, db.region);
 	ck_assert_int_eq(mvc_write(y, sy.region, 0, iby, 0, 4096), 0);
 	submit_ok(y, 1000);
-	icx = reach_stopped(x, oc, dc.region);
+	icx = reach_stopped(x, cs.oc, cs.dc.region);
 
 	for (int i = 0; i < 4; i++) {
 		ck_assert_int_eq(mvc_write(x, sx.region, 0, icx, (uint64_t)i * 4096, 4096), 0);
@@ -264,11 +286,8 @@ START_TEST(test_a_stopped_peer_of_one_client_holds_up_no_other)
 	              "held up behind them",
 	              got);
 	ck_assert(!memcmp(db.addr, sy.addr, 1u << 20));
-	kill(C.pid, SIGCONT);
-	mvc_disconnect(x);
 	mvc_disconnect(y);
-	mvc_disconnect(ob);
-	mvc_disconnect(oc);
+	cast_close(&cs);
 }
 END_TEST
 
@@ -313,23 +332,18 @@ static int small_writes(struct mvc *x, uint32_t src, uint32_t imp, int n)
 static void stopped_after_meeting(int y_late)
 {
 	enum { NY = 16 };
-	struct mvc *x, *y, *ob, *oc;
-	struct mvc_mem sx, sy, db, dc;
+	struct cast cs;
+	struct mvc *y;
+	struct mvc_mem sy;
 	uint64_t cookies[NY];
 	struct mvc_event ye[NY];
 	uint32_t iby = 0;
 	int st;
 
-	mover_extra = "--no-host-copy";
-	mover_start(&C, "c", 1);
-	mover_extra = NULL;
-	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
-	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
-	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
-	ck_assert_msg(mvc_alloc(x, 1u << 20, &sx) == 0, "%s", mvc_error(x));
-	ck_assert_msg(mvc_alloc(ob, 1u << 20, &db) == 0, "%s", mvc_error(ob));
-	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
-	uint32_t icx = reach(x, oc, dc.region);
+	cast_open(&cs, 1, 1u << 20, 1u << 20);
+	struct mvc *x = cs.x, *ob = cs.ob;
+	struct mvc_mem sx = cs.sx, db = cs.db;
+	uint32_t icx = reach(x, cs.oc, cs.dc.region);
 	ck_assert_int_eq(mvc_write(x, sx.region, 0, icx, 0, 4096), 0);
 	submit_ok(x, 1000);
 	for (int late = 0; late < 2; late++) {
@@ -379,11 +393,8 @@ static void stopped_after_meeting(int y_late)
 	       "had posted %llu, refused %llu)\n",
 	       NY, nx, y_late ? "attached after them" : "attached before",
 	       (unsigned long long)posted, (unsigned long long)eagain);
-	kill(C.pid, SIGCONT);
-	mvc_disconnect(x);
 	mvc_disconnect(y);
-	mvc_disconnect(ob);
-	mvc_disconnect(oc);
+	cast_close(&cs);
 }
 
 START_TEST(test_a_peer_stopped_after_meeting_holds_up_no_other)
@@ -412,22 +423,15 @@ END_TEST
 START_TEST(test_a_stopped_peer_holds_up_none_of_its_clients_other_writes)
 {
 	enum { NY = 16, NC = 6144 };
-	struct mvc *x, *ob, *oc;
-	struct mvc_mem sx, db, dc;
+	struct cast cs;
 	struct mvc_event ev[16];
 	int st;
 
-	mover_extra = "--no-host-copy";
-	mover_start(&C, "c", 1);
-	mover_extra = NULL;
-	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
-	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
-	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
-	ck_assert_msg(mvc_alloc(x, 8u << 20, &sx) == 0, "%s", mvc_error(x));
-	ck_assert_msg(mvc_alloc(ob, 8u << 20, &db) == 0, "%s", mvc_error(ob));
-	ck_assert_msg(mvc_alloc(oc, 1u << 20, &dc) == 0, "%s", mvc_error(oc));
+	cast_open(&cs, 1, 8u << 20, 8u << 20);
+	struct mvc *x = cs.x;
+	struct mvc_mem sx = cs.sx, db = cs.db;
 	fill(sx.addr, 8u << 20, 53);
-	uint32_t icx = reach(x, oc, dc.region), ibx = reach(x, ob, db.region);
+	uint32_t icx = reach(x, cs.oc, cs.dc.region), ibx = reach(x, cs.ob, db.region);
 	ck_assert_int_eq(mvc_write(x, sx.region, 0, icx, 0, 4096), 0);
 	submit_ok(x, 1u << 30);
 	ck_assert_int_eq(mvc_write(x, sx.region, 0, ibx, 0, 4096), 0);
@@ -494,10 +498,7 @@ START_TEST(test_a_stopped_peer_holds_up_none_of_its_clients_other_writes)
 	printf("tcp: X's %d batches to B done %.3f s in, beside %d writes to stopped C (failed "
 	       "%.2f-%.2f s in, %llu batches to B meanwhile)\n",
 	       NY, b_done, nc, c_first, c_last, (unsigned long long)nb);
-	kill(C.pid, SIGCONT);
-	mvc_disconnect(x);
-	mvc_disconnect(ob);
-	mvc_disconnect(oc);
+	cast_close(&cs);
 }
 END_TEST
 
