@@ -264,8 +264,7 @@ int mv_expire(struct mv_shard *s)
 			mv_pend_head_fresh(s, at); /* the next waited on those */
 			for (h = at->pq_head; h && h->promoted; h = h->next)
 				;
-			if (h)
-				h->born = h->posted_at = s->now;
+			mv_pend_wait_from(s, h);
 		}
 	}
 	for (struct mv_wr *op = s->posted_head; op && now - op->posted_at > limit; op = op->pnext) {

@@ -226,6 +226,7 @@ static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct 
 	 * the rest's deadline counts again once it went (mv_pend_went). */
 	pc->born = op->born;
 	pc->promoted = op->promoted;
+	pc->waiting = op->waiting;
 	pc->run_last = op->run_last; /* the first of op's run now */
 	if (at->run_tail == op)
 		at->run_tail = pc;

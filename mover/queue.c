@@ -93,6 +93,7 @@ int mv_promote(struct mv_shard *s, struct mv_attach *at, struct mv_refused *r)
 		last->next = head;
 		at->pq_head = f;
 		f->born = f->posted_at = s->now; /* could go since */
+		f->waiting = 1;
 		s->st.promoted++;
 		return 1;
 	}

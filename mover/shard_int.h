@@ -84,7 +84,8 @@ struct mv_wr {
 	uint8_t niov;
 	uint8_t with_imm; /* a WRITE that carries its batch's immediate (data) */
 	uint8_t on_small; /* posted on the small-write endpoint (fab.ep_small) */
-	uint8_t promoted; /* queued ahead of a head whose peer could not take it (post.c) */
+	uint8_t promoted; /* queued ahead of a head whose peer could not take it (queue.c) */
+	uint8_t waiting;  /* queued, its deadline counts: it was its client's head */
 	uint64_t bytes;
 	uint64_t copied; /* MV_PATH_SAMEHOST: bytes copied so far (bytes: what is left) */
 	uint64_t data;
@@ -361,6 +362,7 @@ static inline void mv_pend_push(struct mv_shard *s, struct mv_wr *op)
 
 	op->born = op->posted_at = s->now; /* queued at, until it is posted */
 	op->promoted = 0;
+	op->waiting = !at->pq_head; /* the head from now */
 	if (at->pq_tail && at->pq_tail->peer == op->peer) {
 		at->run_tail->run_last = op;
 	} else {
@@ -374,7 +376,8 @@ static inline void mv_pend_push(struct mv_shard *s, struct mv_wr *op)
 		mv_round_join(s, at);
 }
 
-/* Queues op before its client's other ops (a retry, a piece cut off). */
+/* Queues op before its client's other ops (a retry, stamped by the
+ * caller: its wait counts from there). */
 static inline void mv_pend_push_front(struct mv_shard *s, struct mv_wr *op)
 {
 	struct mv_attach *at = op->at;
@@ -385,6 +388,7 @@ static inline void mv_pend_push_front(struct mv_shard *s, struct mv_wr *op)
 	for (struct mv_wr *p = at->pq_head; p && p->promoted; p = p->next)
 		p->promoted = 0;
 	op->promoted = 0;
+	op->waiting = 1;
 	op->run_last = same ? at->pq_head->run_last : op; /* the head's run goes on */
 	if (!at->pq_tail || (same && at->run_tail == at->pq_head))
 		at->run_tail = op;
@@ -418,27 +422,34 @@ static inline struct mv_wr *mv_pend_pop(struct mv_shard *s, struct mv_attach *at
 }
 
 /*
- * at's head could go from now: its deadline and its retries' budget (born)
- * start. op_timeout is for a peer that takes nothing ("took no write"), so
- * it counts while an op could go, at the head of its client's queue, not
- * while it waits behind the client's own writes: a client alone may queue
- * more than its mover moves in op_timeout.
+ * op could go from now: its deadline and its retries' budget (born) start,
+ * unless they did already. op_timeout is for a peer that takes nothing
+ * ("took no write"), so it counts while an op could go, at the head of its
+ * client's queue, not while it waits behind the client's own writes: a
+ * client alone may queue more than its mover moves in op_timeout. Once
+ * counting it goes on, whatever passes the op (a retry, ops promoted past
+ * it: queue.c): its peer took nothing meanwhile.
  */
+static inline void mv_pend_wait_from(struct mv_shard *s, struct mv_wr *op)
+{
+	if (op && !op->waiting) {
+		op->born = op->posted_at = s->now;
+		op->waiting = 1;
+	}
+}
+
 static inline void mv_pend_head_fresh(struct mv_shard *s, struct mv_attach *at)
 {
-	if (at->pq_head)
-		at->pq_head->born = at->pq_head->posted_at = s->now;
+	mv_pend_wait_from(s, at->pq_head);
 }
 
 /* Pops at's head, which went (posted, copied, or failed); the next one's
- * count starts, unless the op went ahead of it (promoted: post.c) and it
- * is the head that could not go, whose wait goes on. */
+ * count starts. */
 static inline struct mv_wr *mv_pend_went(struct mv_shard *s, struct mv_attach *at)
 {
 	struct mv_wr *op = mv_pend_pop(s, at);
 
-	if (!op->promoted || (at->pq_head && at->pq_head->promoted))
-		mv_pend_head_fresh(s, at);
+	mv_pend_head_fresh(s, at);
 	return op;
 }
 

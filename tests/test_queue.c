@@ -176,7 +176,14 @@ START_TEST(test_a_refused_head_lets_the_next_peers_run_go_first)
 	ck_assert_int_eq(pix(at->pq_head), 1); /* the rest of the run: from now */
 	ck_assert_int_eq(at->pq_head->posted_at, 2000);
 	went();
-	/* The head that could not go keeps its wait's start. */
+	/* The head that could not go keeps its wait's start, */
+	ck_assert_ptr_eq(at->pq_head, h);
+	ck_assert_int_eq(h->posted_at, h_since);
+	check_queue();
+	/* and keeps it when a retry that went before it went. */
+	s->now = 3000;
+	push_front(3);
+	went();
 	ck_assert_ptr_eq(at->pq_head, h);
 	ck_assert_int_eq(h->posted_at, h_since);
 	check_queue();
