@@ -79,7 +79,7 @@ TESTS := test_shmring test_shmring_errors test_shmring_procs test_validate test_
 	test_samehost_peers test_huge test_shm_restart
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
 	tests/cluster.sh tests/fleet.sh
-TEST_HELPERS := shmring_peer soak_client soak_sum fleet_host
+TEST_HELPERS := shmring_peer soak_client soak_sum fleet_host gpu_writer
 BENCHES := shmring_bench mvhostbench
 
 SHMRING_LIB := $(B)/libshmring.a
@@ -267,6 +267,11 @@ $(B)/tests/soak_client: $(B)/tests/soak_client.o $(CLIENT_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/tests/soak_sum: $(B)/tests/soak_sum.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# A GPU client that test_gpu_guard runs as another uid: the public API only.
+$(B)/tests/gpu_writer: $(B)/tests/gpu_writer.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

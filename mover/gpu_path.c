@@ -127,15 +127,21 @@ void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
  * queue; a client alone too, since one that came later found every chunk
  * held by writes made while the first was alone. Four chunks of one peer
  * moved 6 GiB as fast as eight did on the H100 (tcp, staged: 1.63-1.91 s
- * against 1.84-2.10, 3 runs).
+ * against 1.84-2.10, 3 runs). And since each stopped peer takes its share
+ * of what the others leave, four of them held all eight chunks: so the
+ * writes of one uid's clients hold at most three quarters of what other
+ * uids' leave, as the op pool does (mv_pool_room()). Returns 1 where op
+ * may take a chunk, 0 where its peer holds its share (op parks), -1 where
+ * its uid does (its client's writes wait in their order).
  */
 static int chunk_room(const struct mv_shard *s, const struct mv_wr *op)
 {
-	uint32_t mine = s->chunks_to[op->peer->index];
-	uint32_t others =
-	    MV_BOUNCE_CHUNKS - (uint32_t)__builtin_popcount(s->gpu.free_chunks) - mine;
+	uint32_t held = MV_BOUNCE_CHUNKS - (uint32_t)__builtin_popcount(s->gpu.free_chunks);
+	uint32_t mine = s->chunks_to[op->peer->index], uid = s->uids[op->uix].chunks;
 
-	return 2 * mine < MV_BOUNCE_CHUNKS - others;
+	if (4 * uid >= 3 * (MV_BOUNCE_CHUNKS - (held - uid)))
+		return -1;
+	return 2 * mine < MV_BOUNCE_CHUNKS - (held - mine);
 }
 
 /* Parked writes go back ahead of their client's queue, in their order: a
@@ -184,11 +190,18 @@ static struct mv_wr *next_staged(struct mv_shard *s)
 		struct mv_attach *at = s->att[i];
 		while (at->sq_head) {
 			struct mv_wr *op = at->sq_head;
+			int room = chunk_room(s, op);
+			if (room < 0) {
+				struct mv_uid_ops *u = &s->uids[op->uix];
+				if (!u->capped_since)
+					u->capped_since = s->now;
+				break; /* until a chunk of its uid's frees */
+			}
 			at->sq_head = op->next;
 			if (!at->sq_head)
 				at->sq_tail = NULL;
 			s->nsq--;
-			if (chunk_room(s, op)) {
+			if (room) {
 				s->sq_rr = i + 1;
 				return op;
 			}
@@ -246,7 +259,9 @@ static void chunks_held(struct mv_shard *s, char *text, size_t len)
  * libfabric cannot take a posted write back: on tcp a few peers that
  * stopped after meeting hold them all, each its share of what the others
  * leave), the writes queued for one fail too, naming the holders: before,
- * they waited for as long as those peers stayed stopped.
+ * they waited for as long as those peers stayed stopped. So do those of a
+ * client whose uid has held its share of the chunks for op_timeout, none
+ * of them freed.
  */
 int mv_gpu_expire(struct mv_shard *s, int64_t limit)
 {
@@ -274,12 +289,21 @@ int mv_gpu_expire(struct mv_shard *s, int64_t limit)
 		}
 		if (!at->pk_head)
 			at->pk_tail = NULL;
-		while (wedged && at->sq_head) {
+		const struct mv_uid_ops *u = &s->uids[at->uix];
+		int capped = u->capped_since && s->now - u->capped_since > limit;
+		char mine[MV_ERRLEN];
+		if (capped && at->sq_head && !wedged)
+			snprintf(
+			    mine, sizeof(mine),
+			    "uid %u holds %u of %u bounce chunks, its share, none freed in %d ms",
+			    (unsigned)u->uid, u->chunks, MV_BOUNCE_CHUNKS,
+			    s->mv->cfg.op_timeout_ms);
+		while ((wedged || capped) && at->sq_head) {
 			struct mv_wr *op = at->sq_head;
 			at->sq_head = op->next;
 			s->nsq--;
 			s->ngpu--;
-			mv_op_done(s, op, -ETIMEDOUT, held);
+			mv_op_done(s, op, -ETIMEDOUT, wedged ? held : mine);
 			n++;
 		}
 		if (!at->sq_head)
@@ -311,6 +335,8 @@ int mv_gpu_progress(struct mv_shard *s)
 		s->gpu.free_chunks &= ~(1u << c);
 		if (!s->gpu.free_chunks)
 			s->chunks_full_since = s->now;
+		s->uids[op->uix].chunks++;
+		s->uids[op->uix].capped_since = 0;
 		op->chunk = c;
 		op->pix = (uint16_t)op->peer->index;
 		s->chunks_to[op->pix]++;

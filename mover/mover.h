@@ -503,13 +503,16 @@ struct mv_shard {
 	int64_t next_pub, next_rows;
 	_Atomic uint64_t trace_dropped_pub;
 	/* By uid of the clients: the ops each uid holds of the pool
-	 * (mv_pool_room()), those of writes failed at their deadline that the
-	 * provider still holds too (they outlive their client), and its clients
-	 * attached here. A slot is free while both are 0. */
+	 * (mv_pool_room()) and the bounce chunks (gpu_path.c's chunk_room()),
+	 * those of writes failed at their deadline that the provider still
+	 * holds too (they outlive their client), and its clients attached
+	 * here. A slot is free while ops and natt are 0. */
 	struct mv_uid_ops {
 		uid_t uid;
 		uint32_t ops;
 		uint32_t natt;
+		uint32_t chunks;
+		int64_t capped_since; /* its share of chunks held, none freed since (0: not so) */
 	} uids[MV_UID_SLOTS];
 	/* By peer index, last (24 KiB a shard, read one entry a post): posted
 	 * ops of s->posted, landing messages sent and not yet acked (each peer
