@@ -69,4 +69,32 @@ struct mv_gpu_shard {
 	uint32_t nev_free[MV_MAX_GPUS];
 };
 
+/* gpu.c */
+int mv_gpu_region_open(struct mover *mv, struct mv_region *r, const struct mv_gpu_desc *g, int fd,
+                       char *why, size_t whylen);
+void mv_gpu_region_close(struct mover *mv, struct mv_region *r);
+int mv_gpu_import_open(struct mover *mv, struct mv_import *imp, const struct mv_region_blob *b,
+                       char *why, size_t whylen);
+void mv_gpu_import_close(struct mover *mv, struct mv_import *imp);
+int mv_gpu_shard_ready(struct mv_shard *s, int dev, char *why, size_t whylen);
+int mv_gpu_event(struct mv_shard *s, int dev, void **ev, char *why, size_t whylen);
+int mv_gpu_event_done(struct mv_shard *s, int dev, void *ev, char *why, size_t whylen);
+int mv_gpu_copy(struct mv_shard *s, int dev, uint64_t dst, int dst_dev, uint64_t src, int src_dev,
+                uint64_t len, char *why, size_t whylen);
+void mv_gpu_shard_close(struct mv_shard *s);
+int mv_gpu_sync(struct mv_shard *s, int dev, char *why, size_t whylen);
+void *mv_gpu_pinned(struct mv_shard *s, size_t len, char *why, size_t whylen);
+void mv_gpu_unpin(void *p);
+#define MV_GPU_EV_DONE ((void *)1) /* a group whose stream was waited for */
+int mv_gpu_dev0(struct mover *mv, int *dev_out, char *why, size_t whylen);
+int mv_gpu_hmem_probe(struct mover *mv, char *why, size_t whylen);
+
+/* gpu_calib.c */
+int mv_gpu_calibrate(struct mover *mv);
+int mv_gpu_paths_choose(struct mover *mv, char *why, size_t whylen);
+void mv_gpu_paths_log(struct mover *mv);
+void mv_gpu_path_tell(struct mv_shard *s, const struct mv_region *src, struct mv_import *dst,
+                      uint8_t path, const struct mv_gpu_choice *c);
+int mv_gpu_path_parse(const char *v);
+
 #endif
