@@ -192,9 +192,8 @@ static struct mv_wr *next_staged(struct mv_shard *s)
 			struct mv_wr *op = at->sq_head;
 			int room = chunk_room(s, op);
 			if (room < 0) {
-				struct mv_uid_ops *u = &s->uids[op->uix];
-				if (!u->capped_since)
-					u->capped_since = s->now;
+				if (!op->posted_at)
+					op->posted_at = s->now; /* waits for a chunk since */
 				break; /* until a chunk of its uid's frees */
 			}
 			at->sq_head = op->next;
@@ -260,8 +259,9 @@ static void chunks_held(struct mv_shard *s, char *text, size_t len)
  * stopped after meeting hold them all, each its share of what the others
  * leave), the writes queued for one fail too, naming the holders: before,
  * they waited for as long as those peers stayed stopped. So do those of a
- * client whose uid has held its share of the chunks for op_timeout, none
- * of them freed.
+ * client whose first has waited op_timeout on its uid's share of the
+ * chunks, held still, with no chunk of the uid's taken or freed meanwhile
+ * (its writes wait for chunks that their peers do not give back).
  */
 int mv_gpu_expire(struct mv_shard *s, int64_t limit)
 {
@@ -289,10 +289,15 @@ int mv_gpu_expire(struct mv_shard *s, int64_t limit)
 		}
 		if (!at->pk_head)
 			at->pk_tail = NULL;
+		/* Its head waited op_timeout on its uid's share, held now, and
+		 * no chunk of the uid's was taken or freed meanwhile. */
 		const struct mv_uid_ops *u = &s->uids[at->uix];
-		int capped = u->capped_since && s->now - u->capped_since > limit;
+		const struct mv_wr *h = at->sq_head;
+		int capped = !wedged && h && s->gpu.free_chunks && h->posted_at &&
+		             s->now - h->posted_at > limit && s->now - u->moved_at > limit &&
+		             chunk_room(s, h) < 0;
 		char mine[MV_ERRLEN];
-		if (capped && at->sq_head && !wedged)
+		if (capped)
 			snprintf(
 			    mine, sizeof(mine),
 			    "uid %u holds %u of %u bounce chunks, its share, none freed in %d ms",
@@ -336,7 +341,7 @@ int mv_gpu_progress(struct mv_shard *s)
 		if (!s->gpu.free_chunks)
 			s->chunks_full_since = s->now;
 		s->uids[op->uix].chunks++;
-		s->uids[op->uix].capped_since = 0;
+		s->uids[op->uix].moved_at = s->now;
 		op->chunk = c;
 		op->pix = (uint16_t)op->peer->index;
 		s->chunks_to[op->pix]++;

@@ -512,7 +512,7 @@ struct mv_shard {
 		uint32_t ops;
 		uint32_t natt;
 		uint32_t chunks;
-		int64_t capped_since; /* its share of chunks held, none freed since (0: not so) */
+		int64_t moved_at; /* when a chunk of its was last taken or freed */
 	} uids[MV_UID_SLOTS];
 	/* By peer index, last (24 KiB a shard, read one entry a post): posted
 	 * ops of s->posted, landing messages sent and not yet acked (each peer

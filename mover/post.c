@@ -227,6 +227,7 @@ static struct mv_wr *cut_piece(struct mv_shard *s, struct mv_attach *at, struct 
 	pc->born = op->born;
 	pc->promoted = op->promoted;
 	pc->waiting = op->waiting;
+	op->waiting = 0; /* behind its piece: its wait starts again once the piece went */
 	pc->run_last = op->run_last; /* the first of op's run now */
 	if (at->run_tail == op)
 		at->run_tail = pc;

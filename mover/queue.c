@@ -92,8 +92,7 @@ int mv_promote(struct mv_shard *s, struct mv_attach *at, struct mv_refused *r)
 			op->promoted = 1;
 		last->next = head;
 		at->pq_head = f;
-		f->born = f->posted_at = s->now; /* could go since */
-		f->waiting = 1;
+		mv_pend_wait_from(s, f); /* could go since, unless it waited already */
 		s->st.promoted++;
 		return 1;
 	}

@@ -259,7 +259,7 @@ static inline void mv_op_put(struct mv_shard *s, struct mv_wr *op)
 		s->unpark = 1;
 		s->chunks_full_since = 0;
 		s->uids[op->uix].chunks--;
-		s->uids[op->uix].capped_since = 0;
+		s->uids[op->uix].moved_at = s->now;
 	}
 	op->next = s->free_ops;
 	s->free_ops = op;

@@ -180,10 +180,23 @@ START_TEST(test_a_refused_head_lets_the_next_peers_run_go_first)
 	ck_assert_ptr_eq(at->pq_head, h);
 	ck_assert_int_eq(h->posted_at, h_since);
 	check_queue();
-	/* and keeps it when a retry that went before it went. */
+	/* and keeps it when a retry that went before it went, */
 	s->now = 3000;
 	push_front(3);
 	went();
+	ck_assert_ptr_eq(at->pq_head, h);
+	ck_assert_int_eq(h->posted_at, h_since);
+	check_queue();
+	/* or when it went ahead of a retry that its peer refused. */
+	s->now = 4000;
+	push_front(3);
+	struct mv_refused rr = {0};
+	ck_assert(mv_promote(s, at, &rr));
+	ck_assert_ptr_eq(at->pq_head, h);
+	ck_assert_int_eq(h->posted_at, h_since);
+	check_queue();
+	ck_assert(mv_promote(s, at, &rr)); /* h's peer refuses too: back behind it */
+	went();                            /* the retry goes */
 	ck_assert_ptr_eq(at->pq_head, h);
 	ck_assert_int_eq(h->posted_at, h_since);
 	check_queue();
