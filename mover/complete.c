@@ -204,6 +204,17 @@ static int expire_to(struct mv_shard *s, struct mv_attach *at, struct mv_peer *p
 	return (int)n;
 }
 
+/* The op of at's queue whose deadline counts: its head, or where ops were
+ * promoted past the head (queue.c), which go now, the head they passed. */
+static struct mv_wr *waiter(const struct mv_attach *at)
+{
+	struct mv_wr *h = at->pq_head;
+
+	while (h && h->promoted)
+		h = h->next;
+	return h;
+}
+
 /*
  * Writes the provider has not completed within the deadline (a peer that
  * died before its connection was made never answers on tcp;ofi_rxm) fail
@@ -251,20 +262,13 @@ int mv_expire(struct mv_shard *s)
 	 * head, holding the writes to other peers behind it. */
 	for (struct mv_attach *at = s->round_head, *next; at; at = next) {
 		next = at->round_next; /* at leaves the round when its queue empties */
-		/* Ops promoted past the head (queue.c) go now: the head they
-		 * went ahead of is the one that waits. */
-		struct mv_wr *h = at->pq_head;
-		while (h && h->promoted)
-			h = h->next;
+		struct mv_wr *h = waiter(at);
 		if (h && now - h->posted_at > limit) {
 			struct mv_peer *p = h->peer;
 			char text[MV_ERRLEN];
 			mv_took_none(s, p, text, sizeof(text));
 			n += expire_to(s, at, p, text);
-			mv_pend_head_fresh(s, at); /* the next waited on those */
-			for (h = at->pq_head; h && h->promoted; h = h->next)
-				;
-			mv_pend_wait_from(s, h);
+			mv_pend_wait_from(s, waiter(at)); /* the next waited on those */
 		}
 	}
 	for (struct mv_wr *op = s->posted_head; op && now - op->posted_at > limit; op = op->pnext) {

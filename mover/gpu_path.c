@@ -191,11 +191,10 @@ static struct mv_wr *next_staged(struct mv_shard *s)
 		while (at->sq_head) {
 			struct mv_wr *op = at->sq_head;
 			int room = chunk_room(s, op);
-			if (room < 0) {
-				if (!op->posted_at)
-					op->posted_at = s->now; /* waits for a chunk since */
+			if (room <= 0 && !op->posted_at)
+				op->posted_at = s->now; /* waits for a chunk since */
+			if (room < 0)
 				break; /* until a chunk of its uid's frees */
-			}
 			at->sq_head = op->next;
 			if (!at->sq_head)
 				at->sq_tail = NULL;
@@ -204,8 +203,6 @@ static struct mv_wr *next_staged(struct mv_shard *s)
 				s->sq_rr = i + 1;
 				return op;
 			}
-			if (!op->posted_at)
-				op->posted_at = s->now; /* waits for a chunk since */
 			mv_wr_append(&at->pk_head, &at->pk_tail, op);
 			s->npk++;
 		}

@@ -436,6 +436,18 @@ static int pass_turn(struct mv_shard *s, struct mv_attach *at, uint64_t piece, u
 	return 1;
 }
 
+/* at's head cannot go for its peer's sake: its writes to other peers go
+ * first where they may (mv_promote(); promote 0: the provider's queue is
+ * full, none may), else the turn passes (pass_turn()). Whether the loop
+ * goes on. */
+static int give_way(struct mv_shard *s, struct mv_attach *at, int promote, struct mv_refused *r,
+                    uint64_t piece, uint32_t *passed, uint32_t *nround)
+{
+	if (promote && mv_promote(s, at, r))
+		return 1;
+	return pass_turn(s, at, piece, passed, nround);
+}
+
 int mv_post(struct mv_shard *s)
 {
 	struct mv_peer *wake[4];         /* same-host peers written to: woken once, at the end */
@@ -565,11 +577,7 @@ int mv_post(struct mv_shard *s)
 				 * both come through the CQ, so no hold.
 				 * more_follows() kept FI_MORE off the post
 				 * before. Its writes to other peers first. */
-				if (mv_promote(s, at, &refused)) {
-					capped = NULL;
-					continue;
-				}
-				if (pass_turn(s, at, piece, &passed, &nround)) {
+				if (give_way(s, at, 1, &refused, piece, &passed, &nround)) {
 					capped = NULL;
 					continue;
 				}
@@ -608,11 +616,8 @@ int mv_post(struct mv_shard *s)
 				 * the queue is not full), then the next client
 				 * try, and the shard holds once each was passed
 				 * over. */
-				if (s->posted + 1 < s->fab.tx_size && mv_promote(s, at, &refused)) {
-					capped = NULL;
-					continue;
-				}
-				if (pass_turn(s, at, piece, &passed, &nround)) {
+				if (give_way(s, at, s->posted + 1 < s->fab.tx_size, &refused, piece,
+				             &passed, &nround)) {
 					capped = NULL;
 					continue;
 				}
