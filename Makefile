@@ -77,7 +77,7 @@ TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_shmring_errors test_shmring_procs test_validate test_config test_queue test_client test_mover test_faults test_shards test_lists test_hostile \
 	test_trace test_replay test_gpu test_gpu_guard test_tenants test_fair test_weights test_stopped_peer test_liveness test_reconnect test_samehost \
 	test_samehost_peers test_huge test_shm_restart
-SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/stat_tool.sh tests/operate.sh \
+SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/slow_link.sh tests/stat_tool.sh tests/operate.sh \
 	tests/cluster.sh tests/fleet.sh
 TEST_HELPERS := shmring_peer soak_client soak_sum fleet_host gpu_writer
 BENCHES := shmring_bench mvhostbench

@@ -76,7 +76,7 @@ struct mv_config {
 	const char *admin_group; /* --admin-group: its members administer the mover */
 	gid_t admin_gid;         /* admin_group resolved at start-up (access.c) */
 	struct mv_quotas quota;  /* --quota-client-X, --quota-uid-X */
-	int op_timeout_ms;       /* a write not completed by then fails its batch */
+	int op_timeout_ms;       /* a write whose peer completed none in this long fails */
 	int heartbeat_ms;        /* between heartbeats to each peer mover (heartbeat.c) */
 	int no_gpu_copy;         /* never path 2: same-host GPU regions land as messages */
 	const char *gpu_path;    /* auto, or the path GPU memory takes where it can */

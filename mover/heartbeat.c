@@ -10,9 +10,10 @@
  * again is OK again. Our own probe is the evidence, so a mover that only
  * receives watches its senders as well as they watch it, and the peer
  * needs to know nothing of us. One heartbeat per peer is in flight at a
- * time; it is posted outside the clients' fair-share queues, so bulk
- * traffic delays it by at most what is already on the connection (a few
- * ms), never by the clients' backlogs.
+ * time; it is posted outside the clients' fair-share queues, and on the
+ * small-write endpoint where there is one (tcp: a connection of its own,
+ * fabric.h), so neither the clients' backlogs nor what our bulk writes
+ * put on the connection (seconds of it on a slow link) delay it.
  *
  * Every change of a peer's liveness (SILENT, OK again, DEAD when its
  * process exited on this host, CUT when it sent garbage) becomes a PEER
@@ -48,7 +49,8 @@ struct mv_hb {
 	int64_t cpu_at;  /* at this time (0: unknown) */
 	int64_t grace;   /* busy (peer_busy): not called SILENT before this */
 	uint8_t inflight;
-	uint8_t due; /* this round's not posted yet (the queue was full, or one in flight) */
+	uint8_t small; /* that one went on fab.ep_small (counted in s->posted_small) */
+	uint8_t due;   /* this round's not posted yet (the queue was full, or one in flight) */
 	uint32_t departures; /* p->departures at the last look */
 };
 
@@ -203,7 +205,13 @@ static void send_one(struct mv_shard *s, struct mv_hb *h)
 	                       .addr = p->fiaddr[s->id],
 	                       .context = &h->ctx,
 	                       .data = MV_HB};
-	ssize_t ret = fi_writemsg(s->fab.ep, &m, flags);
+	/* On the small-write endpoint's own connection, not behind our bulk
+	 * writes to the peer in the socket: a mover writing 16 MiB over a
+	 * 32 Mbit/s link heard no answer for 510 ms (250 ms heartbeats) and
+	 * failed its clients' expectations of that live peer
+	 * (tests/slow_link.sh). */
+	struct fid_ep *ep = s->fab.ep_small ? s->fab.ep_small : s->fab.ep;
+	ssize_t ret = fi_writemsg(ep, &m, flags);
 
 	if (ret == -FI_EAGAIN)
 		return; /* the queue is full: the next look tries again */
@@ -215,6 +223,8 @@ static void send_one(struct mv_shard *s, struct mv_hb *h)
 		return;
 	}
 	h->inflight = 1;
+	h->small = ep == s->fab.ep_small;
+	s->posted_small += h->small; /* its CQ is read while any (complete.c) */
 	if (p->wake)
 		mv_wake_ring(s, p); /* a sleeping same-host shard reads it now */
 }
@@ -225,6 +235,8 @@ int mv_hb_event(struct mv_shard *s, void *ctx, int err)
 		return 0;
 	struct mv_hb *h = &s->hb[((char *)ctx - (char *)s->hb) / sizeof(*s->hb)];
 	h->inflight = 0;
+	s->posted_small -= h->small;
+	h->small = 0;
 	if (err) {
 		/* No answer is no evidence either way: silence decides. */
 		mv_dbg("shard %d: heartbeat to peer mover %016llx failed: %s", s->id,

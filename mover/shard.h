@@ -98,7 +98,8 @@ struct mv_shard {
 	uint32_t nactive;
 	uint64_t wsum;
 	uint32_t posted;       /* ops handed to the provider, not yet completed */
-	uint32_t posted_small; /* of those, on fab.ep_small: its CQ is read while any */
+	uint32_t posted_small; /* of those, and heartbeats, on fab.ep_small: its CQ is
+	                        * read while any */
 	uint32_t abandoned;    /* of those, failed at their deadline */
 	struct mv_wr *posted_head, *posted_tail;
 	int64_t next_expire;
@@ -180,6 +181,10 @@ struct mv_shard {
 	uint32_t posted_to[MV_MAX_PEERS];
 	uint8_t land_to[MV_MAX_PEERS];
 	uint8_t chunks_to[MV_MAX_PEERS]; /* bounce chunks held by staged writes */
+	/* When the peer last completed one of this shard's writes (s->now, or
+	 * 0): a posted write fails only once its peer completed none for
+	 * op_timeout (mv_expire()), so a slow link's deep queue is not "gone". */
+	int64_t took_at[MV_MAX_PEERS];
 };
 
 #endif /* MV_SHARD_H */

@@ -1,0 +1,116 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# A slow link is not a dead peer. Two movers in two network namespaces
+# joined by veth (tcp, one shard each, --no-host-copy so that the bytes
+# cross the veth), A's end shaped to 32 Mbit/s (tc tbf), a 1.5 s op
+# deadline and 250 ms heartbeats. A client on A writes 16 MiB and an
+# immediate to B, which takes ~4.4 s (a 4 MiB piece ~1.1 s): every byte
+# must land, B's client must get the immediate it expects from A, and A's
+# client must still get one it expects from B: neither may hear "hung or
+# unreachable" from heartbeats queued behind the data. Then the same write
+# with A's link taken down 2.5 s in: it must fail, naming the peer, after
+# the link went, within the deadline and a little. Prints each measured
+# time. Skipped, with the reason, where namespaces or tc cannot be used or
+# Python with numpy (the client is the binding) is missing.
+set -u
+B=${MV_BUILD:-build}
+here=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-/usr/bin/python3}
+DEADLINE=1.5
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null ||
+	! ip netns add slowprobe$$ 2>/dev/null; then
+	echo "slow_link: SKIPPED: network namespaces and tc are not permitted here (need root and iproute2)"
+	exit 0
+fi
+ip netns del slowprobe$$
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+	echo "slow_link: SKIPPED: $PY with numpy is needed for the client (the Python binding)"
+	exit 0
+fi
+dir=$(mktemp -d /tmp/mvslow.XXXXXX)
+trap '"$here"/tools/mvhosts.sh down "$dir" >/dev/null 2>&1; rm -rf "$dir"' EXIT
+
+cat >"$dir"/probe.py <<'PROBE'
+import os, subprocess, sys, threading, time
+import numpy as np
+import mover
+
+mode, down, deadline = sys.argv[1], sys.argv[2], float(sys.argv[3])
+n = 16 << 20
+a = mover.Client(os.environ["MV_SOCK_A"])
+b = mover.Client(os.environ["MV_SOCK_B"])
+src, dst, back = a.alloc(n), b.alloc(n), a.alloc(4096)
+s_, d_ = src.numpy(), dst.numpy()
+s_[:] = (np.arange(n, dtype=np.uint32) % 251).astype(np.uint8)
+b_on_a = a.peer_add(b.address())
+imp = a.import_region(b_on_a, dst.blob())
+a_on_b = b.peer_add(a.address())
+imp_back = b.import_region(a_on_b, back.blob())
+# Each side expects an immediate naming the other: a false "hung or
+# unreachable" from either mover's heartbeats fails it.
+b.imm_expect_from(a_on_b, 9, 1, cookie=9)
+a.imm_expect_from(b_on_a, 7, 1, cookie=7)
+imm = lambda e: e.type == mover.EventType.IMM_COUNT
+t0 = time.monotonic()
+if mode == "down":  # the link goes 2.5 s in, two pieces landed, the write under way
+    threading.Timer(2.5, subprocess.run, (down,), {"shell": True, "check": True}).start()
+a.write(src, 0, imp, 0, n)
+a.write_imm(imp, 9)
+cookie = a.submit()
+ev = a.wait_for(lambda e: e.type == mover.EventType.BATCH and e.cookie == cookie, 60)
+dt = time.monotonic() - t0
+if mode == "slow" and not ev.ok:
+    print(f"slow_link: 16 MiB over 32 Mbit/s, op deadline {deadline:g} s: failed "
+          f"{dt:.2f} s in: {ev.msg} FAILED")
+    sys.exit(1)
+if mode == "slow":
+    at_b = b.wait_for(imm, timeout=10)
+    b.write_imm(imp_back, 7)
+    b.wait_batch(b.submit(), timeout=10)
+    at_a = a.wait_for(imm, timeout=10)
+    same = bool((d_ == s_).all())
+    shown = dt >= 2 * deadline
+    ok = ev.ok and at_b.ok and at_a.ok and same and shown
+    print(f"slow_link: 16 MiB over 32 Mbit/s, op deadline {deadline:g} s: "
+          f"{'landed' if ev.ok else ev.msg} in {dt:.2f} s, bytes {'match' if same else 'DIFFER'}; "
+          f"B's expectation of A's immediate: {'met' if at_b.ok else at_b.msg}; A's of B's: "
+          f"{'met' if at_a.ok else at_a.msg}"
+          f"{'' if shown else ' (the link was not slowed: nothing shown)'}{'' if ok else ' FAILED'}")
+else:
+    late = dt - 2.5
+    ok = (not ev.ok and f"{b.info.mover_id:016x}" in ev.msg and
+          f"in {deadline * 1000:.0f} ms" in ev.msg and 0 < late <= deadline + 1.5)
+    print(f"slow_link: link down 2.5 s into the write: {'FAILED: it landed' if ev.ok else 'failed'} "
+          f"{late:.2f} s after the link went (bar: the deadline, {deadline:g} s, + 1.5): "
+          f"{ev.msg}{'' if ok else ' FAILED'}")
+sys.exit(0 if ok else 1)
+PROBE
+
+run() { # mode
+	"$here"/tools/mvhosts.sh down "$dir" >/dev/null 2>&1
+	MV_BUILD=$B MV_TAG=slow$$ MV_MOVER_ARGS="--op-timeout $DEADLINE --heartbeat 0.25 --no-host-copy" \
+		"$here"/tools/mvhosts.sh up "$dir" tcp 1 >/dev/null || return 2
+	. "$dir"/env
+	if [ "$MV_NETNS" != 1 ]; then
+		echo "slow_link: FAILED: namespaces were permitted but the movers did not start in them"
+		return 1
+	fi
+	# A queue of 20 ms at the link, as a switch keeps; the rest waits in
+	# the sockets, as on a real slow or shared link.
+	if ! ip netns exec "$MV_NS_A" tc qdisc add dev "$MV_IF_A" root tbf rate 32mbit \
+		burst 64kb latency 20ms; then
+		echo "slow_link: SKIPPED: tc tbf is not available here (kernel module sch_tbf)"
+		return 0
+	fi
+	MV_SOCK_A=$MV_SOCK_A MV_SOCK_B=$MV_SOCK_B PYTHONPATH="$here"/libclient/python MV_BUILD=$B \
+		timeout 120 "$PY" "$dir"/probe.py "$1" "ip -n $MV_NS_A link set $MV_IF_A down" "$DEADLINE"
+	local rc=$?
+	[ $rc = 0 ] || { echo "slow_link: $1: see the movers' logs:"; tail -n 5 "$dir"/a.log "$dir"/b.log; }
+	return $rc
+}
+
+fail=0
+run slow || fail=1
+run down || fail=1
+[ $fail = 0 ] && echo "slow_link: passed" || echo "slow_link: FAILED"
+exit $fail
