@@ -9,9 +9,12 @@
 # client must still get one it expects from B: neither may hear "hung or
 # unreachable" from heartbeats queued behind the data. Then the same write
 # with A's link taken down 2.5 s in: it must fail, naming the peer, after
-# the link went, within the deadline and a little. Prints each measured
-# time. Skipped, with the reason, where namespaces or tc cannot be used or
-# Python with numpy (the client is the binding) is missing.
+# the link went, within the deadline and a little. And two clients of A's
+# one shard writing 8 MiB each by turns (fair share cuts their writes into
+# pieces): both must land, though each takes longer than the deadline.
+# Prints each measured time. Skipped, with the reason, where namespaces or
+# tc cannot be used or Python with numpy (the client is the binding) is
+# missing.
 set -u
 B=${MV_BUILD:-build}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,6 +54,34 @@ imp_back = b.import_region(a_on_b, back.blob())
 b.imm_expect_from(a_on_b, 9, 1, cookie=9)
 a.imm_expect_from(b_on_a, 7, 1, cookie=7)
 imm = lambda e: e.type == mover.EventType.IMM_COUNT
+if mode == "shared":
+    # Two clients of one shard, 8 MiB each: fair share cuts each write
+    # into pieces by turns, and each write's rest waits while the other's
+    # pieces go, longer than the deadline in all; its wait starts again
+    # with each of its pieces.
+    y = mover.Client(os.environ["MV_SOCK_A"])
+    src_y = y.alloc(n // 2)
+    src_y.numpy()[:] = s_[n // 2:]
+    imp_y = y.import_region(y.peer_add(b.address()), dst.blob())
+    t0 = time.monotonic()
+    a.write(src, 0, imp, 0, n // 2)
+    y.write(src_y, 0, imp_y, n // 2, n // 2)
+    evs = []
+    for c in (a, y):
+        ck = c.submit()
+        evs.append((c, ck))
+    evs = [c.wait_for(lambda e, ck=ck: e.type == mover.EventType.BATCH and e.cookie == ck, 60)
+           for c, ck in evs]
+    dt = time.monotonic() - t0
+    same = bool((d_ == s_).all())
+    landed = all(e.ok for e in evs) and same
+    ok = landed and dt >= 2 * deadline
+    print(f"slow_link: two clients of one shard, 8 MiB each over 32 Mbit/s, op deadline "
+          f"{deadline:g} s: {', '.join('landed' if e.ok else e.msg for e in evs)} in {dt:.2f} s, "
+          f"bytes {'match' if same else 'DIFFER'}"
+          f"{' (the link was not slowed: nothing shown)' if landed and not ok else ''}"
+          f"{'' if ok else ' FAILED'}")
+    sys.exit(0 if ok else 1)
 t0 = time.monotonic()
 if mode == "down":  # the link goes 2.5 s in, two pieces landed, the write under way
     threading.Timer(2.5, subprocess.run, (down,), {"shell": True, "check": True}).start()
@@ -111,6 +142,7 @@ run() { # mode
 
 fail=0
 run slow || fail=1
+run shared || fail=1
 run down || fail=1
 [ $fail = 0 ] && echo "slow_link: passed" || echo "slow_link: FAILED"
 exit $fail
