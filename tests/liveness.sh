@@ -14,15 +14,9 @@ B=${MV_BUILD:-build}
 here=$(cd "$(dirname "$0")/.." && pwd)
 HB=${MV_LIVENESS_HB:-0.25}
 PY=${PYTHON:-/usr/bin/python3}
-if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! ip netns add h17aprobe$$ 2>/dev/null; then
-	echo "liveness: SKIPPED: network namespaces are not permitted here (need root and iproute2)"
-	exit 0
-fi
-ip netns del h17aprobe$$
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-	echo "liveness: SKIPPED: $PY with numpy is needed for the probe (the Python binding)"
-	exit 0
-fi
+. "$here"/tests/netns_skip.sh
+netns_or_skip liveness
+numpy_or_skip liveness "the probe"
 dir=$(mktemp -d /tmp/mvlive.XXXXXX)
 trap '"$here"/tools/mvhosts.sh down "$dir"; rm -rf "$dir"' EXIT
 

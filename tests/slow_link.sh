@@ -20,16 +20,9 @@ B=${MV_BUILD:-build}
 here=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-/usr/bin/python3}
 DEADLINE=1.5
-if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null ||
-	! ip netns add slowprobe$$ 2>/dev/null; then
-	echo "slow_link: SKIPPED: network namespaces and tc are not permitted here (need root and iproute2)"
-	exit 0
-fi
-ip netns del slowprobe$$
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-	echo "slow_link: SKIPPED: $PY with numpy is needed for the client (the Python binding)"
-	exit 0
-fi
+. "$here"/tests/netns_skip.sh
+netns_or_skip slow_link tc
+numpy_or_skip slow_link "the client"
 dir=$(mktemp -d /tmp/mvslow.XXXXXX)
 trap '"$here"/tools/mvhosts.sh down "$dir" >/dev/null 2>&1; rm -rf "$dir"' EXIT
 
