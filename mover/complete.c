@@ -69,7 +69,7 @@ static void ack_arrived(struct mv_shard *s, uint64_t data)
 		return; /* late: that use of the op ended at its deadline */
 	if (data & MV_ACK_ERR)
 		op->land_err = 1;
-	s->took_at[op->pix] = s->now;
+	mv_peer_took(s, op);
 	if (--op->acks > 0)
 		return;
 	mv_posted_del(s, op);
@@ -154,7 +154,7 @@ static int reap_cq(struct mv_shard *s, struct fid_cq *cq)
 				continue;
 			}
 			struct mv_wr *op = (struct mv_wr *)ent[i].op_context;
-			s->took_at[op->pix] = s->now; /* its peer takes writes: mv_expire() */
+			mv_peer_took(s, op); /* its connection moves: mv_expire() */
 			if (op->kind == MV_OPK_LAND && --op->acks > 0)
 				continue; /* sent; landed once the ack comes */
 			if (op->kind == MV_OPK_LAND && op->land_err) {
@@ -273,14 +273,17 @@ int mv_expire(struct mv_shard *s)
 			mv_pend_wait_from(s, waiter(at)); /* the next waited on those */
 		}
 	}
-	/* Posted: failed once the peer completed none of this shard's writes
-	 * for op_timeout since the op went. A slow link (or many senders into
-	 * one peer) takes longer than that to drain what is in flight, and
-	 * each peer completes its writes in order on every provider here, so
-	 * one still behind completions is waiting its turn, not lost. */
+	/* Posted: failed once its connection to the peer (this shard's ep or
+	 * ep_small) completed none of the shard's writes for op_timeout since
+	 * the op went. A slow link (or many senders into one peer) takes
+	 * longer than that to drain what is in flight, and a connection (tcp,
+	 * verbs) completes its writes in order, so one still behind
+	 * completions is waiting its turn, not lost. shm completes writes at
+	 * the sender: to a stopped peer until its queue is full, then no
+	 * more. */
 	for (struct mv_wr *op = s->posted_head; op && now - op->posted_at > limit; op = op->pnext) {
 		char text[MV_ERRLEN];
-		if (op->abandoned || now - s->took_at[op->pix] <= limit)
+		if (op->abandoned || now - mv_posted_since(s, op) <= limit)
 			continue;
 		snprintf(text, sizeof(text),
 		         "no completion from peer mover %016llx in %d ms: unreachable or gone",

@@ -2,7 +2,8 @@
 /*
  * Retries: an op whose connection broke waits on the shard's retry list and
  * goes back to the front of its client's queue when due, while its deadline
- * allows (counted from when it could first go: mv_pend_went()). Shard
+ * allows (counted from when it could first go, mv_pend_went(), or from its
+ * connection's last completion since, as mv_expire() counts). Shard
  * thread.
  */
 #include "shard_int.h"
@@ -26,8 +27,14 @@ int mv_retry(struct mv_shard *s, struct mv_wr *op, int err)
 	int64_t limit = s->mv->cfg.op_timeout_ms * 1000000ll;
 	int64_t wait = RETRY_FIRST_NS << op->retries;
 
+	/* Its budget counts from when it could go, or from the last write its
+	 * connection completed since: a reset on a slow link, whose queue
+	 * takes longer than op_timeout to drain, retries what it flushed. */
+	int64_t took = s->took_at[op->on_small][op->pix];
+	int64_t from = took > op->born ? took : op->born;
+
 	if (op->abandoned || op->at->detaching || op->retries >= RETRY_MAX ||
-	    s->now + wait - op->born > limit)
+	    s->now + wait - from > limit)
 		return 0;
 	/* rxm flushes the ops of a dropped connection as FI_ECANCELED. */
 	if (err != FI_ENOTCONN && err != EPIPE && err != FI_ECONNRESET && err != FI_ECONNABORTED &&

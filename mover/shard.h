@@ -181,10 +181,11 @@ struct mv_shard {
 	uint32_t posted_to[MV_MAX_PEERS];
 	uint8_t land_to[MV_MAX_PEERS];
 	uint8_t chunks_to[MV_MAX_PEERS]; /* bounce chunks held by staged writes */
-	/* When the peer last completed one of this shard's writes (s->now, or
-	 * 0): a posted write fails only once its peer completed none for
-	 * op_timeout (mv_expire()), so a slow link's deep queue is not "gone". */
-	int64_t took_at[MV_MAX_PEERS];
+	/* When the peer last completed one of this shard's writes posted on
+	 * ep, [0], or on ep_small, [1] (s->now, or 0): a posted write fails
+	 * only once its connection to the peer completed none for op_timeout
+	 * (mv_expire()), so a slow link's deep queue is not "gone". */
+	int64_t took_at[2][MV_MAX_PEERS];
 };
 
 #endif /* MV_SHARD_H */

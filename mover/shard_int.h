@@ -214,6 +214,21 @@ static inline void mv_posted_add(struct mv_shard *s, struct mv_wr *op)
 	s->posted_small += op->on_small;
 }
 
+/* Op's peer completed it (or part of it): its connection moves. */
+static inline void mv_peer_took(struct mv_shard *s, const struct mv_wr *op)
+{
+	s->took_at[op->on_small][op->pix] = s->now;
+}
+
+/* Since when a posted op has waited: its post, or the last completion on
+ * its connection to its peer after that. */
+static inline int64_t mv_posted_since(const struct mv_shard *s, const struct mv_wr *op)
+{
+	int64_t took = s->took_at[op->on_small][op->pix];
+
+	return took > op->posted_at ? took : op->posted_at;
+}
+
 /* Op's bytes leave its client's in flight: once, when it completes or is
  * reported (an abandoned op is reported at its deadline, and its client may
  * be gone by the time the provider lets the op go). */

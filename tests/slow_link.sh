@@ -12,6 +12,9 @@
 # the link went, within the deadline and a little. And two clients of A's
 # one shard writing 8 MiB each by turns (fair share cuts their writes into
 # pieces): both must land, though each takes longer than the deadline.
+# And A's tcp connections to B reset 2 s into the 16 MiB write (ss -K):
+# the writes they flushed are retried, though queued longer than the
+# deadline, and land.
 # Prints each measured time. Skipped, with the reason, where namespaces or
 # tc cannot be used or Python with numpy (the client is the binding) is
 # missing.
@@ -31,7 +34,7 @@ import os, subprocess, sys, threading, time
 import numpy as np
 import mover
 
-mode, down, deadline = sys.argv[1], sys.argv[2], float(sys.argv[3])
+mode, down, reset, deadline = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 n = 16 << 20
 a = mover.Client(os.environ["MV_SOCK_A"])
 b = mover.Client(os.environ["MV_SOCK_B"])
@@ -42,11 +45,12 @@ b_on_a = a.peer_add(b.address())
 imp = a.import_region(b_on_a, dst.blob())
 a_on_b = b.peer_add(a.address())
 imp_back = b.import_region(a_on_b, back.blob())
-# Each side expects an immediate naming the other: a false "hung or
-# unreachable" from either mover's heartbeats fails it.
-b.imm_expect_from(a_on_b, 9, 1, cookie=9)
-a.imm_expect_from(b_on_a, 7, 1, cookie=7)
 imm = lambda e: e.type == mover.EventType.IMM_COUNT
+if mode == "slow":
+    # Each side expects an immediate naming the other: a false "hung or
+    # unreachable" from either mover's heartbeats fails it.
+    b.imm_expect_from(a_on_b, 9, 1, cookie=9)
+    a.imm_expect_from(b_on_a, 7, 1, cookie=7)
 if mode == "shared":
     # Two clients of one shard, 8 MiB each: fair share cuts each write
     # into pieces by turns, and each write's rest waits while the other's
@@ -78,11 +82,28 @@ if mode == "shared":
 t0 = time.monotonic()
 if mode == "down":  # the link goes 2.5 s in, two pieces landed, the write under way
     threading.Timer(2.5, subprocess.run, (down,), {"shell": True, "check": True}).start()
+killed = []
+kill = threading.Timer(2.0, lambda: killed.append(subprocess.run(
+    reset, shell=True, capture_output=True, text=True).stdout.count("ESTAB")))
+if mode == "reset":  # A's connections to B reset 2 s in (ss -K): rxm reconnects
+    kill.start()
 a.write(src, 0, imp, 0, n)
 a.write_imm(imp, 9)
 cookie = a.submit()
 ev = a.wait_for(lambda e: e.type == mover.EventType.BATCH and e.cookie == cookie, 60)
 dt = time.monotonic() - t0
+if mode == "reset":
+    kill.join()
+    if not killed[0]:
+        print("slow_link: reset: SKIPPED: ss -K killed no socket here (kernel without "
+              "CONFIG_INET_DIAG_DESTROY?)")
+        sys.exit(0)
+    same = bool((d_ == s_).all())
+    ok = ev.ok and same and dt >= 2 * deadline
+    print(f"slow_link: {killed[0]} connections reset 2 s into the write (queued longer than the "
+          f"{deadline:g} s deadline): {'landed' if ev.ok else ev.msg} in {dt:.2f} s, bytes "
+          f"{'match' if same else 'DIFFER'}{'' if ok else ' FAILED'}")
+    sys.exit(0 if ok else 1)
 if mode == "slow" and not ev.ok:
     print(f"slow_link: 16 MiB over 32 Mbit/s, op deadline {deadline:g} s: failed "
           f"{dt:.2f} s in: {ev.msg} FAILED")
@@ -124,10 +145,11 @@ run() { # mode
 	if ! ip netns exec "$MV_NS_A" tc qdisc add dev "$MV_IF_A" root tbf rate 32mbit \
 		burst 64kb latency 20ms; then
 		echo "slow_link: SKIPPED: tc tbf is not available here (kernel module sch_tbf)"
-		return 0
+		exit 0
 	fi
 	MV_SOCK_A=$MV_SOCK_A MV_SOCK_B=$MV_SOCK_B PYTHONPATH="$here"/libclient/python MV_BUILD=$B \
-		timeout 120 "$PY" "$dir"/probe.py "$1" "ip -n $MV_NS_A link set $MV_IF_A down" "$DEADLINE"
+		timeout 120 "$PY" "$dir"/probe.py "$1" "ip -n $MV_NS_A link set $MV_IF_A down" \
+		"ip netns exec $MV_NS_A ss -K dst 10.77.0.2" "$DEADLINE"
 	local rc=$?
 	[ $rc = 0 ] || { echo "slow_link: $1: see the movers' logs:"; tail -n 5 "$dir"/a.log "$dir"/b.log; }
 	return $rc
@@ -136,6 +158,7 @@ run() { # mode
 fail=0
 run slow || fail=1
 run shared || fail=1
+run reset || fail=1
 run down || fail=1
 [ $fail = 0 ] && echo "slow_link: passed" || echo "slow_link: FAILED"
 exit $fail
