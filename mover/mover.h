@@ -42,6 +42,7 @@
 #define MV_CLIENT_MAX_PEERS   1024u
 #define MV_MAX_PEERS          4096u
 #define MV_UID_SLOTS          (2 * MV_MAX_CLIENTS) /* a shard's uids of clients and held ops */
+#define MV_ATTACH_PEERS       8u /* peers whose bytes in flight a client's attachment counts */
 /* iovs one op holds: a same-host copy, which no provider limits, merges up
  * to this many writes, so that a batch of small writes is a few ops */
 #define MV_IOV_MAX       16u
@@ -300,10 +301,19 @@ struct mv_attach {
 	uint64_t inflight;            /* bytes posted and not yet completed */
 	uint32_t inflight_ops;        /* ops posted and not yet completed (an immediate: 0 bytes) */
 	int64_t inflight_since;       /* when inflight last left 0 (post.c) */
-	struct mv_yields held;        /* its pieces held for others' small writes (post.c) */
-	struct mv_yields cut_short;   /* its bursts ended early for other clients (post.c) */
-	uint64_t posted_bytes;        /* bytes handed to the fabric, ever */
-	int64_t last_take;            /* when this shard last took a descriptor of it */
+	/* Of inflight, by peer: the first MV_ATTACH_PEERS peers it has
+	 * writes in flight to (a slot is free while its ops are 0), so that
+	 * one peer's backlog holds up none of its writes to others (post.c's
+	 * peer_hogs()). */
+	struct mv_inflight_to {
+		uint32_t pix;
+		uint32_t ops;
+		uint64_t bytes;
+	} to[MV_ATTACH_PEERS];
+	struct mv_yields held;      /* its pieces held for others' small writes (post.c) */
+	struct mv_yields cut_short; /* its bursts ended early for other clients (post.c) */
+	uint64_t posted_bytes;      /* bytes handed to the fabric, ever */
+	int64_t last_take;          /* when this shard last took a descriptor of it */
 	/* Anticipation (post.c): when its last batch completed here (until
 	 * its next END is taken), and its rhythm (take.c's react_note()). */
 	int64_t done_at;

@@ -349,6 +349,19 @@ static int room_for(const struct mv_shard *s, const struct mv_wr *op, uint32_t m
 	return rest < s->fab.tx_size && 2 * to < s->fab.tx_size - rest;
 }
 
+/* Whether op's peer would hold more than half of what its client may have
+ * in flight: then the client's writes to other peers go first, if it has
+ * any queued (mv_promote()). A client alone has 32 MiB in flight; with a
+ * 64 MiB write to a peer behind a 32 Mbit/s link in its queue, its 1 MiB
+ * write to a fast peer queued 0.2 s later waited 9.7 s for the slow one's
+ * backlog (tests/slow_link.sh). */
+static int peer_hogs(const struct mv_shard *s, const struct mv_attach *at, const struct mv_wr *op)
+{
+	uint64_t to = mv_inflight_to(at, op->peer->index);
+
+	return to && 2 * (to + op->bytes) > inflight_cap(s, at);
+}
+
 /* Whether op cannot go now for its peer's sake: its landing window is full,
  * or no room_for() it. before: an op of this burst posted ahead of it
  * (more_follows()'s question), or NULL. */
@@ -383,6 +396,9 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 	    burst + op->bytes >= MV_BURST_BYTES || ep_of(s, nx, piece) != ep_of(s, op, piece) ||
 	    s->posted + 1 >= s->fab.tx_size ||
 	    op->at->inflight + op->bytes + nx->bytes > inflight_cap(s, op->at) ||
+	    (nx->peer == op->peer &&
+	     2 * (mv_inflight_to(op->at, op->peer->index) + op->bytes + nx->bytes) >
+	         inflight_cap(s, op->at)) ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
 		return 0;
 	return !peer_full(s, nx, op);
@@ -493,6 +509,10 @@ int mv_post(struct mv_shard *s)
 			op = cut_piece(s, at, op, piece);
 			cost =
 			    op->bytes ? (int64_t)op->bytes : 64; /* an immediate: a small write */
+			if (peer_hogs(s, at, op) && mv_promote(s, at, &refused)) {
+				capped = NULL;
+				continue;
+			}
 			if (at->inflight && at->inflight + op->bytes > inflight_cap(s, at)) {
 				credit_cap(at, piece);
 				if (capped == at)
@@ -519,6 +539,8 @@ int mv_post(struct mv_shard *s)
 				round_next(s);
 				continue;
 			}
+		} else if (peer_hogs(s, at, op) && mv_promote(s, at, &refused)) {
+			continue;
 		} else if (at->inflight && at->inflight + op->bytes > inflight_cap(s, at)) {
 			break;
 		}

@@ -86,6 +86,7 @@ struct mv_wr {
 	uint8_t on_small; /* posted on the small-write endpoint (fab.ep_small) */
 	uint8_t promoted; /* queued ahead of a head whose peer could not take it (queue.c) */
 	uint8_t waiting;  /* queued, its deadline counts: it was its client's head */
+	uint8_t tix;      /* posted: its slot in at->to[], or MV_ATTACH_PEERS: none */
 	uint64_t bytes;
 	uint64_t copied; /* MV_PATH_SAMEHOST: bytes copied so far (bytes: what is left) */
 	uint64_t data;
@@ -194,6 +195,36 @@ static inline void mv_took_none(const struct mv_shard *s, const struct mv_peer *
 	         (unsigned long long)p->mover_id, s->mv->cfg.op_timeout_ms);
 }
 
+/* at's bytes in flight to the peer of index pix, as far as at->to[] counts. */
+static inline uint64_t mv_inflight_to(const struct mv_attach *at, uint32_t pix)
+{
+	for (uint32_t i = 0; i < MV_ATTACH_PEERS; i++)
+		if (at->to[i].ops && at->to[i].pix == pix)
+			return at->to[i].bytes;
+	return 0;
+}
+
+/* Counts op's bytes in at->to[]: its peer's slot, or a free one, or none. */
+static inline void mv_inflight_to_add(struct mv_attach *at, struct mv_wr *op)
+{
+	uint32_t free = MV_ATTACH_PEERS;
+
+	for (uint32_t i = 0; i < MV_ATTACH_PEERS; i++) {
+		if (at->to[i].ops && at->to[i].pix == op->pix) {
+			free = i;
+			break;
+		}
+		if (!at->to[i].ops && free == MV_ATTACH_PEERS)
+			free = i;
+	}
+	op->tix = (uint8_t)free;
+	if (free == MV_ATTACH_PEERS)
+		return;
+	at->to[free].pix = op->pix;
+	at->to[free].ops++;
+	at->to[free].bytes += op->bytes;
+}
+
 static inline void mv_posted_add(struct mv_shard *s, struct mv_wr *op)
 {
 	op->inflight_counted = 1;
@@ -202,6 +233,7 @@ static inline void mv_posted_add(struct mv_shard *s, struct mv_wr *op)
 	op->at->posted_bytes += op->bytes;
 	op->posted_at = s->now;
 	op->pix = (uint16_t)op->peer->index;
+	mv_inflight_to_add(op->at, op);
 	s->posted_to[op->pix]++;
 	op->pnext = NULL;
 	op->pprev = s->posted_tail;
@@ -237,6 +269,10 @@ static inline void mv_inflight_end(struct mv_wr *op)
 	if (op->inflight_counted) {
 		op->at->inflight -= op->bytes;
 		op->at->inflight_ops--;
+		if (op->tix < MV_ATTACH_PEERS) {
+			op->at->to[op->tix].bytes -= op->bytes;
+			op->at->to[op->tix].ops--;
+		}
 	}
 	op->inflight_counted = 0;
 }

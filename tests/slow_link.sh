@@ -14,7 +14,8 @@
 # pieces): both must land, though each takes longer than the deadline.
 # And A's tcp connections to B reset 2 s into the 16 MiB write (ss -K):
 # the writes they flushed are retried, though queued longer than the
-# deadline, and land.
+# deadline, and land. And one client writing 48 MiB to B and then 1 MiB to
+# a third mover on A's host: the 1 MiB must not wait for B's backlog.
 # Prints each measured time. Skipped, with the reason, where namespaces or
 # tc cannot be used or Python with numpy (the client is the binding) is
 # missing.
@@ -51,6 +52,32 @@ if mode == "slow":
     # unreachable" from either mover's heartbeats fails it.
     b.imm_expect_from(a_on_b, 9, 1, cookie=9)
     a.imm_expect_from(b_on_a, 7, 1, cookie=7)
+if mode == "hol":
+    # One client, two peers: 48 MiB to B behind the slow link (more than
+    # the 32 MiB a client alone has in flight), then 1 MiB to C, a mover
+    # in A's own namespace (loopback: fast). C's write waits for room,
+    # one of B's pieces, not for B's backlog.
+    c = mover.Client(os.environ["MV_SOCK_C"])
+    dst_c = c.alloc(1 << 20)
+    imp_c = a.import_region(a.peer_add(c.address()), dst_c.blob())
+    a.write(src, 0, imp_c, 0, 4096)  # met and connected before the clock
+    a.wait_batch(a.submit(), timeout=10)
+    big = a.alloc(48 << 20)
+    imp_big = a.import_region(b_on_a, b.alloc(48 << 20).blob())
+    a.write(big, 0, imp_big, 0, 48 << 20)
+    a.submit()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    a.write(src, 0, imp_c, 0, 1 << 20)
+    cookie = a.submit()
+    ev = a.wait_for(lambda e: e.type == mover.EventType.BATCH and e.cookie == cookie, 60)
+    dt = time.monotonic() - t0
+    same = bool((dst_c.numpy() == s_[:1 << 20]).all())
+    ok = ev.ok and same and dt <= 2.5
+    print(f"slow_link: 1 MiB to a fast peer behind 48 MiB to the slow one, one client: "
+          f"{'landed' if ev.ok else ev.msg} in {dt:.2f} s (bar 2.5 s; the slow one's backlog "
+          f"takes 12.6 s), bytes {'match' if same else 'DIFFER'}{'' if ok else ' FAILED'}")
+    sys.exit(0 if ok else 1)
 if mode == "shared":
     # Two clients of one shard, 8 MiB each: fair share cuts each write
     # into pieces by turns, and each write's rest waits while the other's
@@ -147,10 +174,20 @@ run() { # mode
 		echo "slow_link: SKIPPED: tc tbf is not available here (kernel module sch_tbf)"
 		exit 0
 	fi
-	MV_SOCK_A=$MV_SOCK_A MV_SOCK_B=$MV_SOCK_B PYTHONPATH="$here"/libclient/python MV_BUILD=$B \
+	local cpid=
+	if [ "$1" = hol ]; then # a third mover, C, on A's host: its loopback is fast
+		rm -f "$dir"/c.sock
+		ip netns exec "$MV_NS_A" "$B"/bin/mover --no-config --provider tcp --iface lo --shards 1 \
+			--socket "$dir"/c.sock --op-timeout $DEADLINE --no-host-copy >"$dir"/c.log 2>&1 &
+		cpid=$!
+		for _ in $(seq 100); do [ -S "$dir"/c.sock ] && break; sleep 0.05; done
+	fi
+	MV_SOCK_A=$MV_SOCK_A MV_SOCK_B=$MV_SOCK_B MV_SOCK_C="$dir"/c.sock \
+		PYTHONPATH="$here"/libclient/python MV_BUILD=$B \
 		timeout 120 "$PY" "$dir"/probe.py "$1" "ip -n $MV_NS_A link set $MV_IF_A down" \
 		"ip netns exec $MV_NS_A ss -K dst 10.77.0.2" "$DEADLINE"
 	local rc=$?
+	[ -n "$cpid" ] && kill "$cpid" && wait "$cpid" 2>/dev/null
 	[ $rc = 0 ] || { echo "slow_link: $1: see the movers' logs:"; tail -n 5 "$dir"/a.log "$dir"/b.log; }
 	return $rc
 }
@@ -158,6 +195,7 @@ run() { # mode
 fail=0
 run slow || fail=1
 run shared || fail=1
+run hol || fail=1
 run reset || fail=1
 run down || fail=1
 [ $fail = 0 ] && echo "slow_link: passed" || echo "slow_link: FAILED"
