@@ -257,7 +257,10 @@ int mv_expire(struct mv_shard *s)
 	if (s->npk || s->nsq)
 		n += mv_gpu_expire(s, limit);
 	/* Never posted: at the head of their client's queue for op_timeout,
-	 * the provider answering EAGAIN (rxm does while it cannot connect;
+	 * their peer completing none of the shard's writes meanwhile (a head
+	 * may wait for room behind a slow link's writes in flight, or while
+	 * its client's writes to other peers go first: post.c), the provider
+	 * answering EAGAIN (rxm does while it cannot connect;
 	 * mv_pend_went() starts the count). These are ours alone and end here,
 	 * with the client's other queued writes to that peer: they could not
 	 * go either, and each would otherwise wait its own op_timeout at the
@@ -265,7 +268,7 @@ int mv_expire(struct mv_shard *s)
 	for (struct mv_attach *at = s->round_head, *next; at; at = next) {
 		next = at->round_next; /* at leaves the round when its queue empties */
 		struct mv_wr *h = waiter(at);
-		if (h && now - h->posted_at > limit) {
+		if (h && now - h->posted_at > limit && now - mv_peer_took_at(s, h->peer) > limit) {
 			struct mv_peer *p = h->peer;
 			char text[MV_ERRLEN];
 			mv_took_none(s, p, text, sizeof(text));

@@ -349,17 +349,24 @@ static int room_for(const struct mv_shard *s, const struct mv_wr *op, uint32_t m
 	return rest < s->fab.tx_size && 2 * to < s->fab.tx_size - rest;
 }
 
+/* Whether op, its client's head, has the client's writes to another peer
+ * queued behind its run. */
+static int other_run(const struct mv_wr *op)
+{
+	return op->run_last && op->run_last->next;
+}
+
 /* Whether op's peer would hold more than half of what its client may have
- * in flight: then the client's writes to other peers go first, if it has
- * any queued (mv_promote()). A client alone has 32 MiB in flight; with a
- * 64 MiB write to a peer behind a 32 Mbit/s link in its queue, its 1 MiB
- * write to a fast peer queued 0.2 s later waited 9.7 s for the slow one's
- * backlog (tests/slow_link.sh). */
+ * in flight while op, its client's head, has writes to other peers behind
+ * it: then those go first (mv_promote()). A client alone has 32 MiB in
+ * flight; with a 64 MiB write to a peer behind a 32 Mbit/s link in its
+ * queue, its 1 MiB write to a fast peer queued 0.2 s later waited 9.7 s
+ * for the slow one's backlog (tests/slow_link.sh). */
 static int peer_hogs(const struct mv_shard *s, const struct mv_attach *at, const struct mv_wr *op)
 {
 	uint64_t to = mv_inflight_to(at, op->peer->index);
 
-	return to && 2 * (to + op->bytes) > inflight_cap(s, at);
+	return to && other_run(op) && 2 * (to + op->bytes) > inflight_cap(s, at);
 }
 
 /* Whether op cannot go now for its peer's sake: its landing window is full,
@@ -396,7 +403,7 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 	    burst + op->bytes >= MV_BURST_BYTES || ep_of(s, nx, piece) != ep_of(s, op, piece) ||
 	    s->posted + 1 >= s->fab.tx_size ||
 	    op->at->inflight + op->bytes + nx->bytes > inflight_cap(s, op->at) ||
-	    (nx->peer == op->peer &&
+	    (nx->peer == op->peer && other_run(op) &&
 	     2 * (mv_inflight_to(op->at, op->peer->index) + op->bytes + nx->bytes) >
 	         inflight_cap(s, op->at)) ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
@@ -509,10 +516,10 @@ int mv_post(struct mv_shard *s)
 			op = cut_piece(s, at, op, piece);
 			cost =
 			    op->bytes ? (int64_t)op->bytes : 64; /* an immediate: a small write */
-			if (peer_hogs(s, at, op) && mv_promote(s, at, &refused)) {
-				capped = NULL;
+			/* Not progress: a round of clients each at its
+			 * share still ends the burst (capped). */
+			if (peer_hogs(s, at, op) && mv_promote(s, at, &refused))
 				continue;
-			}
 			if (at->inflight && at->inflight + op->bytes > inflight_cap(s, at)) {
 				credit_cap(at, piece);
 				if (capped == at)

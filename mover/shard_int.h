@@ -252,6 +252,14 @@ static inline void mv_peer_took(struct mv_shard *s, const struct mv_wr *op)
 	s->took_at[op->on_small][op->pix] = s->now;
 }
 
+/* When peer p last completed one of the shard's writes, on either endpoint. */
+static inline int64_t mv_peer_took_at(const struct mv_shard *s, const struct mv_peer *p)
+{
+	int64_t a = s->took_at[0][p->index], b = s->took_at[1][p->index];
+
+	return a > b ? a : b;
+}
+
 /* Since when a posted op has waited: its post, or the last completion on
  * its connection to its peer after that. */
 static inline int64_t mv_posted_since(const struct mv_shard *s, const struct mv_wr *op)

@@ -432,6 +432,73 @@ START_TEST(test_flood_moves_beside_back_to_back_small_writes)
 }
 END_TEST
 
+/*
+ * A client writing to two peers beside a flood keeps the shard moving.
+ * While the shard is shared each client has a small share in flight, and
+ * a head whose peer holds half of its client's share lets the client's
+ * writes to another peer go first (post.c's peer_hogs()). Client X of A
+ * sends batches of writes to B and to C by turns, client F floods B: with
+ * every head so passed and every client at its share, a round must still
+ * end the burst. At 97c3963 it did not: the shard looped in mv_post()
+ * without reading its CQ, and no batch of either client completed.
+ */
+static void setup_tcp_three(void)
+{
+	prov = "tcp";
+	mover_extra = "--no-host-copy";
+	mover_launch(&A, "a", 1);
+	mover_extra = NULL;
+	mover_launch(&B, "b", 1);
+	mover_launch(&C, "c", 1);
+	movers_listening();
+}
+
+START_TEST(test_a_client_writing_to_two_peers_beside_a_flood_keeps_the_shard_moving)
+{
+	const uint64_t n = 8u << 20;
+	struct mvc *ob, *oc, *x;
+	struct mvc_mem db, dc, dfl, src;
+	struct flooder f;
+
+	ck_assert_int_eq(mvc_connect(&ob, B.sock), 0);
+	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
+	ck_assert_msg(mvc_alloc(ob, n, &db) == 0, "%s", mvc_error(ob));
+	ck_assert_msg(mvc_alloc(ob, 4u << 20, &dfl) == 0, "%s", mvc_error(ob));
+	ck_assert_msg(mvc_alloc(oc, n, &dc) == 0, "%s", mvc_error(oc));
+	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
+	ck_assert_msg(mvc_alloc(x, n, &src) == 0, "%s", mvc_error(x));
+	fill(src.addr, n, 31);
+	uint32_t xb = reach(x, ob, db.region), xc = reach(x, oc, dc.region);
+	flooder_open(&f, ob, dfl.region, NULL);
+
+	int batches = 0;
+	double t0 = now_s();
+	while (now_s() - t0 < 1.5 || batches < 3) {
+		for (int k = 0; k < 4; k++) {
+			ck_assert_int_eq(mvc_write(x, src.region, 0, xb, 0, n / 2), 0);
+			ck_assert_int_eq(mvc_write(x, src.region, n / 2, xc, n / 2, n / 2), 0);
+		}
+		ck_assert_int_eq(mvc_write(x, src.region, 0, xb, 0, n), 0);
+		ck_assert_int_eq(mvc_write(x, src.region, 0, xc, 0, n), 0);
+		ck_assert_int_eq(mvc_submit(x, (uint64_t)batches), 0);
+		struct mvc_event e = wait_batch(x, (uint64_t)batches, 20);
+		ck_assert_msg(e.status == 0, "batch %d, %.2f s in: %s", batches, now_s() - t0,
+		              e.msg);
+		batches++;
+	}
+	uint64_t flooded = atomic_load(&f.bytes);
+	flooder_close(&f);
+	printf("tcp: %d batches to two peers in %.2f s beside a flood of %.0f MiB\n", batches,
+	       now_s() - t0, flooded / 1048576.0);
+	ck_assert_msg(flooded > 0, "the flood moved nothing");
+	ck_assert(!memcmp(db.addr, src.addr, n));
+	ck_assert(!memcmp(dc.addr, src.addr, n));
+	mvc_disconnect(x);
+	mvc_disconnect(oc);
+	mvc_disconnect(ob);
+}
+END_TEST
+
 /* ---- deadlines of queued writes ---- */
 
 /* A's writes on tcp's fabric, and a deadline (--op-timeout) of 0.5 s. */
@@ -484,6 +551,12 @@ int main(void)
 	suite_add_tcase(s, flows("flows_shm", setup_shm1));
 	suite_add_tcase(s, flows_copy());
 	suite_add_tcase(s, set_piece());
+	TCase *tc = tcase_create("two_peers");
+	tcase_add_checked_fixture(tc, setup_tcp_three, teardown);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc,
+	               test_a_client_writing_to_two_peers_beside_a_flood_keeps_the_shard_moving);
+	suite_add_tcase(s, tc);
 
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
