@@ -19,10 +19,8 @@
 
 int mv_refused_has(const struct mv_refused *r, const struct mv_attach *at, const struct mv_peer *p)
 {
-	if (r->at != at)
-		return 0;
 	for (uint32_t i = 0; i < r->n; i++)
-		if (r->peer[i] == p)
+		if (r->e[i].at == at && r->e[i].peer == p)
 			return 1;
 	return 0;
 }
@@ -68,14 +66,11 @@ int mv_promote(struct mv_shard *s, struct mv_attach *at, struct mv_refused *r)
 	struct mv_wr *head = at->pq_head, *prev = NULL, *f, *pfirst = NULL;
 	uint32_t k = 0;
 
-	if (r->at != at) {
-		r->at = at;
-		r->n = 0;
-	}
 	if (!mv_refused_has(r, at, head->peer)) {
-		if (r->n == MV_REFUSED_PEERS)
-			return 0;
-		r->peer[r->n++] = head->peer;
+		if (r->n == MV_REFUSED)
+			return 0; /* enough passing for one burst */
+		r->e[r->n].at = at;
+		r->e[r->n++].peer = head->peer;
 	}
 	if (head->promoted && demote(at))
 		return 1;

@@ -588,13 +588,18 @@ int mv_fence(struct mv_shard *s, char *why, size_t whylen);
 void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc *d,
                  const struct mv_region *src, const struct mv_import *dst, uint8_t path, int land);
 /* queue.c: a client's writes to other peers go while its head's peer
- * cannot take it. The peers that could not take an op of the client, this
- * burst (at most MV_REFUSED_PEERS; post.c keeps them). */
-#define MV_REFUSED_PEERS 8
+ * cannot take it. The peers that could not take an op of a client, each
+ * with that client, this burst (at most MV_REFUSED; post.c keeps them).
+ * Kept for every client of the burst: a set that began again whenever
+ * another client's head was refused let two clients pass their heads back
+ * and forth for good (mv_promote() bounds a burst's promotions by it). */
+#define MV_REFUSED 32
 struct mv_refused {
-	const struct mv_attach *at; /* the client they refused */
 	uint32_t n;
-	const struct mv_peer *peer[MV_REFUSED_PEERS];
+	struct {
+		const struct mv_attach *at;
+		const struct mv_peer *peer;
+	} e[MV_REFUSED];
 };
 /* Whether p refused an op of at's, this burst. */
 int mv_refused_has(const struct mv_refused *r, const struct mv_attach *at, const struct mv_peer *p);
