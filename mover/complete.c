@@ -286,7 +286,7 @@ int mv_expire(struct mv_shard *s)
 	 * more. */
 	for (struct mv_wr *op = s->posted_head; op && now - op->posted_at > limit; op = op->pnext) {
 		char text[MV_ERRLEN];
-		if (op->abandoned || now - mv_posted_since(s, op) <= limit)
+		if (op->abandoned || now - mv_conn_since(s, op, op->posted_at) <= limit)
 			continue;
 		snprintf(text, sizeof(text),
 		         "no completion from peer mover %016llx in %d ms: unreachable or gone",

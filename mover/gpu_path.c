@@ -139,9 +139,9 @@ static int chunk_room(const struct mv_shard *s, const struct mv_wr *op)
 	uint32_t held = MV_BOUNCE_CHUNKS - (uint32_t)__builtin_popcount(s->gpu.free_chunks);
 	uint32_t mine = s->chunks_to[op->peer->index], uid = s->uids[op->uix].chunks;
 
-	if (4 * uid >= 3 * (MV_BOUNCE_CHUNKS - (held - uid)))
+	if (!mv_within_share(uid, held - uid, MV_BOUNCE_CHUNKS, 3, 4))
 		return -1;
-	return 2 * mine < MV_BOUNCE_CHUNKS - (held - mine);
+	return mv_within_share(mine, held - mine, MV_BOUNCE_CHUNKS, 1, 2);
 }
 
 /* Parked writes go back ahead of their client's queue, in their order: a

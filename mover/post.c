@@ -344,9 +344,7 @@ static int room_for(const struct mv_shard *s, const struct mv_wr *op, uint32_t m
 {
 	uint64_t to = s->posted_to[op->peer->index], rest = s->posted - to;
 
-	to += mine;
-	rest += others;
-	return rest < s->fab.tx_size && 2 * to < s->fab.tx_size - rest;
+	return mv_within_share(to + mine, rest + others, s->fab.tx_size, 1, 2);
 }
 
 /* Whether op, its client's head, has the client's writes to another peer
@@ -364,9 +362,11 @@ static int other_run(const struct mv_wr *op)
  * for the slow one's backlog (tests/slow_link.sh). */
 static int peer_hogs(const struct mv_shard *s, const struct mv_attach *at, const struct mv_wr *op)
 {
+	if (!other_run(op)) /* a client writing to one peer: no scan of at->to[] */
+		return 0;
 	uint64_t to = mv_inflight_to(at, op->peer->index);
 
-	return to && other_run(op) && 2 * (to + op->bytes) > inflight_cap(s, at);
+	return to && 2 * (to + op->bytes) > inflight_cap(s, at);
 }
 
 /* Whether op cannot go now for its peer's sake: its landing window is full,

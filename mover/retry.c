@@ -30,8 +30,7 @@ int mv_retry(struct mv_shard *s, struct mv_wr *op, int err)
 	/* Its budget counts from when it could go, or from the last write its
 	 * connection completed since: a reset on a slow link, whose queue
 	 * takes longer than op_timeout to drain, retries what it flushed. */
-	int64_t took = s->took_at[op->on_small][op->pix];
-	int64_t from = took > op->born ? took : op->born;
+	int64_t from = mv_conn_since(s, op, op->born);
 
 	if (op->abandoned || op->at->detaching || op->retries >= RETRY_MAX ||
 	    s->now + wait - from > limit)

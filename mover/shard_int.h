@@ -152,6 +152,18 @@ static inline struct mv_wr *mv_op_get(struct mv_shard *s)
 	return op;
 }
 
+/* Whether one holder (a peer, a uid) may take one more of total things
+ * while it holds mine and the others hold others: while mine stays under
+ * num/den of what the others leave. The per-peer half of the provider's
+ * queue (post.c's room_for()) and of the bounce chunks (gpu_path.c's
+ * chunk_room()), and the per-uid three quarters of the op pool and of the
+ * chunks, are all this rule. */
+static inline int mv_within_share(uint64_t mine, uint64_t others, uint64_t total, unsigned num,
+                                  unsigned den)
+{
+	return others < total && den * mine < num * (total - others);
+}
+
 /*
  * Whether at may take more ops from the shard's pool: its weighted share
  * while other clients are active, and half while none is, since others
@@ -173,7 +185,7 @@ static inline int mv_pool_room(const struct mv_shard *s, const struct mv_attach 
 	uint64_t uid = s->uids[at->uix].ops, held = MV_OPS_PER_SHARD - s->nfree;
 
 	return at->outstanding <= (uint64_t)MV_OPS_PER_SHARD * at->weight / w &&
-	       4 * uid < 3 * (MV_OPS_PER_SHARD - (held - uid));
+	       mv_within_share(uid, held - uid, MV_OPS_PER_SHARD, 3, 4);
 }
 
 /* op is at's: counted in its client's ops until reported, and in its
@@ -260,13 +272,14 @@ static inline int64_t mv_peer_took_at(const struct mv_shard *s, const struct mv_
 	return a > b ? a : b;
 }
 
-/* Since when a posted op has waited: its post, or the last completion on
- * its connection to its peer after that. */
-static inline int64_t mv_posted_since(const struct mv_shard *s, const struct mv_wr *op)
+/* Since when op has waited, counted from `from` (its post; its retries'
+ * budget, born): then, or the last completion on its connection to its
+ * peer after that, as mv_expire() and mv_retry() count. */
+static inline int64_t mv_conn_since(const struct mv_shard *s, const struct mv_wr *op, int64_t from)
 {
 	int64_t took = s->took_at[op->on_small][op->pix];
 
-	return took > op->posted_at ? took : op->posted_at;
+	return took > from ? took : from;
 }
 
 /* Op's bytes leave its client's in flight: once, when it completes or is
