@@ -59,7 +59,7 @@ DEPS_STAMP := $(B)/.deps-ok
 
 SHMRING_SRC := shmring/shmring.c
 CLIENT_SRC := libclient/client.c libclient/batch.c libclient/arena.c libclient/events.c \
-	libclient/rejoin.c libclient/memory.c libclient/names.c
+	libclient/rejoin.c libclient/memory.c libclient/names.c libclient/bind.c
 MOVER_SRC := mover/main.c mover/config.c mover/log.c mover/control.c mover/msg_check.c \
 	mover/registry.c mover/fabric.c mover/topo.c mover/cpus_held.c \
 	mover/validate.c mover/stats.c mover/trace.c mover/gpu.c mover/liveness.c mover/wake.c \
@@ -100,7 +100,9 @@ MAN_LINKS := mvc_connect_opts:mvc_connect mvc_disconnect:mvc_connect \
 	mvc_writev:mvc_write mvc_write_imm:mvc_write mvc_abort:mvc_submit \
 	mvc_submit_paged:mvc_submit mvc_inflight:mvc_submit mvc_wait:mvc_poll \
 	mvc_event_fd:mvc_poll mvc_arm:mvc_poll mvc_shard_bytes:mvc_latency \
-	mvc_shard_descs:mvc_latency mvc_unpublish:mvc_publish mvc_lookup:mvc_publish
+	mvc_shard_descs:mvc_latency mvc_unpublish:mvc_publish mvc_lookup:mvc_publish \
+	mvc_write_paged_objs:mvc_write_paged mvc_submit_paged_objs:mvc_write_paged \
+	mvc_array_take:mvc_write_paged
 MAN_LINK_PAGES := $(foreach l,$(MAN_LINKS),$(B)/man/$(firstword $(subst :, ,$(l))).3)
 
 .PHONY: soak-fleet all man demo check check-unit check-tsan check-scripts check-fuzz check-python check-soak soak fuzz fuzz-seeds \

@@ -401,6 +401,56 @@ struct mvc_latency {
 };
 int mvc_latency(const struct mvc *c, struct mvc_latency *out);
 
+/*
+ * For language bindings: a paged write whose page arrays are given as the
+ * binding's own array objects (numpy arrays, for the Python package), so
+ * that one foreign call checks them, takes them and writes or submits. The
+ * binding says where an array object keeps what libmvc reads, at byte
+ * offsets from the object's start; libmvc never writes the objects. An
+ * object is taken when its type pointer is `type` (read first, and nothing
+ * else is read when it differs), its element-type pointer is `descr` (the
+ * binding's 4-byte unsigned element type), its int dimension count is 1, its
+ * int flags hold every bit of `flags` (contiguous and aligned) and its
+ * length, an int64 at the dimension pointer, is 1 to UINT32_MAX.
+ */
+struct mvc_array_layout {
+	const void *type;
+	const void *descr;
+	uint32_t type_at;  /* the type pointer */
+	uint32_t data_at;  /* the pointer to the first element */
+	uint32_t nd_at;    /* the int number of dimensions */
+	uint32_t dims_at;  /* the pointer to the int64 length of each dimension */
+	uint32_t descr_at; /* the element type's pointer */
+	uint32_t flags_at; /* the int flags */
+	uint32_t flags;
+	uint32_t rsvd; /* 0 */
+};
+
+/* The page arrays, as objects live for the call, and the per-call values. */
+struct mvc_paged_objs {
+	const void *src_pages;
+	const void *dst_pages;
+	uint64_t src_base;
+	uint64_t dst_base;
+	uint64_t cookie; /* mvc_submit_paged_objs() only */
+};
+
+/* Returns 1 and stores obj's first element and its length when l takes
+ * obj, else 0 with nothing stored. Reads obj only; any thread. */
+int mvc_array_take(const struct mvc_array_layout *l, const void *obj, const uint32_t **data,
+                   uint64_t *n);
+
+/* When l takes both arrays of a and they are of one length: stores their
+ * elements, the length and a's bases in *p (its other fields are the
+ * caller's) and returns what mvc_write_paged(c, p), or
+ * mvc_submit_paged(c, p, a->cookie), returns. Else returns 1 with nothing
+ * stored and nothing written: the binding checks and converts the arrays
+ * itself. Thread rule of the connection. */
+int mvc_write_paged_objs(struct mvc *c, struct mvc_pages *p, const struct mvc_array_layout *l,
+                         const struct mvc_paged_objs *a);
+int mvc_submit_paged_objs(struct mvc *c, struct mvc_pages *p, const struct mvc_array_layout *l,
+                          const struct mvc_paged_objs *a);
+
 /* Bytes and WRITE descriptors this client sent through one mover shard. */
 uint64_t mvc_shard_bytes(const struct mvc *c, uint32_t shard);
 uint64_t mvc_shard_descs(const struct mvc *c, uint32_t shard);

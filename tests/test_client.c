@@ -4,7 +4,8 @@
  * source is compiled in so its static choices can be driven directly, and
  * its submission rings are real shmrings read back from the consumer side.
  * Covers the least-loaded home shard, near-GPU shard masks, and the rule
- * that a batch has exactly one END per part.
+ * that a batch has exactly one END per part; and the binding entry points'
+ * reads of array objects (bind.c), on objects laid out here.
  */
 /* libclient's sources, compiled in so their static choices can be driven. */
 #include "arena.c"
@@ -13,6 +14,7 @@
 #include "events.c"
 #include "rejoin.c"
 #include "memory.c"
+#include "bind.c"
 
 #include <check.h>
 #include <sys/wait.h>
@@ -358,6 +360,122 @@ START_TEST(test_remapped_ids_reach_the_rings_and_come_back_in_events)
 }
 END_TEST
 
+/* An array object as a binding lays one out (numpy's order), and the
+ * layout that describes it. */
+struct fake_array {
+	intptr_t refcnt;
+	const void *type;
+	uint32_t *data;
+	int nd;
+	int64_t *dims;
+	void *strides;
+	const void *descr;
+	int flags;
+};
+
+static const char array_type, u32_type, other_type;
+
+static const struct mvc_array_layout fake_layout = {
+    .type = &array_type,
+    .descr = &u32_type,
+    .type_at = offsetof(struct fake_array, type),
+    .data_at = offsetof(struct fake_array, data),
+    .nd_at = offsetof(struct fake_array, nd),
+    .dims_at = offsetof(struct fake_array, dims),
+    .descr_at = offsetof(struct fake_array, descr),
+    .flags_at = offsetof(struct fake_array, flags),
+    .flags = 0x101,
+};
+
+START_TEST(test_array_take_reads_only_arrays_it_can_use)
+{
+	uint32_t pages[4] = {3, 1, 4, 1};
+	int64_t len = 4;
+	struct fake_array a = {1, &array_type, pages, 1, &len, NULL, &u32_type, 0x101 | 0x400};
+	const uint32_t *data = NULL;
+	uint64_t n = 0;
+
+	ck_assert_int_eq(mvc_array_take(&fake_layout, &a, &data, &n), 1);
+	ck_assert_ptr_eq(data, pages);
+	ck_assert_uint_eq(n, 4);
+	/* Each field that disqualifies an array, one at a time. */
+	struct fake_array bad[] = {a, a, a, a, a, a, a};
+	bad[0].type = &other_type;
+	bad[1].descr = &other_type;
+	bad[2].nd = 2;
+	bad[3].flags = 0x001; /* contiguous, not aligned */
+	int64_t zero = 0, huge = (int64_t)UINT32_MAX + 1;
+	bad[4].dims = &zero;
+	bad[5].dims = &huge;
+	bad[6].dims = NULL;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		data = NULL;
+		n = 0;
+		ck_assert_msg(mvc_array_take(&fake_layout, &bad[i], &data, &n) == 0, "case %zu", i);
+		ck_assert_ptr_null(data);
+		ck_assert_uint_eq(n, 0);
+	}
+	ck_assert_int_eq(mvc_array_take(&fake_layout, NULL, &data, &n), 0);
+	/* An object of another type is read no further than its type: one
+	 * that ends there is safe to hand over. */
+	struct {
+		intptr_t refcnt;
+		const void *type;
+	} *small = malloc(sizeof(*small));
+	ck_assert_ptr_nonnull(small);
+	small->refcnt = 1;
+	small->type = &other_type;
+	ck_assert_int_eq(mvc_array_take(&fake_layout, small, &data, &n), 0);
+	free(small);
+}
+END_TEST
+
+START_TEST(test_paged_objs_leave_what_they_cannot_take)
+{
+	struct rig g;
+	rig_open(&g);
+	struct mvc *c = g.c;
+	uint32_t pages[4] = {0, 1, 2, 3};
+	int64_t four = 4, three = 3;
+	struct fake_array a = {1, &array_type, pages, 1, &four, NULL, &u32_type, 0x101};
+	struct fake_array b = a, shorter = a, other = a;
+	shorter.dims = &three;
+	other.descr = &other_type;
+	struct mvc_pages p = {.src = 1,
+	                      .dst = 2,
+	                      .page_size = 64,
+	                      .src_stride = 64,
+	                      .dst_stride = 64,
+	                      .src_base = 5,
+	                      .dst_base = 6};
+	struct mvc_pages before = p;
+	const struct mvc_paged_objs refused[] = {
+	    {&a, &shorter, 7, 8, 9},
+	    {&other, &b, 7, 8, 9},
+	    {&a, NULL, 7, 8, 9},
+	};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		ck_assert_int_eq(mvc_write_paged_objs(c, &p, &fake_layout, &refused[i]), 1);
+		ck_assert_int_eq(mvc_submit_paged_objs(c, &p, &fake_layout, &refused[i]), 1);
+		ck_assert_mem_eq(&p, &before, sizeof(p));
+		ck_assert_int_eq(c->open, 0);
+	}
+	/* Taken: stored in p, and the write is mvc_write_paged's own (here
+	 * refused the same way: the rig knows no region 1). */
+	const struct mvc_paged_objs ok = {&a, &b, 7, 8, 9};
+	int ret = mvc_write_paged_objs(c, &p, &fake_layout, &ok);
+	ck_assert_ptr_eq(p.src_pages, pages);
+	ck_assert_ptr_eq(p.dst_pages, pages);
+	ck_assert_uint_eq(p.npages, 4);
+	ck_assert_uint_eq(p.src_base, 7);
+	ck_assert_uint_eq(p.dst_base, 8);
+	ck_assert_int_eq(ret, mvc_write_paged(c, &p));
+	ck_assert_int_eq(mvc_submit_paged_objs(c, &p, &fake_layout, &ok),
+	                 mvc_submit_paged(c, &p, 9));
+	rig_close(&g);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("client");
@@ -373,6 +491,10 @@ int main(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("errors");
 	tcase_add_test(tc, test_region_blob_longer_than_a_blob_is_refused);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("binding");
+	tcase_add_test(tc, test_array_take_reads_only_arrays_it_can_use);
+	tcase_add_test(tc, test_paged_objs_leave_what_they_cannot_take);
 	suite_add_tcase(s, tc);
 
 	SRunner *sr = srunner_create(s);

@@ -10,10 +10,11 @@ the same connection, page arrays and regions, in the same run:
 * py: mover.Client.submit_paged(src, dst, src_pages, dst_pages, page_size,
   cookie=...), numpy page arrays, timed in Python: what a Python server
   pays when it passes the same page arrays again (a layer loop over one
-  request's pages: the client then skips their headers). One foreign call
-  (mvc_submit_paged).
+  request's pages). One foreign call (mvc_submit_paged_objs: libmvc reads
+  the arrays' headers).
 * py_new: the same with page arrays it has not seen (new views of the same
-  numbers each call, made before the timer starts): a new request's pages.
+  numbers each call, made before the timer starts): a new request's pages,
+  which take the same path.
 * py2: write_paged() then submit(), the same arrays again: the two-call
   form, shown, not judged.
 * prep: a PagedWrite made once by Client.paged() with the same arrays,

@@ -5,20 +5,23 @@ array or an (n, 3) uint64 segment array passes through untouched; other
 integer arrays are range-checked and converted; anything else is refused with
 TypeError (not integers) or ValueError (wrong shape, length or values).
 
-write_paged's fast path takes two page arrays that libmvc can use as they
-are by reading their headers where numpy's C ABI puts them (head(), HEADED,
-U32_ID, C_ALIGNED below) instead of asking numpy (dtype comparison, flags
-object, buffer export): after a wait those numpy code paths are cold and
-cost several times libmvc's own work on 65,536 pages
+write_paged's fast path hands the page arrays themselves to libmvc, which
+takes those it can use as they are by reading their headers where numpy's C
+ABI puts them (LAYOUT below, mvc_array_take(3)) instead of this package
+asking numpy (dtype comparison, flags object, buffer export) or reading the
+headers through ctypes: on 65,536 pages each such Python-level read costs
+what a thousand pages of libmvc's own work do
 (libclient/python/bench/bench_submit.py measures it)."""
 from __future__ import annotations
 
 import ctypes
 import sys
-from ctypes import c_int, c_ssize_t, c_void_p
+from ctypes import byref, c_int, c_ssize_t, c_uint64, c_void_p
 from typing import Any
 
 import numpy as np
+
+from . import _lib
 
 U32 = np.dtype(np.uint32)
 U64 = np.dtype(np.uint64)
@@ -35,37 +38,41 @@ class _ArrayHead(ctypes.Structure):
 
 
 C_ALIGNED = 0x0001 | 0x0100  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
-U32_ID = id(U32)  # the descr of every native uint32 array but byte-swapped or with metadata
-head = _ArrayHead.from_address  # head(id(a)): a's header, for an a of type HEADED only
 
 
-def _head_reads_true() -> bool:
-    """Whether head(id(a)) says what numpy says, for arrays on either side
-    of every test write_paged makes of it: only CPython's id() is an
-    address, and a numpy or CPython build with another layout (a
-    free-threaded one, say) must not be read this way."""
-    if sys.implementation.name != "cpython":
-        return False
+def _layout() -> _lib.mvc_array_layout | None:
+    """Where libmvc finds a numpy array's fields, once it is shown that
+    libmvc then takes exactly the arrays it can use as they are, at numpy's
+    own address and length, for arrays on either side of every test it
+    makes; None where it cannot be (only CPython's id() is an address, and
+    a CPython build with another object header, a free-threaded one say,
+    must not be read this way)."""
+    if sys.implementation.name != "cpython" or object.__basicsize__ != ctypes.sizeof(c_ssize_t) * 2:
+        return None
+    h = _ArrayHead
+    lay = _lib.mvc_array_layout(type=id(np.ndarray), descr=id(U32), type_at=h.ob_type.offset,
+                                data_at=h.data.offset, nd_at=h.nd.offset,
+                                dims_at=h.dimensions.offset, descr_at=h.descr.offset,
+                                flags_at=h.flags.offset, flags=C_ALIGNED)
     base = np.arange(8, dtype=np.uint32)
     ro = base.copy()
     ro.flags.writeable = False
-    try:
-        for a in (base, ro, base[::2], base.reshape(2, 4), base.reshape(2, 4).T,
-                  base.astype(np.uint64), base.astype(">u4"),
-                  np.frombuffer(bytearray(40), np.uint32, 8, 1)):  # unaligned
-            h = head(id(a))
-            c_aligned = a.flags.c_contiguous and a.flags.aligned
-            if (h.data != a.ctypes.data or h.nd != a.ndim or (h.descr == U32_ID) !=
-                    (a.dtype is U32) or ((h.flags & C_ALIGNED) == C_ALIGNED) != c_aligned):
-                return False
-    except (ValueError, TypeError, OverflowError):
-        return False
-    return True
+    data, n = c_void_p(), c_uint64()
+    for a in (base, ro, base[2:], base[::2], base.reshape(2, 4), base.reshape(2, 4).T,
+              base[:0], base.astype(np.uint64), base.astype(np.int32), base.astype(">u4"),
+              np.frombuffer(bytearray(40), np.uint32, 8, 1),  # unaligned
+              base.view(type=np.matrix), [1, 2, 3], 7, None):
+        want = (type(a) is np.ndarray and a.dtype is U32 and a.ndim == 1 and a.size > 0 and
+                a.flags.c_contiguous and a.flags.aligned)
+        took = _lib.lib.mvc_array_take(byref(lay), a, byref(data), byref(n)) == 1
+        if took != want or (want and (data.value != a.ctypes.data or n.value != a.size)):
+            return None
+    return lay
 
 
-# The type whose headers write_paged reads: None where they cannot be read,
-# and then every array goes through page_array().
-HEADED = np.ndarray if _head_reads_true() else None
+# The layout libmvc reads page arrays with: None where it cannot, and then
+# every array goes through page_array().
+LAYOUT = _layout()
 
 
 def _as_integer_array(a: Any, what: str) -> np.ndarray:

@@ -43,6 +43,18 @@ class mvc_pages(Structure):
                 ("npages", c_uint32)]
 
 
+class mvc_array_layout(Structure):
+    _fields_ = [("type", c_void_p), ("descr", c_void_p), ("type_at", c_uint32),
+                ("data_at", c_uint32), ("nd_at", c_uint32), ("dims_at", c_uint32),
+                ("descr_at", c_uint32), ("flags_at", c_uint32), ("flags", c_uint32),
+                ("rsvd", c_uint32)]
+
+
+class mvc_paged_objs(Structure):
+    _fields_ = [("src_pages", c_void_p), ("dst_pages", c_void_p), ("src_base", c_uint64),
+                ("dst_base", c_uint64), ("cookie", c_uint64)]
+
+
 class mvc_info(Structure):
     _fields_ = [("client_id", c_uint32), ("nshards", c_uint32), ("max_batches", c_uint32),
                 ("mover_id", c_uint64), ("provider", c_char * 32)]
@@ -72,7 +84,8 @@ class mvc_found(Structure):
 # The sizes mvc.h gives these structs on 64-bit Linux: a mismatch means the
 # header changed and this file must follow it.
 for _s, _n in ((mvc_mem, 40), (mvc_event, 128), (mvc_pages, 72), (mvc_info, 56), (mvc_opts, 64),
-               (mvc_latency, 272), (mvc_seg, 24), (mvc_found, 24), (mvc_mem_info, 224)):
+               (mvc_latency, 272), (mvc_seg, 24), (mvc_found, 24), (mvc_mem_info, 224),
+               (mvc_array_layout, 48), (mvc_paged_objs, 40)):
     if ctypes.sizeof(_s) != _n:
         raise ImportError(f"mover: struct {_s.__name__} is {ctypes.sizeof(_s)} bytes here and "
                           f"{_n} in mvc.h: update mover/_lib.py to the header")
@@ -106,6 +119,12 @@ _PROTOTYPES = {
     "mvc_submit": (c_int, [c_void_p, c_uint64]),
     "mvc_submit_paged": (c_int, [c_void_p, POINTER(mvc_pages), c_uint64]),
     "mvc_abort": (None, [c_void_p]),
+    "mvc_array_take": (c_int, [POINTER(mvc_array_layout), ctypes.py_object,
+                               POINTER(c_void_p), POINTER(c_uint64)]),
+    "mvc_write_paged_objs": (c_int, [c_void_p, POINTER(mvc_pages), POINTER(mvc_array_layout),
+                                     POINTER(mvc_paged_objs)]),
+    "mvc_submit_paged_objs": (c_int, [c_void_p, POINTER(mvc_pages), POINTER(mvc_array_layout),
+                                      POINTER(mvc_paged_objs)]),
     "mvc_poll": (c_int, [c_void_p, POINTER(mvc_event), c_int]),
     "mvc_wait": (c_int, [c_void_p, POINTER(mvc_event), c_int, c_int]),
     "mvc_event_fd": (c_int, [c_void_p]),
@@ -167,5 +186,6 @@ lib = _load()
 # arguments made as ctypes objects beforehand: a plain int would go as a C
 # int. Returns are the same c_int.
 raw = ctypes.CDLL(lib.path)
-for _name in ("mvc_write_paged", "mvc_submit", "mvc_submit_paged"):
+for _name in ("mvc_write_paged", "mvc_submit", "mvc_submit_paged", "mvc_write_paged_objs",
+              "mvc_submit_paged_objs"):
     getattr(raw, _name).restype = c_int

@@ -25,12 +25,8 @@ from typing import Any, NamedTuple
 from . import _lib
 from ._completions import Completions
 from ._peers import Import, Peer, Peers, _u32
-from ._arrays import C_ALIGNED as _C_ALIGNED
-from ._arrays import HEADED as _HEADED
-from ._arrays import U32 as _U32
-from ._arrays import U32_ID as _U32_ID
+from ._arrays import LAYOUT as _LAYOUT
 from ._arrays import address as _address
-from ._arrays import head as _head
 from ._arrays import page_array, segment_array
 from .errors import MoverError
 from .events import Event, Latency
@@ -41,21 +37,19 @@ U32_MAX = 0xFFFFFFFF
 U64_MAX = (1 << 64) - 1
 _lib_ = _lib.lib
 # Called with ctypes objects only (mover._lib.raw): the connection's c_void_p,
-# a byref() and a c_uint64.
+# byref()s and a c_uint64.
 _write_paged = _lib.raw.mvc_write_paged
 _submit = _lib.raw.mvc_submit
 _submit_paged = _lib.raw.mvc_submit_paged
-# Stores of plain ints that refuse what a uint64_t cannot hold (struct.error):
-# struct mvc_pages's src_base and dst_base (adjacent), and a c_uint64 ...
-_BASES_AT = _lib.mvc_pages.src_base.offset
-assert _lib.mvc_pages.dst_base.offset == _BASES_AT + 8
-_pack_bases = struct.Struct("=QQ").pack_into
-_pack_cookie = struct.Struct("=Q").pack_into
-# ... and its src_pages, dst_pages and npages (adjacent), in one call.
-_LISTS_AT = _lib.mvc_pages.src_pages.offset
-assert (_lib.mvc_pages.dst_pages.offset, _lib.mvc_pages.npages.offset) == (_LISTS_AT + 8,
-                                                                            _LISTS_AT + 16)
-_pack_lists = struct.Struct("=QQI").pack_into
+_write_paged_objs = _lib.raw.mvc_write_paged_objs
+_submit_paged_objs = _lib.raw.mvc_submit_paged_objs
+_LAYOUT_REF = None if _LAYOUT is None else byref(_LAYOUT)
+# struct mvc_paged_objs in one store: the two page arrays (their id(), which
+# libmvc reads while the call holds them), the bases and the cookie; it
+# refuses what a uint64_t cannot hold (struct.error).
+_pack_objs = struct.Struct("=QQQQQ").pack_into
+assert [f[0] for f in _lib.mvc_paged_objs._fields_] == ["src_pages", "dst_pages", "src_base",
+                                                        "dst_base", "cookie"]
 _NO_ARG = object()  # is no argument
 _NO_ARGS = (_NO_ARG,) * 5
 _INT_OR_NONE = (int, type(None))
@@ -111,14 +105,12 @@ class Client(Completions, Peers):
         self._max_events = max_events
         self._pages = _lib.mvc_pages()
         self._pages_ref = byref(self._pages)
+        self._objs = _lib.mvc_paged_objs()  # the paged calls' arrays, bases and cookie
+        self._objs_ref = byref(self._objs)
         self._cookie = c_uint64()  # submit()'s argument
         # What self._pages holds, as write_paged was given it: (src, dst,
         # page_size, src_stride, dst_stride); the bases are stored each call.
         self._paged_args: tuple[Any, ...] = _NO_ARGS
-        # The page arrays whose addresses and length self._pages holds, when
-        # write_paged took them as they are (None otherwise), and that length.
-        self._taken: tuple[Any, Any] = (None, None)
-        self._taken_n = 0
         self._keep: Any = None  # converted page arrays of the last paged call (_paged)
         self._held: deque[Event] = deque()  # events wait_for() set aside
         self._cookies = itertools.count(1)
@@ -164,7 +156,6 @@ class Client(Completions, Peers):
             except MoverError:
                 pass  # the mover is gone: disconnecting releases the rest
         self._c = None
-        self._taken = (None, None)
         self._keep = None
         self._wake_async()  # a wait_async() sleeping on the fd closed below
         _lib_.mvc_disconnect(c)
@@ -355,16 +346,24 @@ class Client(Completions, Peers):
         1-D integer arrays of equal length (C-contiguous aligned native
         uint32 numpy arrays pass without a copy or a numpy call; others are
         range-checked and converted); libmvc copies them before the call
-        returns. Pages past a region fail the batch with the mover's words.
-
-        The client keeps a reference to the last two such arrays it passed
-        as they are, and when the next call gives the very same objects with
-        the same length and dtype it does not read their headers again: so
-        they cannot be resized in place meanwhile (numpy refuses), and an
-        in-place change of their shape or strides that keeps the length
-        (numpy's setters) is not seen. Pass the reshaped array instead."""
-        ret = _write_paged(self._paged(src, dst, src_pages, dst_pages, page_size, src_base,
-                                       dst_base, src_stride, dst_stride), self._pages_ref)
+        returns. Pages past a region fail the batch with the mover's words."""
+        c = self._c
+        g = self._paged_args
+        if not (src is g[0] and dst is g[1] and page_size is g[2] and src_stride is g[3] and
+                dst_stride is g[4] and c is not None):
+            c = self._paged_geometry(src, dst, page_size, src_stride, dst_stride)
+        if type(src_base) is int and type(dst_base) is int and _LAYOUT_REF is not None:
+            try:
+                _pack_objs(self._objs, 0, id(src_pages), id(dst_pages), src_base, dst_base, 0)
+            except struct.error:
+                pass
+            else:
+                ret = _write_paged_objs(c, self._pages_ref, _LAYOUT_REF, self._objs_ref)
+                if ret == 0:
+                    return
+                if ret < 0:
+                    raise self._fail(ret, "mvc_write_paged")
+        ret = _write_paged(self._paged(src_pages, dst_pages, src_base, dst_base), self._pages_ref)
         if ret < 0:
             raise self._fail(ret, "mvc_write_paged")
 
@@ -380,35 +379,33 @@ class Client(Completions, Peers):
         leaves the batch open with the write in it (submit() or abort() it),
         and raises MoverError either way."""
         # A layer loop's call, each line of it measured (bench_submit.py):
-        # the region, import and geometry of the last call (see _paged), the
-        # same page arrays or new ones libmvc takes as they are (_take), plain
-        # int bases and cookie (None: the counter's next). struct stores the
-        # bases and the cookie in two calls and refuses what is not 0 to
-        # 2**64 - 1; then _paged and _cookie_of say why, in their words.
+        # with the region, import and geometry of the last call (see _paged)
+        # and plain int bases and cookie, one store and one foreign call,
+        # which takes page arrays libmvc can use as they are (mvc_array_take)
+        # and returns 1 for others. struct refuses bases and cookies that are
+        # not 0 to 2**64 - 1; then _paged and _cookie_of say why, in their
+        # words.
         if cookie is None:
             cookie = next(self._cookies)
         g = self._paged_args
         c = self._c
-        if (src is g[0] and dst is g[1] and page_size is g[2] and src_stride is g[3] and
-                dst_stride is g[4] and c is not None and type(src_base) is int and
-                type(dst_base) is int and type(cookie) is int):
-            t = self._taken
-            if ((src_pages is t[0] and dst_pages is t[1] and
-                 len(src_pages) == self._taken_n == len(dst_pages) and
-                 src_pages.dtype is _U32 and dst_pages.dtype is _U32) or
-                    self._take(src_pages, dst_pages)):
-                try:
-                    _pack_bases(self._pages, _BASES_AT, src_base, dst_base)
-                    _pack_cookie(self._cookie, 0, cookie)
-                except struct.error:
-                    pass
-                else:
-                    ret = _submit_paged(c, self._pages_ref, self._cookie)
-                    if ret < 0:
-                        raise self._fail(ret, "mvc_submit_paged")
+        if not (src is g[0] and dst is g[1] and page_size is g[2] and src_stride is g[3] and
+                dst_stride is g[4] and c is not None):
+            c = self._paged_geometry(src, dst, page_size, src_stride, dst_stride)
+        if (type(src_base) is int and type(dst_base) is int and type(cookie) is int and
+                _LAYOUT_REF is not None):
+            try:
+                _pack_objs(self._objs, 0, id(src_pages), id(dst_pages), src_base, dst_base,
+                           cookie)
+            except struct.error:
+                pass
+            else:
+                ret = _submit_paged_objs(c, self._pages_ref, _LAYOUT_REF, self._objs_ref)
+                if ret == 0:
                     return cookie
-        c = self._paged(src, dst, src_pages, dst_pages, page_size, src_base, dst_base,
-                        src_stride, dst_stride)
+                if ret < 0:
+                    raise self._fail(ret, "mvc_submit_paged")
+        c = self._paged(src_pages, dst_pages, src_base, dst_base)
         ck = cookie if type(cookie) is int and 0 <= cookie <= U64_MAX else self._cookie_of(cookie)
         self._cookie.value = ck
         ret = _submit_paged(c, self._pages_ref, self._cookie)
@@ -416,64 +413,22 @@ class Client(Completions, Peers):
             raise self._fail(ret, "mvc_submit_paged")
         return ck
 
-    def _paged(self, src: Any, dst: Any, src_pages: Any, dst_pages: Any, page_size: Any,
-               src_base: Any, dst_base: Any, src_stride: Any, dst_stride: Any) -> c_void_p:
-        """Checks a paged write's arguments and stores them in self._pages
-        for write_paged and submit_paged; returns the connection. Raises
-        what a closed client or bad arguments do."""
-        # A server's hot path, each line of it measured (bench_submit.py).
-        # The same two arrays as the last call, still of that length and
-        # dtype: self._pages holds their addresses already, and numpy cannot
-        # move an array's data while this client holds a reference to it
-        # (ndarray.resize refuses). Else two page arrays libmvc takes as they
-        # are, known by their headers (mover._arrays). The geometry is checked
-        # again only when an argument is not the very object the last call
-        # passed; the bases (they change with every layer of a KV cache) each
-        # call.
-        c = self._c
-        t = self._taken
-        if (src_pages is t[0] and dst_pages is t[1] and c is not None and
-                len(src_pages) == self._taken_n == len(dst_pages) and
-                src_pages.dtype is _U32 and dst_pages.dtype is _U32):
-            pass
-        elif c is None or not self._take(src_pages, dst_pages):
-            # numpy's converted arrays, held until libmvc has copied them (the
-            # caller's call, after this returns): until the next such call,
-            # or close()
-            c, sa, da, n, self._keep = self._checked_pages(src_pages, dst_pages)
-            p = self._pages
-            p.src_pages = sa
-            p.dst_pages = da
-            p.npages = n
-            self._taken = (None, None)
-        g = self._paged_args
-        if not (src is g[0] and dst is g[1] and page_size is g[2] and src_stride is g[3] and
-                dst_stride is g[4]):
-            self._paged_geometry(src, dst, page_size, src_stride, dst_stride)
-        if type(src_base) is int and type(dst_base) is int:
-            try:
-                _pack_bases(self._pages, _BASES_AT, src_base, dst_base)
-                return c
-            except struct.error:
-                pass
+    def _paged(self, src_pages: Any, dst_pages: Any, src_base: Any, dst_base: Any) -> c_void_p:
+        """Checks a paged write's page arrays and bases and stores them in
+        self._pages for write_paged and submit_paged where their one-call
+        path did not take them (page arrays numpy must convert, bases that
+        are not plain ints in range); returns the connection. Raises what a
+        closed client or bad arguments do."""
+        # numpy's converted arrays, held until libmvc has copied them (the
+        # caller's call, after this returns): until the next such call, or
+        # close().
+        c, sa, da, n, self._keep = self._checked_pages(src_pages, dst_pages)
+        p = self._pages
+        p.src_pages = sa
+        p.dst_pages = da
+        p.npages = n
         self._paged_bases(src_base, dst_base)
         return c
-
-    def _take(self, src_pages: Any, dst_pages: Any) -> bool:
-        """Whether src_pages and dst_pages are page arrays libmvc takes as
-        they are (C-contiguous aligned native uint32, 1-D, of one length),
-        known by their headers (mover._arrays); if so they are stored in
-        self._pages and held as self._taken."""
-        if (type(src_pages) is _HEADED and type(dst_pages) is _HEADED and
-                (hs := _head(id(src_pages))).descr == _U32_ID and
-                (hd := _head(id(dst_pages))).descr == _U32_ID and hs.nd == 1 and hd.nd == 1 and
-                hs.flags & hd.flags & _C_ALIGNED == _C_ALIGNED and
-                0 < (n := len(src_pages)) <= U32_MAX and n == len(dst_pages)):
-            _pack_lists(self._pages, _LISTS_AT, hs.data, hd.data, n)
-            self._taken = (src_pages, dst_pages)
-            self._taken_n = n
-            return True
-        return False
 
     def _checked_pages(self, src_pages: Any,
                        dst_pages: Any) -> tuple[c_void_p, int, int, int, tuple[Any, ...]]:
@@ -496,11 +451,13 @@ class Client(Completions, Peers):
         p.dst_base = _index(dst_base, "dst_base")
 
     def _paged_geometry(self, src: Any, dst: Any, page_size: Any, src_stride: Any,
-                        dst_stride: Any) -> None:
+                        dst_stride: Any) -> c_void_p:
         """Checks write_paged's source, destination, page size and strides
         and stores them in self._pages; the next call with the same
         (immutable) objects skips this (_free forgets them when a region
-        goes). Plain ints in range skip _index."""
+        goes). Plain ints in range skip _index. Returns the connection;
+        raises what a closed client or bad arguments do."""
+        c = self._h()
         s, d, ps, ss, ds = self._geometry(src, dst, page_size, src_stride, dst_stride)
         p = self._pages
         p.src = s
@@ -516,6 +473,7 @@ class Client(Completions, Peers):
             self._paged_args = (src, dst, page_size, src_stride, dst_stride)
         else:
             self._paged_args = _NO_ARGS
+        return c
 
     def _geometry(self, src: Any, dst: Any, page_size: Any, src_stride: Any,
                   dst_stride: Any) -> tuple[int, int, int, int, int]:

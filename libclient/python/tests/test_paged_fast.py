@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""write_paged's fast path: page arrays libmvc can take as they are go by
-their headers (mover._arrays.head), every other array through numpy's checks
+"""write_paged's fast path: page arrays libmvc can take as they are go to it
+as they are, and it reads their headers (mvc_array_take, with the layout
+mover._arrays.LAYOUT checked at import); every other array through numpy's checks
 and conversion (page_array), and the geometry of the last call is reused
 only for the very same immutable arguments. Each case is checked against
 numpy's own view of the array, and by the bytes that land on the receiver."""
@@ -68,7 +69,7 @@ def test_the_fast_path_is_on_where_headers_can_be_read():
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
     if sys.implementation.name != "cpython" or not gil:
         pytest.skip(f"{sys.implementation.name}, GIL {gil}: the headers are not read here")
-    assert _arrays.HEADED is np.ndarray
+    assert _arrays.LAYOUT is not None
 
 
 @pytest.fixture
@@ -90,7 +91,7 @@ def test_only_what_libmvc_can_use_skips_numpy(tcp_pair, checked, name):
     p = tcp_pair
     a = KINDS[name](np.arange(64, dtype=np.int64))
     b = np.arange(64, dtype=np.uint32)
-    fast = libmvc_takes(a) and _arrays.HEADED is not None
+    fast = libmvc_takes(a) and _arrays.LAYOUT is not None
     assert fast == (name in ("uint32", "uint32 slice at an offset", "read-only uint32"))
     for sp, dp in ((a, b), (b, a)):
         checked.clear()
@@ -210,33 +211,38 @@ def test_reused_geometry_still_refuses_what_changed(tcp_pair):
 
 
 @pytest.fixture
-def heads(monkeypatch):
-    """The arrays whose headers write_paged reads (mover._arrays.head), recorded."""
+def taken(monkeypatch):
+    """What each one-call foreign call (mvc_write_paged_objs,
+    mvc_submit_paged_objs) returned: 0 where libmvc took the arrays, 1
+    where it left them to numpy's path."""
     seen: list[int] = []
 
-    def head(address):
-        seen.append(address)
-        return _arrays.head(address)
+    def recording(fn):
+        def call(*args):
+            ret = fn(*args)
+            seen.append(ret)
+            return ret
+        return call
 
-    monkeypatch.setattr(client_module, "_head", head)
+    for name in ("_write_paged_objs", "_submit_paged_objs"):
+        monkeypatch.setattr(client_module, name, recording(getattr(client_module, name)))
     return seen
 
 
-def test_the_same_arrays_again_send_what_they_hold_now(pair, heads, checked):
-    """The second call with the very same arrays reads no header and no
-    numpy check, and still sends the pages they hold at that call."""
+def test_the_same_arrays_again_send_what_they_hold_now(pair, taken, checked):
+    """Once the geometry is known, a call with arrays libmvc takes makes no
+    numpy check, and sends the pages they hold at that call."""
     src = fill(pair, 13)
     s = src.reshape(NPAGES, PAGE)
     sp = np.arange(8, dtype=np.uint32)
     dp = np.arange(8, dtype=np.uint32)
     pair.a.write_paged(pair.src, pair.imp, sp, dp, PAGE)
-    assert len(heads) == 2 and checked == []
+    assert taken == [0] and checked == []
     first = sp.copy()
     sp[:] = [200, 9, 8, 7, 6, 5, 4, 3]
     dp += 100
-    heads.clear()
     pair.a.write_paged(pair.src, pair.imp, sp, dp, PAGE)
-    assert heads == [] and checked == []
+    assert taken == [0, 0] and checked == []
     land(pair, 13)
     d = pair.dst.numpy().reshape(NPAGES, PAGE)
     assert np.array_equal(d[:8], s[first])
@@ -256,28 +262,31 @@ def mutated(what, fn) -> None:
             pytest.skip(f"numpy {np.__version__} refuses {what} in place: {e}")
 
 
-def test_an_in_place_change_of_the_same_arrays_is_seen(tcp_pair, heads):
-    """The arrays the last call took as they are: a dtype or length changed
-    in place sends them down the checked paths again, and numpy cannot
-    resize them under the client."""
+def test_an_in_place_change_of_the_same_arrays_is_seen(tcp_pair, taken):
+    """The client keeps nothing of the arrays a call took: their length,
+    shape or dtype changed in place after it is what the next call sees."""
     p = tcp_pair
     a = np.arange(64, dtype=np.uint32)
     b = a.copy()
     p.a.write_paged(p.src, p.imp, a, b, 64)
     p.a.abort()
-    with pytest.raises(ValueError):
-        a.resize(128)  # the client holds a reference: numpy refuses
+    assert taken[-1] == 0
+    a.resize(128, refcheck=False)  # nothing of the client's holds it
+    refused_before_the_mover(p, ValueError, lambda: p.a.write_paged(p.src, p.imp, a, b, 64),
+                             "one destination page")
+    assert taken[-1] == 1
+    a.resize(64, refcheck=False)
     mutated("a shape", lambda: setattr(a, "shape", (32, 2)))
     refused_before_the_mover(p, ValueError, lambda: p.a.write_paged(p.src, p.imp, a, b, 64),
                              "one-dimensional")
     a.shape = (64,)
-    heads.clear()
     p.a.write_paged(p.src, p.imp, a, b, 64)
     p.a.abort()
-    assert heads == []  # the refused call left what libmvc was handed as it was
+    assert taken[-1] == 0
     mutated("a dtype", lambda: setattr(a, "dtype", np.float32))
     refused_before_the_mover(p, TypeError, lambda: p.a.write_paged(p.src, p.imp, a, b, 64),
                              "integers")
+    assert taken[-1] == 1
 
 
 def test_submit_paged_lands_every_kind_of_page_array(pair):
