@@ -20,8 +20,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#define MEMBERS "members/"
-#define REGIONS "regions/"
+#define MEMBERS        "members/"
+#define REGIONS        "regions/"
+#define MV_ETCD_JOIN_S 15 /* how long a start asks an etcd that does not answer */
 
 static void notify(struct mv_cluster *c, struct mv_cev *ev)
 {
@@ -514,7 +515,15 @@ int mv_cluster_start(struct mover *mv, char *why, size_t whylen)
 		goto err_free;
 	c->etcd.on_event = on_watch;
 	c->etcd.arg = c;
-	if ((ret = register_all(c, why, whylen)) || (ret = resync(c, why, whylen))) {
+	/* An etcd that took our connection but did not answer in time (a
+	 * loaded host: fleet.sh saw a 2-core machine's etcd not answer a
+	 * joining mover in 2 s) is asked again for MV_ETCD_JOIN_S; one that
+	 * refuses or cannot be reached fails the start now. */
+	int64_t until = mv_now_ns() + MV_ETCD_JOIN_S * 1000000000ll;
+	while (((ret = register_all(c, why, whylen)) || (ret = resync(c, why, whylen))) &&
+	       c->etcd.timed_out && mv_now_ns() < until)
+		mv_log("cluster %s: %s; asking again", mv->cfg.cluster, why);
+	if (ret) {
 		char tmp[256];
 		snprintf(tmp, sizeof(tmp), "%s", why);
 		snprintf(why, whylen, "cannot join cluster %s: %s (is etcd running there?)",

@@ -156,6 +156,7 @@ static int call(struct mv_etcd *e, const char *path, struct json_object *req,
 		err[0] = 0;
 		b.len = 0;
 		CURLcode rc = curl_easy_perform(h);
+		e->timed_out = rc == CURLE_OPERATION_TIMEDOUT;
 		if (rc == CURLE_OK) {
 			curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
 			ret = 0;

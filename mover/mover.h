@@ -42,7 +42,9 @@
 #define MV_CLIENT_MAX_PEERS   1024u
 #define MV_MAX_PEERS          4096u
 #define MV_UID_SLOTS          (2 * MV_MAX_CLIENTS) /* a shard's uids of clients and held ops */
-#define MV_ATTACH_PEERS       8u /* peers whose bytes in flight a client's attachment counts */
+#define MV_ATTACH_PEERS       8u /* peers a client's attachment counts bytes in flight to in slots */
+#define MV_TIX_MORE           MV_ATTACH_PEERS /* an op counted in its attachment's to_more[] */
+#define MV_TIX_NONE           255u            /* an op not counted by peer */
 /* iovs one op holds: a same-host copy, which no provider limits, merges up
  * to this many writes, so that a batch of small writes is a few ops */
 #define MV_IOV_MAX       16u
@@ -301,15 +303,17 @@ struct mv_attach {
 	uint64_t inflight;            /* bytes posted and not yet completed */
 	uint32_t inflight_ops;        /* ops posted and not yet completed (an immediate: 0 bytes) */
 	int64_t inflight_since;       /* when inflight last left 0 (post.c) */
-	/* Of inflight, by peer: the first MV_ATTACH_PEERS peers it has
-	 * writes in flight to (a slot is free while its ops are 0), so that
-	 * one peer's backlog holds up none of its writes to others (post.c's
-	 * peer_hogs()). */
+	/* Of inflight, by peer, so that one peer's backlog holds up none of
+	 * its writes to others (post.c's peer_hogs()): MV_ATTACH_PEERS slots
+	 * for the peers it has writes in flight to (a slot is free while its
+	 * ops are 0), and, once it has more at once, to_more[] by peer index
+	 * (MV_MAX_PEERS of them, made then; shard_int.h's mv_inflight_to_add()
+	 * keeps each peer in one of the two). */
 	struct mv_inflight_to {
 		uint32_t pix;
 		uint32_t ops;
 		uint64_t bytes;
-	} to[MV_ATTACH_PEERS];
+	} to[MV_ATTACH_PEERS], *to_more;
 	struct mv_yields held;      /* its pieces held for others' small writes (post.c) */
 	struct mv_yields cut_short; /* its bursts ended early for other clients (post.c) */
 	uint64_t posted_bytes;      /* bytes handed to the fabric, ever */

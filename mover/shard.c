@@ -63,6 +63,7 @@ static void attach_free(struct mv_attach *at)
 	free(at->parts);
 	free(at->ovf);
 	free(at->waits);
+	free(at->to_more);
 	free(at);
 }
 

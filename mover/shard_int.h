@@ -31,6 +31,7 @@
 
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 
@@ -86,7 +87,7 @@ struct mv_wr {
 	uint8_t on_small; /* posted on the small-write endpoint (fab.ep_small) */
 	uint8_t promoted; /* queued ahead of a head whose peer could not take it (queue.c) */
 	uint8_t waiting;  /* queued, its deadline counts: it was its client's head */
-	uint8_t tix;      /* posted: its slot in at->to[], or MV_ATTACH_PEERS: none */
+	uint8_t tix;      /* posted: its slot in at->to[], MV_TIX_MORE or MV_TIX_NONE */
 	uint64_t bytes;
 	uint64_t copied; /* MV_PATH_SAMEHOST: bytes copied so far (bytes: what is left) */
 	uint64_t data;
@@ -207,18 +208,27 @@ static inline void mv_took_none(const struct mv_shard *s, const struct mv_peer *
 	         (unsigned long long)p->mover_id, s->mv->cfg.op_timeout_ms);
 }
 
-/* at's bytes in flight to the peer of index pix, as far as at->to[] counts. */
+static_assert(MV_ATTACH_PEERS < MV_TIX_NONE && MV_TIX_MORE < MV_TIX_NONE,
+              "mv_wr.tix holds a slot, MV_TIX_MORE or MV_TIX_NONE");
+static_assert(MV_MAX_PEERS <= UINT16_MAX + 1, "mv_wr.pix indexes to_more[]");
+
+/* at's bytes in flight to the peer of index pix. */
 static inline uint64_t mv_inflight_to(const struct mv_attach *at, uint32_t pix)
 {
 	for (uint32_t i = 0; i < MV_ATTACH_PEERS; i++)
 		if (at->to[i].ops && at->to[i].pix == pix)
 			return at->to[i].bytes;
-	return 0;
+	return at->to_more && pix < MV_MAX_PEERS ? at->to_more[pix].bytes : 0;
 }
 
-/* Counts op's bytes in at->to[]: its peer's slot, or a free one, or none. */
+/* Counts op's bytes where its peer's are counted: its peer's slot, else
+ * to_more[] where the peer has ops there already, else a free slot, else
+ * to_more[] (made now). op->tix says which: a slot, MV_TIX_MORE, or
+ * MV_TIX_NONE when to_more[] cannot be made (the op is then not counted by
+ * peer, and a backlog of its peer's is not passed). */
 static inline void mv_inflight_to_add(struct mv_attach *at, struct mv_wr *op)
 {
+	struct mv_inflight_to *t = NULL;
 	uint32_t free = MV_ATTACH_PEERS;
 
 	for (uint32_t i = 0; i < MV_ATTACH_PEERS; i++) {
@@ -229,12 +239,23 @@ static inline void mv_inflight_to_add(struct mv_attach *at, struct mv_wr *op)
 		if (!at->to[i].ops && free == MV_ATTACH_PEERS)
 			free = i;
 	}
-	op->tix = (uint8_t)free;
-	if (free == MV_ATTACH_PEERS)
-		return;
-	at->to[free].pix = op->pix;
-	at->to[free].ops++;
-	at->to[free].bytes += op->bytes;
+	if (free < MV_ATTACH_PEERS &&
+	    (at->to[free].ops || !at->to_more || !at->to_more[op->pix].ops)) {
+		t = &at->to[free];
+		op->tix = (uint8_t)free;
+	} else {
+		if (!at->to_more && op->pix < MV_MAX_PEERS)
+			at->to_more = calloc(MV_MAX_PEERS, sizeof(*at->to_more));
+		if (!at->to_more || op->pix >= MV_MAX_PEERS) {
+			op->tix = MV_TIX_NONE;
+			return;
+		}
+		t = &at->to_more[op->pix];
+		op->tix = MV_TIX_MORE;
+	}
+	t->pix = op->pix;
+	t->ops++;
+	t->bytes += op->bytes;
 }
 
 static inline void mv_posted_add(struct mv_shard *s, struct mv_wr *op)
@@ -290,9 +311,12 @@ static inline void mv_inflight_end(struct mv_wr *op)
 	if (op->inflight_counted) {
 		op->at->inflight -= op->bytes;
 		op->at->inflight_ops--;
-		if (op->tix < MV_ATTACH_PEERS) {
-			op->at->to[op->tix].bytes -= op->bytes;
-			op->at->to[op->tix].ops--;
+		struct mv_inflight_to *t = op->tix < MV_ATTACH_PEERS ? &op->at->to[op->tix]
+		                           : op->tix == MV_TIX_MORE  ? &op->at->to_more[op->pix]
+		                                                     : NULL;
+		if (t) {
+			t->bytes -= op->bytes;
+			t->ops--;
 		}
 	}
 	op->inflight_counted = 0;

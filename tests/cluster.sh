@@ -5,7 +5,8 @@
 # error), --etcd without --cluster, malformed and foreign keys under the
 # prefix (ignored, with a log line each), and etcd lost while the movers
 # run (they keep serving the peers they know, say so in the log and in
-# mvstat --cluster) and back with its data gone (they register again).
+# mvstat --cluster) and back with its data gone (they register again);
+# and an etcd that answers late at a mover's start (it asks again).
 # Skipped, with the reason, where etcd is not installed.
 set -u
 B=${MV_BUILD:-build}
@@ -124,8 +125,24 @@ for _ in $(seq 50); do
 done
 [ "$(grep -c '^member ' "$dir/st3")" = 2 ] || fail "after etcd came back: $(cat "$dir/st3")"
 echo "cluster: etcd back with its data gone: both movers registered again, 2 members listed"
-kill "$pid_a" "$pid_b"
-wait "$pid_a" "$pid_b" 2>/dev/null
+
+# 5. An etcd that takes the connection but answers late at a mover's start
+# (stopped for 3 s, longer than one request's 2 s): the mover asks again
+# and joins, where it used to give up.
+kill -STOP "$etcd_pid"
+(sleep 3 && kill -CONT "$etcd_pid") &
+start_mover c
+grep -q "cluster $cl: .*asking again" "$dir/c.log" || fail "mover c joined without asking again"
+await_log "$dir/c.log" "registered as"
+for _ in $(seq 50); do
+	"$B"/bin/mvstat --socket "$dir/c.sock" --cluster >"$dir/st4"
+	[ "$(grep -c '^member ' "$dir/st4")" = 3 ] && break
+	sleep 0.1
+done
+[ "$(grep -c '^member ' "$dir/st4")" = 3 ] || fail "mover c after a late etcd: $(cat "$dir/st4")"
+echo "cluster: etcd answering late at start: $(grep -o 'etcd at .*asking again' "$dir/c.log" | head -n 1 | cut -c1-90); joined, 3 members listed"
+kill "$pid_a" "$pid_b" "$pid_c"
+wait "$pid_a" "$pid_b" "$pid_c" 2>/dev/null
 # A sanitizer build (make SANITIZE=...) reports into the movers' logs.
 if grep -l "Sanitizer\|runtime error:" "$dir"/*.log; then fail "a sanitizer report"; fi
 echo "cluster: passed"

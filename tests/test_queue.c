@@ -5,7 +5,8 @@
  * tail or the head (a retry), go from the head, are promoted past a head
  * whose peer refused them, and are taken out by peer (a deadline). After
  * every step each peer's ops are in the order a FIFO per peer would have
- * them, none is lost, and the runs describe the queue.
+ * them, none is lost, and the runs describe the queue. And the client's
+ * bytes in flight by peer, for more peers than it has slots.
  */
 #include <check.h>
 #include <stdint.h>
@@ -257,6 +258,56 @@ START_TEST(test_promotion_keeps_each_peers_order_whatever_happens)
 }
 END_TEST
 
+/* at's bytes in flight by peer (shard_int.h's mv_inflight_to_add() and
+ * mv_inflight_end()) for a client with writes in flight to up to 40 peers
+ * at once, more than its MV_ATTACH_PEERS slots: ops posted and completed at
+ * random, every peer's count checked against a model after each step. */
+START_TEST(test_bytes_in_flight_are_counted_for_every_peer)
+{
+	enum { NP = 40, NF = 256 };
+	static struct mv_wr fl[NF];
+	uint64_t want[NP] = {0};
+	uint32_t live[NF], nlive = 0, more = 0;
+	unsigned seed = 7;
+
+	memset(fl, 0, sizeof(fl));
+	for (uint32_t i = 0; i < NF; i++)
+		live[i] = i; /* [nlive, NF): free */
+	for (int step = 0; step < 200000; step++) {
+		if (nlive < NF && (nlive == 0 || rand_r(&seed) % 2)) {
+			struct mv_wr *op = &fl[live[nlive++]];
+			/* Skewed: a few peers often, the rest now and then. */
+			uint32_t r = (uint32_t)rand_r(&seed);
+			op->pix = (uint16_t)(r % 3 ? r % 6 : r % NP);
+			op->bytes = 4096u << (r % 5);
+			op->at = at;
+			op->inflight_counted = 1;
+			mv_inflight_to_add(at, op);
+			ck_assert_uint_ne(op->tix, MV_TIX_NONE);
+			more += op->tix == MV_TIX_MORE;
+			want[op->pix] += op->bytes;
+		} else {
+			uint32_t k = (uint32_t)rand_r(&seed) % nlive;
+			struct mv_wr *op = &fl[live[k]];
+			want[op->pix] -= op->bytes;
+			mv_inflight_end(op);
+			uint32_t t = live[k];
+			live[k] = live[--nlive];
+			live[nlive] = t;
+		}
+		if (step % 97 == 0 || nlive == 0)
+			for (uint32_t p = 0; p < NP; p++)
+				ck_assert_msg(mv_inflight_to(at, p) == want[p],
+				              "step %d peer %u: %llu, not %llu", step, p,
+				              (unsigned long long)mv_inflight_to(at, p),
+				              (unsigned long long)want[p]);
+	}
+	ck_assert_ptr_nonnull(at->to_more);
+	ck_assert_uint_gt(more, 1000);
+	free(at->to_more);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *su = suite_create("queue");
@@ -266,6 +317,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_a_refused_head_lets_the_next_peers_run_go_first);
 	tcase_add_test(tc, test_promotion_keeps_each_peers_order_whatever_happens);
+	tcase_add_test(tc, test_bytes_in_flight_are_counted_for_every_peer);
 	suite_add_tcase(su, tc);
 	SRunner *sr = srunner_create(su);
 	srunner_run_all(sr, CK_NORMAL);
