@@ -271,18 +271,21 @@ static void name_key(struct mv_cluster *c, const char *name, char *key, size_t l
 	snprintf(key, len, "%s" REGIONS "%s", c->prefix, name);
 }
 
-/* Grants a lease and puts our member key and live names under it. */
-static int register_all(struct mv_cluster *c, char *why, size_t whylen)
+/* Grants a lease (keep: unless one was granted already) and puts our
+ * member key and live names under it. */
+static int register_all(struct mv_cluster *c, int keep, char *why, size_t whylen)
 {
 	char key[256];
 	int64_t lease;
 	int ret;
 
-	if ((ret = mv_etcd_grant(&c->etcd, c->ttl, &lease, why, whylen)))
-		return ret;
-	pthread_mutex_lock(&c->mu); /* the listing reads it */
-	c->lease = lease;
-	pthread_mutex_unlock(&c->mu);
+	if (!keep || !c->lease) {
+		if ((ret = mv_etcd_grant(&c->etcd, c->ttl, &lease, why, whylen)))
+			return ret;
+		pthread_mutex_lock(&c->mu); /* the listing reads it */
+		c->lease = lease;
+		pthread_mutex_unlock(&c->mu);
+	}
 	if ((ret = mv_etcd_put(&c->etcd, c->self_key, c->self_value, c->lease, 0, why, whylen)))
 		return ret;
 	pthread_mutex_lock(&c->mu);
@@ -411,7 +414,7 @@ static int come_back(struct mv_cluster *c, char *why, size_t whylen)
 
 	if (ret)
 		return ret;
-	if (ttl <= 0 && (ret = register_all(c, why, whylen)))
+	if (ttl <= 0 && (ret = register_all(c, 0, why, whylen)))
 		return ret;
 	if ((ret = resync(c, why, whylen)))
 		return ret;
@@ -471,7 +474,7 @@ static void *cluster_main(void *arg)
 		if (ttl <= 0) {
 			mv_error("etcd: our lease %llx expired: registering again",
 			         (unsigned long long)c->lease);
-			if (register_all(c, why, sizeof(why))) {
+			if (register_all(c, 0, why, sizeof(why))) {
 				set_down(c, why);
 				continue;
 			}
@@ -517,14 +520,19 @@ int mv_cluster_start(struct mover *mv, char *why, size_t whylen)
 	c->etcd.arg = c;
 	/* An etcd that took our connection but did not answer in time (a
 	 * loaded host: fleet.sh saw a 2-core machine's etcd not answer a
-	 * joining mover in 2 s) is asked again for MV_ETCD_JOIN_S; one that
-	 * refuses or cannot be reached fails the start now. */
+	 * joining mover in 2 s) is asked again, under the lease it granted if
+	 * it did, until MV_ETCD_JOIN_S have passed (a try under way ends
+	 * first); one that refuses or cannot be reached fails the start now. */
 	int64_t until = mv_now_ns() + MV_ETCD_JOIN_S * 1000000000ll;
-	while (((ret = register_all(c, why, whylen)) || (ret = resync(c, why, whylen))) &&
+	while (((ret = register_all(c, 1, why, whylen)) || (ret = resync(c, why, whylen))) &&
 	       c->etcd.timed_out && mv_now_ns() < until)
 		mv_log("cluster %s: %s; asking again", mv->cfg.cluster, why);
 	if (ret) {
-		char tmp[256];
+		char tmp[256], w[MV_ERRLEN];
+		/* Keys put under it go now, not at the lease's end (best
+		 * effort: etcd may be what failed). */
+		if (c->lease)
+			mv_etcd_revoke(&c->etcd, c->lease, w, sizeof(w));
 		snprintf(tmp, sizeof(tmp), "%s", why);
 		snprintf(why, whylen, "cannot join cluster %s: %s (is etcd running there?)",
 		         mv->cfg.cluster, tmp);

@@ -156,7 +156,13 @@ static int call(struct mv_etcd *e, const char *path, struct json_object *req,
 		err[0] = 0;
 		b.len = 0;
 		CURLcode rc = curl_easy_perform(h);
-		e->timed_out = rc == CURLE_OPERATION_TIMEDOUT;
+		/* Timed out once connected: the endpoint took the connection and
+		 * did not answer (a connect that timed out is unreachable). */
+		curl_off_t connected = 0;
+		e->timed_out =
+		    rc == CURLE_OPERATION_TIMEDOUT &&
+		    curl_easy_getinfo(h, CURLINFO_CONNECT_TIME_T, &connected) == CURLE_OK &&
+		    connected > 0;
 		if (rc == CURLE_OK) {
 			curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
 			ret = 0;

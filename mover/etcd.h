@@ -22,7 +22,7 @@ struct mv_etcd {
 	int nurls;
 	int cur;             /* the endpoint that answered last */
 	int timeout_ms;      /* of one request */
-	int timed_out;       /* the last request failed for want of an answer in timeout_ms */
+	int timed_out;       /* the last request, connected, had no answer in timeout_ms */
 	void *easy;          /* CURL *: requests */
 	void *multi;         /* CURLM *: the watch stream */
 	void *watch;         /* CURL *: the watch stream, or NULL */

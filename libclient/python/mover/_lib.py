@@ -186,6 +186,13 @@ lib = _load()
 # arguments made as ctypes objects beforehand: a plain int would go as a C
 # int. Returns are the same c_int.
 raw = ctypes.CDLL(lib.path)
-for _name in ("mvc_write_paged", "mvc_submit", "mvc_submit_paged", "mvc_write_paged_objs",
-              "mvc_submit_paged_objs"):
+for _name in ("mvc_write_paged", "mvc_submit", "mvc_submit_paged"):
     getattr(raw, _name).restype = c_int
+
+# The calls that read Python objects (the page arrays' headers), the same
+# way but keeping the GIL: another thread cannot reshape or resize an array
+# while libmvc reads its header and copies its elements (tens of
+# microseconds at 65,536 pages, the same as the calls above take).
+held = ctypes.PyDLL(lib.path)
+for _name in ("mvc_write_paged_objs", "mvc_submit_paged_objs"):
+    getattr(held, _name).restype = c_int

@@ -41,8 +41,8 @@ _lib_ = _lib.lib
 _write_paged = _lib.raw.mvc_write_paged
 _submit = _lib.raw.mvc_submit
 _submit_paged = _lib.raw.mvc_submit_paged
-_write_paged_objs = _lib.raw.mvc_write_paged_objs
-_submit_paged_objs = _lib.raw.mvc_submit_paged_objs
+_write_paged_objs = _lib.held.mvc_write_paged_objs  # with the GIL: they read the arrays
+_submit_paged_objs = _lib.held.mvc_submit_paged_objs
 _LAYOUT_REF = None if _LAYOUT is None else byref(_LAYOUT)
 # struct mvc_paged_objs in one store: the two page arrays (their id(), which
 # libmvc reads while the call holds them), the bases and the cookie; it
@@ -346,7 +346,10 @@ class Client(Completions, Peers):
         1-D integer arrays of equal length (C-contiguous aligned native
         uint32 numpy arrays pass without a copy or a numpy call; others are
         range-checked and converted); libmvc copies them before the call
-        returns. Pages past a region fail the batch with the mover's words."""
+        returns, holding the GIL while it reads them. Pages past a region
+        fail the batch with the mover's words. Where several arguments are
+        wrong, the one raised for is checked in this order: src, dst,
+        page_size and the strides; the page arrays; the bases."""
         c = self._c
         g = self._paged_args
         if not (src is g[0] and dst is g[1] and page_size is g[2] and src_stride is g[3] and
@@ -379,7 +382,8 @@ class Client(Completions, Peers):
         leaves the batch open with the write in it (submit() or abort() it),
         and raises MoverError either way."""
         # A layer loop's call, each line of it measured (bench_submit.py):
-        # with the region, import and geometry of the last call (see _paged)
+        # with the region, import and geometry of the last call (see
+        # _paged_geometry)
         # and plain int bases and cookie, one store and one foreign call,
         # which takes page arrays libmvc can use as they are (mvc_array_take)
         # and returns 1 for others. struct refuses bases and cookies that are
