@@ -83,9 +83,12 @@ int mv_one_may_come(const struct mv_shard *s)
  * takes long, a flood's piece waits a little for a client whose batch just
  * completed with nothing of it left queued or in flight: about as long as
  * that client took to come back before (twice that, and a microsecond),
- * never as long as a piece's post, and never more than a quarter of the
- * client's own cycle, so the waiting costs the others a quarter of the
+ * never as long as a piece's post, and never more than a third of the
+ * client's own cycle, so the waiting costs the others a third of the
  * shard's time at most (the anticipatory disk scheduler's idea, bounded).
+ * A quarter was too little on shm, where a piece's copy takes about 2 us
+ * and a small batch's cycle 3-5: the client came back after the hold ran
+ * out, into the piece's copy (ANTICIPATE_SHARE).
  * Only a client of the flood's weight or more is waited for: an operator
  * who weighs a bulk job above the others keeps its pieces from waiting.
  * Holds are yields (mv_yield()): a run of them ends with one piece posted
@@ -93,6 +96,7 @@ int mv_one_may_come(const struct mv_shard *s)
  */
 #define ANTICIPATE_MIN_NS 2000 /* posts quicker than this hold nobody long */
 #define ANTICIPATE_PAD_NS 1000 /* past twice the client's usual return */
+#define ANTICIPATE_SHARE  3    /* a client is waited for a 1/3 of its cycle at most */
 
 /* Whether a client other than at is expected back before at's next piece
  * could be posted and done with. */
@@ -108,8 +112,8 @@ int mv_anticipated(const struct mv_shard *s, const struct mv_attach *at)
 		    o->cur.active || o->inflight_ops || !mv_serving(o))
 			continue;
 		int64_t wait = 2 * o->react_ns + ANTICIPATE_PAD_NS;
-		if (wait > o->cycle_ns / 4)
-			wait = o->cycle_ns / 4;
+		if (wait > o->cycle_ns / ANTICIPATE_SHARE)
+			wait = o->cycle_ns / ANTICIPATE_SHARE;
 		if (wait < post && s->now - o->done_at < wait)
 			return 1;
 	}

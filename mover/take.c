@@ -187,7 +187,7 @@ static int take_write(struct mv_shard *s, struct mv_attach *at, const struct mv_
  * stamp is the client's word, taken only between that completion and the
  * take: it can make the client look quicker than it was, never slower, and
  * the cycle is the shard's own clock, so what others wait for a client
- * stays within the quarter of its real cycle that post.c allows.
+ * stays within the third of its real cycle that hold.c allows.
  */
 #define REACT_MAX_NS 50000
 
