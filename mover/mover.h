@@ -314,7 +314,8 @@ struct mv_attach {
 		uint32_t ops;
 		uint64_t bytes;
 	} to[MV_ATTACH_PEERS], *to_more;
-	struct mv_yields held;      /* its pieces held for others' small writes (post.c) */
+	uint32_t hog;          /* 1 + the index of the peer peer_hogs() last found, or 0 (post.c) */
+	struct mv_yields held; /* its pieces held for others' small writes (post.c) */
 	struct mv_yields cut_short; /* its bursts ended early for other clients (post.c) */
 	uint64_t posted_bytes;      /* bytes handed to the fabric, ever */
 	int64_t last_take;          /* when this shard last took a descriptor of it */
