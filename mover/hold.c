@@ -84,8 +84,9 @@ int mv_one_may_come(const struct mv_shard *s)
  * completed with nothing of it left queued or in flight: about as long as
  * that client took to come back before (twice that, and a microsecond),
  * never as long as a piece's post, and never more than a third of the
- * client's own cycle, so the waiting costs the others a third of the
- * shard's time at most (the anticipatory disk scheduler's idea, bounded).
+ * client's own cycle, so the waiting for one client costs the others a
+ * third of the shard's time at most (the anticipatory disk scheduler's
+ * idea, bounded; for several such clients the yield runs below bound it).
  * A quarter was too little on shm, where a piece's copy takes about 2 us
  * and a small batch's cycle 3-5: the client came back after the hold ran
  * out, into the piece's copy (ANTICIPATE_SHARE).

@@ -41,9 +41,10 @@ static_assert(LAND_WINDOW <= UINT8_MAX && MV_MAX_PEERS <= UINT16_MAX + 1u,
  *    hundreds of microseconds, and where the fabric is a byte stream to the
  *    peer (tcp), whatever went before a small write delays it;
  *  - keeps each client within its weighted share of FAIR_INFLIGHT bytes in
- *    flight (one op may always go), so that on a stream a small write
- *    waits behind that much of a flood at most, and floods share by weight
- *    there too;
+ *    flight (one op may always go; a peer holding more than half of it
+ *    counts for the client's writes to other peers only up to that half:
+ *    over_cap()), so that on a stream a small write waits behind that much
+ *    of a flood at most, and floods share by weight there too;
  *  - while another client's small write (half a piece or less in flight)
  *    waits for its completion, posts no op larger than half a piece, for
  *    MV_SMALL_HOLD_NS at most: the small write's completion is read by the
@@ -373,25 +374,30 @@ static int peer_hogs(const struct mv_shard *s, struct mv_attach *at, const struc
 }
 
 /* Whether op must wait for its client's bytes in flight to come down (one
- * op may always go). Where a peer peer_hogs() found holds more than half of
- * the cap (a slow link's backlog) and op goes to another peer, that peer's
- * bytes count only up to half the cap: the writes to the others have the
- * other half. Before, a 1 MiB write to a fast peer waited 0.9 s for a 4 MiB
- * piece to a peer behind a 32 Mbit/s link that had taken the whole cap
- * first (tests/slow_link.sh); the client's bytes in flight stay within 1.5x
- * its cap. more_follows() predicts with the plain cap: stricter, so it can
+ * op may always go). Where another peer holds more than half of the cap (a
+ * slow link's backlog: the one peer_hogs() found last, else the largest of
+ * at->to[]'s slots), its bytes count for op only up to half the cap: the
+ * writes to the other peers have the other half. Before, a 1 MiB write to a
+ * fast peer waited 0.9 s for a 4 MiB piece to a peer behind a 32 Mbit/s
+ * link that had taken the whole cap first (tests/slow_link.sh). No peer's
+ * bytes pass the cap, and the client's stay within that peer's and half the
+ * cap more. more_follows() predicts with the plain cap: stricter, so it can
  * only drop an FI_MORE, never leave one on a burst's last post. */
 static int over_cap(const struct mv_shard *s, const struct mv_attach *at, const struct mv_wr *op)
 {
-	uint64_t in = at->inflight, cap;
+	uint64_t in = at->inflight, cap, h = 0;
+	uint32_t pix = op->peer->index;
 
 	if (!in || in + op->bytes <= (cap = inflight_cap(s, at)))
 		return 0;
-	if (at->hog && at->hog != op->peer->index + 1) {
-		uint64_t h = mv_inflight_to(at, at->hog - 1);
-		if (2 * h > cap)
-			in -= h - cap / 2;
-	}
+	/* Refused by the plain cap: the rare path, where the scan is paid. */
+	if (at->hog && at->hog != pix + 1)
+		h = mv_inflight_to(at, at->hog - 1);
+	for (uint32_t i = 0; i < MV_ATTACH_PEERS; i++)
+		if (at->to[i].ops && at->to[i].pix != pix && at->to[i].bytes > h)
+			h = at->to[i].bytes;
+	if (2 * h > cap)
+		in -= h - cap / 2;
 	return in + op->bytes > cap;
 }
 
@@ -432,6 +438,10 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 	    (nx->peer == op->peer && other_run(op) &&
 	     2 * (mv_inflight_to(op->at, op->peer->index) + op->bytes + nx->bytes) >
 	         inflight_cap(s, op->at)) ||
+	    /* nx, the head then, may find its own peer hogging and pass the
+	     * turn to an op that cannot go (peer_hogs()). */
+	    (nx->peer != op->peer && other_run(nx) && mv_inflight_to(op->at, nx->peer->index) &&
+	     2 * (mv_inflight_to(op->at, nx->peer->index) + nx->bytes) > inflight_cap(s, op->at)) ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
 		return 0;
 	return !peer_full(s, nx, op);

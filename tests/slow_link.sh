@@ -16,7 +16,8 @@
 # the writes they flushed are retried, though queued longer than the
 # deadline, and land. And one client writing 48 MiB to B and then 1 MiB to
 # a third mover on A's host: the 1 MiB must wait neither for B's backlog
-# nor for one of B's pieces to make room.
+# nor for one of B's pieces to make room; nor must it behind 32 MiB to B,
+# all of it in flight.
 # Prints each measured time. Skipped, with the reason, where namespaces or
 # tc cannot be used or Python with numpy (the client is the binding) is
 # missing.
@@ -53,33 +54,36 @@ if mode == "slow":
     # unreachable" from either mover's heartbeats fails it.
     b.imm_expect_from(a_on_b, 9, 1, cookie=9)
     a.imm_expect_from(b_on_a, 7, 1, cookie=7)
-if mode == "hol":
-    # One client, two peers: 48 MiB to B behind the slow link (more than
-    # the 32 MiB a client alone has in flight), then 1 MiB to C, a mover
-    # in A's own namespace (loopback: fast). C's write waits neither for
-    # B's backlog (12.6 s) nor for room, one of B's 4 MiB pieces (about
-    # 1 s): B's bytes in flight count only up to half the cap for it.
+if mode in ("hol", "hol2"):
+    # One client, two peers: to B behind the slow link, then to C, a mover
+    # in A's own namespace (loopback: fast). hol: 48 MiB to B (more than
+    # the 32 MiB a client alone has in flight: 16 MiB of it queued), then
+    # 1 MiB to C. hol2: 32 MiB to B, all of it in flight (the whole cap,
+    # none queued to pass), then 1 MiB to C. C's write waits neither for
+    # B's backlog nor for room, one of B's 4 MiB pieces (about 1 s): B's
+    # bytes in flight count only up to half the cap for it.
+    slow, fast = (48 << 20 if mode == "hol" else 32 << 20), 1 << 20
     c = mover.Client(os.environ["MV_SOCK_C"])
-    dst_c = c.alloc(1 << 20)
+    dst_c = c.alloc(fast)
     imp_c = a.import_region(a.peer_add(c.address()), dst_c.blob())
     a.write(src, 0, imp_c, 0, 4096)  # met and connected before the clock
     a.wait_batch(a.submit(), timeout=10)
-    big = a.alloc(48 << 20)
-    imp_big = a.import_region(b_on_a, b.alloc(48 << 20).blob())
-    a.write(big, 0, imp_big, 0, 48 << 20)
+    big = a.alloc(slow)
+    imp_big = a.import_region(b_on_a, b.alloc(slow).blob())
+    a.write(big, 0, imp_big, 0, slow)
     a.submit()
     time.sleep(0.2)
     t0 = time.monotonic()
-    a.write(src, 0, imp_c, 0, 1 << 20)
+    a.write(src, 0, imp_c, 0, fast)
     cookie = a.submit()
     ev = a.wait_for(lambda e: e.type == mover.EventType.BATCH and e.cookie == cookie, 60)
     dt = time.monotonic() - t0
-    same = bool((dst_c.numpy() == s_[:1 << 20]).all())
+    same = bool((dst_c.numpy() == s_[:fast]).all())
     ok = ev.ok and same and dt <= 0.5
-    print(f"slow_link: 1 MiB to a fast peer behind 48 MiB to the slow one, one client: "
-          f"{'landed' if ev.ok else ev.msg} in {dt:.2f} s (bar 0.5 s; the slow one's backlog "
-          f"takes 12.6 s, one of its pieces about 1 s), bytes {'match' if same else 'DIFFER'}"
-          f"{'' if ok else ' FAILED'}")
+    print(f"slow_link: {fast >> 20} MiB to a fast peer behind {slow >> 20} MiB to the slow one, "
+          f"one client: {'landed' if ev.ok else ev.msg} in {dt:.2f} s (bar 0.5 s; the slow one's "
+          f"backlog takes {slow * 8 / 32e6:.1f} s, one of its pieces about 1 s), bytes "
+          f"{'match' if same else 'DIFFER'}{'' if ok else ' FAILED'}")
     sys.exit(0 if ok else 1)
 if mode == "shared":
     # Two clients of one shard, 8 MiB each: fair share cuts each write
@@ -178,7 +182,7 @@ run() { # mode
 		exit 0
 	fi
 	local cpid=
-	if [ "$1" = hol ]; then # a third mover, C, on A's host: its loopback is fast
+	if [ "$1" = hol ] || [ "$1" = hol2 ]; then # a third mover, C, on A's host: fast loopback
 		rm -f "$dir"/c.sock
 		ip netns exec "$MV_NS_A" "$B"/bin/mover --no-config --provider tcp --iface lo --shards 1 \
 			--socket "$dir"/c.sock --op-timeout $DEADLINE --no-host-copy >"$dir"/c.log 2>&1 &
@@ -199,6 +203,7 @@ fail=0
 run slow || fail=1
 run shared || fail=1
 run hol || fail=1
+run hol2 || fail=1
 run reset || fail=1
 run down || fail=1
 [ $fail = 0 ] && echo "slow_link: passed" || echo "slow_link: FAILED"
