@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # The mover's etcd membership against bad input, with Debian's etcd on
 # loopback (started and stopped here): etcd unreachable at start (a clear
-# error), --etcd without --cluster, malformed and foreign keys under the
+# error, at once also where the connect times out), --etcd without --cluster, malformed and foreign keys under the
 # prefix (ignored, with a log line each), and etcd lost while the movers
 # run (they keep serving the peers they know, say so in the log and in
 # mvstat --cluster) and back with its data gone (they register again);
@@ -77,6 +77,32 @@ pids+=($!)
 wait $! && fail "a mover started with no etcd to join"
 grep -q "cannot join cluster $cl.*is etcd running" "$dir/x.log" || fail "no clear error without etcd"
 echo "cluster: etcd unreachable at start: $(grep -o 'cannot join.*' "$dir/x.log" | head -n 1)"
+# An etcd address that takes no connection (a listener whose accept queue
+# is full: the kernel drops the SYN, as a host that drops packets does):
+# the connect times out, and the mover fails at once, not asking again.
+/usr/bin/python3 - >"$dir/blk.port" <<'BLK' &
+import socket, time
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(0)
+cs = [socket.socket() for _ in range(4)]
+for c in cs:
+    c.setblocking(False)
+    try: c.connect(l.getsockname())
+    except BlockingIOError: pass
+time.sleep(0.3)
+print(l.getsockname()[1], flush=True)
+time.sleep(30)
+BLK
+pids+=($!)
+for _ in $(seq 50); do [ -s "$dir/blk.port" ] && break; sleep 0.1; done
+t0=$(date +%s%N)
+"$B"/bin/mover --no-config --provider tcp --iface lo --shards 1 --socket "$dir/z.sock" \
+	--etcd "127.0.0.1:$(cat "$dir/blk.port")" --cluster "$cl" >"$dir/z.log" 2>&1 &&
+	fail "a mover started with an etcd that takes no connection"
+ms=$((($(date +%s%N) - t0) / 1000000))
+grep -q "cannot join cluster $cl.*Failed to connect" "$dir/z.log" || fail "no clear error for an etcd that takes no connection"
+grep -q "asking again" "$dir/z.log" && fail "a connect that timed out was asked again"
+[ "$ms" -lt 8000 ] || fail "an etcd that takes no connection failed the start after $ms ms"
+echo "cluster: etcd taking no connection at start: failed in $ms ms, not asked again"
 "$B"/bin/mover --no-config --provider tcp --iface lo --shards 1 --socket "$dir/y.sock" \
 	--etcd "127.0.0.1:$cport" >"$dir/y.log" 2>&1 && fail "--etcd without --cluster started"
 grep -q -- "--etcd needs --cluster" "$dir/y.log" || fail "no clear error for --etcd without --cluster"
