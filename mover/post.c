@@ -439,9 +439,8 @@ static int more_follows(const struct mv_shard *s, const struct mv_wr *op, uint64
 	     2 * (mv_inflight_to(op->at, op->peer->index) + op->bytes + nx->bytes) >
 	         inflight_cap(s, op->at)) ||
 	    /* nx, the head then, may find its own peer hogging and pass the
-	     * turn to an op that cannot go (peer_hogs()). */
-	    (nx->peer != op->peer && other_run(nx) && mv_inflight_to(op->at, nx->peer->index) &&
-	     2 * (mv_inflight_to(op->at, nx->peer->index) + nx->bytes) > inflight_cap(s, op->at)) ||
+	     * turn to an op that cannot go. */
+	    (nx->peer != op->peer && peer_hogs(s, op->at, nx)) ||
 	    atomic_load_explicit(&nx->peer->gone, memory_order_relaxed))
 		return 0;
 	return !peer_full(s, nx, op);
