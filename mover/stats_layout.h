@@ -27,9 +27,9 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI   11u  /* 7-11: posted_small, copy_stops, holds, piece_bytes, promoted */
-#define MV_STATS_RINGS 256u /* ring rows per shard: client slots */
-#define MV_STATS_PEERS 256u /* peer rows per shard: the first peer slots */
+#define MV_STATS_ABI   12u                 /* 7-12: posted_small, ... promoted, bounce_held */
+#define MV_STATS_RINGS 256u                /* ring rows per shard: client slots */
+#define MV_STATS_PEERS 256u                /* peer rows per shard: the first peer slots */
 
 struct mv_stats_hdr {
 	uint64_t magic;
@@ -155,6 +155,9 @@ struct mv_stats_shard {
 	/* ABI 11: ops a client posted ahead of its head, whose peer could
 	 * not take it (post.c's promote()) */
 	_Atomic uint64_t promoted;
+	/* ABI 12: gauge: bounce chunks that staged GPU writes hold now, of
+	 * MV_BOUNCE_CHUNKS (gpu_path.c); each is held until its write completes */
+	_Atomic uint64_t bounce_held;
 };
 
 /* One client's rings on one shard (row slot = client slot). */

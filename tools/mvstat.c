@@ -284,7 +284,7 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 		        ",\"copy_bytes\":%" PRIu64 ",\"staged_bytes\":%" PRIu64
 		        ",\"samehost_bytes\":%" PRIu64 ",\"posted_small\":%" PRIu64
 		        ",\"copy_stops\":%" PRIu64 ",\"holds\":%" PRIu64 ",\"piece_bytes\":%" PRIu64
-		        ",\"promoted\":%" PRIu64 "}",
+		        ",\"promoted\":%" PRIu64 ",\"bounce_held\":%" PRIu64 "}",
 		        s ? "," : "", s, y->provider, y->iface, y->cpu, y->numa, GET(y->posted),
 		        GET(y->completed), GET(y->bytes), GET(y->descs), GET(y->batches),
 		        rate(GET(x->bytes), GET(y->bytes), secs) * 8e-9,
@@ -294,7 +294,7 @@ static void print_json(FILE *f, const struct view *v, const struct snap *a, cons
 		        GET(y->wakes), GET(y->path_bytes[0]), GET(y->path_bytes[1]),
 		        GET(y->path_bytes[2]), GET(y->path_bytes[3]), GET(y->samehost_bytes),
 		        GET(y->posted_small), GET(y->copy_stops), GET(y->holds),
-		        GET(y->piece_bytes), GET(y->promoted));
+		        GET(y->piece_bytes), GET(y->promoted), GET(y->bounce_held));
 	}
 	fprintf(f, "]");
 	mvstat_mem_json(f, h);
@@ -384,6 +384,8 @@ static void print_prometheus(FILE *f, const struct view *v, const struct snap *b
 	    M(pending, "writes queued, not yet posted", 1),
 	    M(inflight, "writes posted, not yet completed", 1),
 	    M(piece_bytes, "bytes one post carries at most while the shard is shared", 1),
+	    M(bounce_held, "bounce chunks staged GPU writes hold, each until its write completes",
+	      1),
 #undef M
 	};
 
