@@ -75,7 +75,7 @@ MVBENCH_SRC := tools/mvbench.c tools/bench/harness.c tools/bench/procs.c tools/b
 	tools/bench/rows_ext.c tools/bench/hops.c
 TOOLS := mvkv mvbench mvtrace mvreplay mvstat mvgpubench
 TESTS := test_shmring test_shmring_errors test_shmring_procs test_validate test_config test_queue test_client test_mover test_faults test_shards test_lists test_hostile \
-	test_trace test_replay test_gpu test_gpu_guard test_tenants test_fair test_weights test_stopped_peer test_liveness test_reconnect test_samehost \
+	test_trace test_replay test_gpu test_gpu_guard test_gpu_chunks test_tenants test_fair test_weights test_stopped_peer test_liveness test_reconnect test_samehost \
 	test_samehost_peers test_huge test_shm_restart
 SCRIPTS := tests/two_hosts.sh tests/liveness.sh tests/slow_link.sh tests/stat_tool.sh tests/operate.sh \
 	tests/cluster.sh tests/fleet.sh
@@ -220,7 +220,7 @@ $(B)/tests/test_gpu_guard: $(B)/tests/test_gpu_guard.o $(B)/mover/fabric.o $(CLI
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(FABRIC_LIBS) $(LDLIBS)
 
-$(B)/tests/test_mover $(B)/tests/test_faults $(B)/tests/test_shards $(B)/tests/test_gpu: $(B)/tests/%: $(B)/tests/%.o $(CLIENT_LIB)
+$(B)/tests/test_mover $(B)/tests/test_faults $(B)/tests/test_shards $(B)/tests/test_gpu $(B)/tests/test_gpu_chunks: $(B)/tests/%: $(B)/tests/%.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CHECK_LIBS) $(LDLIBS)
 
@@ -272,7 +272,7 @@ $(B)/tests/soak_sum: $(B)/tests/soak_sum.o
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# A GPU client that test_gpu_guard runs as another uid: the public API only.
+# A GPU client that test_gpu_chunks runs as another uid: the public API only.
 $(B)/tests/gpu_writer: $(B)/tests/gpu_writer.o $(CLIENT_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -9,7 +9,8 @@
  * waiting for a chunk outlive the deadline while their peer moves, and a
  * client's small one goes beside another's backlog), and freed GPU
  * memory the mover still holds through its quarantine counts against its
- * client's and its uid's quotas. The paths themselves are test_gpu.c.
+ * client's and its uid's quotas. The paths themselves are test_gpu.c; the
+ * bounce chunks between uids, and all of them held, test_gpu_chunks.c.
  */
 #include <check.h>
 #include <errno.h>
@@ -333,201 +334,6 @@ START_TEST(test_a_stopped_peer_holds_no_chunk_of_another_client)
 }
 END_TEST
 
-/* Movers A and C, and four more to stop (NSTOP), one shard each. */
-#define NSTOP 4
-static struct mvproc stopped[NSTOP];
-
-static void movers_chunks(void)
-{
-	prov = "tcp";
-	mover_launch(&A, "a", 1);
-	mover_launch(&C, "c", 1);
-	for (int i = 0; i < NSTOP; i++) {
-		char name[8];
-		snprintf(name, sizeof(name), "s%d", i);
-		mover_launch(&stopped[i], name, 1);
-	}
-	movers_listening();
-	for (int i = 0; i < NSTOP; i++)
-		mover_listening(&stopped[i], "s*", 30);
-	ck_assert_int_eq(chmod(A.sock, 0666), 0); /* a client of uid 65534 too */
-}
-
-static void chunks_setup(void)
-{
-	mover_extra = "--no-gpu-copy"; /* one host, taken as six */
-	mover_extra2 = "--gpu-path=staged";
-	mover_extra3 = "--allow-any-uid";
-	gpu_setup_on(movers_chunks);
-	mover_extra3 = NULL;
-}
-
-/* X of A writes 40 MiB (ten chunks) from its GPU memory to each of the
- * stopped movers, once it met each, stopped then; X's writes hold what
- * chunks they may (4, 2: their uid's share, 6 of 8). */
-static struct mvc *chunks_held_by_stopped(CUdeviceptr *dx, struct mvc *os[NSTOP])
-{
-	const size_t xn = 40u << 20;
-	struct mvc *x;
-	struct mvc_mem gx, hs;
-	uint32_t ixs[NSTOP];
-	int st;
-
-	ck_assert_int_eq(mvc_connect(&x, A.sock), 0);
-	*dx = dev_alloc(xn);
-	ck_assert_msg(mvc_register_cuda(x, (void *)*dx, xn, &gx) == 0, "%s", mvc_error(x));
-	for (int i = 0; i < NSTOP; i++) {
-		ck_assert_int_eq(mvc_connect(&os[i], stopped[i].sock), 0);
-		ck_assert_msg(mvc_alloc(os[i], xn, &hs) == 0, "%s", mvc_error(os[i]));
-		ixs[i] = reach(x, os[i], hs.region);
-		ck_assert_int_eq(mvc_write(x, gx.region, 0, ixs[i], 0, 1u << 20), 0);
-		submit_ok(x, 100 + (uint64_t)i);
-	}
-	for (int i = 0; i < NSTOP; i++) {
-		ck_assert_int_eq(kill(stopped[i].pid, SIGSTOP), 0);
-		ck_assert_int_eq(waitpid(stopped[i].pid, &st, WUNTRACED), stopped[i].pid);
-	}
-	for (int i = 0; i < NSTOP; i++) {
-		ck_assert_int_eq(mvc_write(x, gx.region, 0, ixs[i], 0, xn), 0);
-		ck_assert_int_eq(mvc_submit(x, (uint64_t)i), 0);
-	}
-	usleep(300000); /* X's chunks copied and written, their sockets full */
-	return x;
-}
-
-/* The stopped movers go on; X's batches end (went on, or failed at the
- * deadline), and its owners leave. */
-static void chunks_release(struct mvc *x, CUdeviceptr dx, struct mvc *os[NSTOP])
-{
-	uint64_t xc[NSTOP] = {0, 1, 2, 3};
-	struct mvc_event xe[NSTOP];
-
-	for (int i = 0; i < NSTOP; i++)
-		kill(stopped[i].pid, SIGCONT);
-	wait_batches(x, xc, xe, NSTOP, 20);
-	mvc_disconnect(x);
-	for (int i = 0; i < NSTOP; i++)
-		mvc_disconnect(os[i]);
-	cu->MemFree(dx);
-}
-
-static void hex(const uint8_t *b, size_t n, char *out)
-{
-	for (size_t i = 0; i < n; i++)
-		sprintf(out + 2 * i, "%02x", b[i]);
-}
-
-/*
- * A uid whose writes wait on stopped peers holds up no other uid's staged
- * writes. Client X of root writes from its GPU memory to four movers
- * stopped once they had met (chunks_held_by_stopped()); then a client of
- * uid 65534 (tests/gpu_writer, run as that uid: a process that started
- * CUDA must not fork) writes 4 x 4 MiB from its GPU memory to C: every
- * batch completes and lands. Before, X's writes took every chunk, four
- * peers' shares, and the other uid's batches failed at the deadline.
- */
-START_TEST(test_a_uids_stopped_peers_hold_no_chunk_of_another_uid)
-{
-	enum { NY = 4 };
-	const size_t yn = 4u << 20;
-	struct mvc *x, *oc, *os[NSTOP];
-	struct mvc_mem hc;
-	CUdeviceptr dx;
-
-	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
-	ck_assert_msg(mvc_alloc(oc, (size_t)NY * yn, &hc) == 0, "%s", mvc_error(oc));
-	x = chunks_held_by_stopped(&dx, os);
-	uint8_t addr[MVC_BLOB_MAX], blob[MVC_BLOB_MAX];
-	size_t alen = sizeof(addr), blen = sizeof(blob);
-	char ahex[2 * MVC_BLOB_MAX + 1], bhex[2 * MVC_BLOB_MAX + 1], bytes[32], bin[256];
-	ck_assert_int_eq(mvc_address(oc, addr, &alen), 0);
-	ck_assert_int_eq(mvc_region_blob(oc, hc.region, blob, &blen), 0);
-	hex(addr, alen, ahex);
-	hex(blob, blen, bhex);
-	snprintf(bytes, sizeof(bytes), "%zu", yn);
-	/* Beside this program, whichever mover MV_BUILD names. */
-	ssize_t bl = readlink("/proc/self/exe", bin, sizeof(bin) - 16);
-	ck_assert_int_gt(bl, 0);
-	bin[bl] = 0;
-	strcpy(strrchr(bin, '/') + 1, "gpu_writer");
-	int pfd[2];
-	ck_assert_int_eq(pipe(pfd), 0);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		dup2(pfd[1], 1);
-		if (setgid(65534) || setuid(65534))
-			_exit(3);
-		execl(bin, bin, A.sock, ahex, bhex, bytes, "4", "73", (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[1]);
-	char line[256] = "";
-	ssize_t got = read(pfd[0], line, sizeof(line) - 1);
-	line[got > 0 ? got : 0] = 0;
-	close(pfd[0]);
-	int st;
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0 && !strncmp(line, "ok", 2),
-	              "uid 65534's staged batches beside root's stopped peers (exit %d): %s",
-	              WIFEXITED(st) ? WEXITSTATUS(st) : -1, line);
-	uint8_t *want = malloc(yn);
-	fill(want, yn, 73);
-	for (int i = 0; i < NY; i++)
-		ck_assert_msg(!memcmp((uint8_t *)hc.addr + (size_t)i * yn, want, yn),
-		              "uid 65534's batch %d: C's memory differs", i);
-	free(want);
-	line[strcspn(line, "\n")] = 0;
-	printf("staged: uid 65534's %d batches into C beside root's stopped peers: %s s\n", NY,
-	       line + 3);
-	chunks_release(x, dx, os);
-	mvc_disconnect(oc);
-}
-END_TEST
-
-/*
- * A staged write whose bounce chunk cannot come fails at the deadline,
- * naming why, instead of waiting for good. Each chunk (8 a shard) is held
- * until its write completes, and libfabric cannot take a posted write back:
- * client X of A writes from its GPU memory to four movers stopped once they
- * had met, so its writes hold 4 and 2 chunks, each peer its share of what
- * the others leave, until their uid holds its share (6 of 8), and none
- * frees. Client Y of the same uid then writes from its GPU memory to C:
- * its batch fails within twice the deadline (3 s), saying that its uid
- * holds its share of the chunks and none came free. Before, it waited for
- * as long as those movers stayed stopped.
- */
-START_TEST(test_a_staged_write_whose_chunk_cannot_come_fails_naming_why)
-{
-	const size_t yn = 4u << 20;
-	struct mvc *x, *y, *oc, *os[NSTOP];
-	struct mvc_mem gy, hc;
-	CUdeviceptr dx, dy = dev_alloc(yn);
-
-	ck_assert_int_eq(mvc_connect(&oc, C.sock), 0);
-	ck_assert_msg(mvc_alloc(oc, yn, &hc) == 0, "%s", mvc_error(oc));
-	x = chunks_held_by_stopped(&dx, os);
-	ck_assert_int_eq(mvc_connect(&y, A.sock), 0);
-	ck_assert_msg(mvc_register_cuda(y, (void *)dy, yn, &gy) == 0, "%s", mvc_error(y));
-	uint32_t iyc = reach(y, oc, hc.region);
-	ck_assert_int_eq(mvc_write(y, gy.region, 0, iyc, 0, yn), 0);
-	double t0 = now_s();
-	ck_assert_int_eq(mvc_submit(y, 200), 0);
-	struct mvc_event e = wait_batch(y, 200, 20);
-	double took = now_s() - t0;
-	ck_assert_msg(e.status == -ETIMEDOUT && strstr(e.msg, "bounce chunks, its share"),
-	              "Y's batch beside four stopped peers' chunks, %.2f s in: status %d, %s", took,
-	              e.status, e.msg);
-	ck_assert_msg(took > 2.5 && took < 6,
-	              "Y's batch failed %.2f s in: not at its own deadline (3 s) of waiting", took);
-	printf("staged: Y's batch failed %.2f s in: %s\n", took, e.msg);
-	chunks_release(x, dx, os);
-	mvc_disconnect(y);
-	mvc_disconnect(oc);
-	cu->MemFree(dy);
-}
-END_TEST
-
 /* As landing3_setup, and A fails a write whose peer took none in 0.5 s. */
 static void landing3_short_setup(void)
 {
@@ -726,12 +532,6 @@ int main(void)
 	tcase_add_test(t4, test_a_staged_backlog_outlives_the_deadline_while_it_moves);
 	tcase_add_test(t4, test_a_small_staged_write_goes_beside_a_staged_backlog);
 	suite_add_tcase(s, t4);
-	TCase *tc = tcase_create("chunks");
-	tcase_add_checked_fixture(tc, chunks_setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_a_staged_write_whose_chunk_cannot_come_fails_naming_why);
-	tcase_add_test(tc, test_a_uids_stopped_peers_hold_no_chunk_of_another_uid);
-	suite_add_tcase(s, tc);
 	TCase *tq = tcase_create("quota");
 	tcase_add_checked_fixture(tq, quota_setup, teardown);
 	tcase_set_timeout(tq, 60);
