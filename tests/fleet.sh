@@ -61,6 +61,22 @@ fail() {
 	exit 1
 }
 now_ms() { date +%s%3N; }
+# The cluster's keys in etcd, each with its lease's TTL and time left.
+etcd_leases() {
+	local k e q
+	k=$(printf '/mover/fleet%s/' "$tag" | base64 -w0)
+	e=$(printf '/mover/fleet%s0' "$tag" | base64 -w0)
+	ip netns exec "$nse" curl -s -m 2 -X POST "$etcd_url/v3/kv/range" \
+		-d "{\"key\":\"$k\",\"range_end\":\"$e\",\"keys_only\":true}" |
+		grep -o '"key":"[^"]*"\|"lease":"[^"]*"' | paste -d' ' - - |
+		while read -r k e; do
+			k=${k#\"key\":\"}
+			e=${e#\"lease\":\"}
+			q=$(ip netns exec "$nse" curl -s -m 2 -X POST "$etcd_url/v3/lease/timetolive" \
+				-d "{\"ID\":${e%\"}}")
+			echo "fleet: etcd at $(now_ms): $(printf '%s' "${k%\"}" | base64 -d) lease ${e%\"}: $q"
+		done
+}
 
 # The bridge namespace, then one namespace per host (N + 1: a newcomer).
 ip -n "$nse" link add br0 type bridge && ip -n "$nse" addr add "$net.254/24" dev br0 &&
@@ -103,7 +119,7 @@ start_mover() {
 		c=$(pgrep -P "$u") && break
 		sleep 0.02
 	done
-	[ -n "$c" ] || fail "mover $i did not start"
+	[ -n "$c" ] || fail "mover $i: unshare made no process in 2 s"
 	mpid[$i]=$c
 	pids+=($c)
 }
@@ -117,10 +133,10 @@ wait_movers() {
 	for i in "$@"; do
 		for _ in $(seq 200); do
 			[ -S "$dir/m$i.sock" ] && break
-			kill -0 "${mpid[$i]}" 2>/dev/null || fail "mover $i did not start"
+			kill -0 "${mpid[$i]}" 2>/dev/null || fail "mover $i exited before it listened"
 			sleep 0.05
 		done
-		[ -S "$dir/m$i.sock" ] || fail "mover $i did not start"
+		[ -S "$dir/m$i.sock" ] || fail "mover $i did not listen on its socket in 10 s"
 	done
 }
 t0=$(now_ms)
@@ -143,9 +159,10 @@ echo "fleet: all-to-all: $N hosts x $ROUNDS rounds of dispatch and combine, $SLI
 	"in 4 KiB pages, every byte verified, in $(($(now_ms) - t0)) ms"
 # 2. Leave and join under load: writers run until the stop file appears.
 last=$((N - 1)) new=$N
-# Waits (up to 20 s) until every writer 0..last-1 printed a line: $1 $2.
+# Waits (up to 20 s, or $3 tenths of a second) until every writer
+# 0..last-1 printed a line: $1 $2.
 await_all() {
-	for _ in $(seq 200); do
+	for _ in $(seq 0 "${3:-200}"); do
 		local missing=0
 		for i in $(seq 0 $((last - 1))); do
 			awk -v k="$1" -v n="$2" '$1 == k && $2 == n { f = 1 } END { exit !f }' \
@@ -175,7 +192,16 @@ echo "fleet: mvstat --cluster on host 0 under load: $members members, $names nam
 sleep 1
 t_kill=$(now_ms)
 kill -9 "${mpid[$last]}"
-await_all departed "l$tag-$last" || fail "a writer never saw host $last leave the cluster"
+if ! await_all departed "l$tag-$last"; then
+	# What etcd holds then, and when the departure came if it came late.
+	etcd_leases
+	late="not in 90 s"
+	for _ in $(seq 700); do
+		await_all departed "l$tag-$last" 0 && late="$(($(now_ms) - t_kill)) ms after the kill" && break
+		sleep 0.1
+	done
+	fail "a writer never saw host $last leave the cluster in 20 s (seen $late)"
+fi
 t_join=$(now_ms)
 start_mover "$new"
 wait_movers "$new"
