@@ -75,9 +75,9 @@ static const struct mv_key opts[] = {
      "a weight-1 client's credit per turn (default 32768, and less,\n"
      "8192 at least, where posts copy slowly; set, it is fixed)"},
     {"fair_inflight", "fair-inflight", 0, MV_KEY_INT, F(fair_inflight), 65536, 1 << 30, NULL,
-     "BYTES", "262144",
+     "BYTES", "262144; 65536 on tcp",
      "bytes all clients of a shared shard may have in flight,\n"
-     "shared by weight (default 262144)"},
+     "shared by weight (default 262144, and 65536 on tcp)"},
     {"etcd", "etcd", 0, MV_KEY_STR, F(etcd), 0, 1023, NULL, "ENDPOINTS", "none",
      "join a cluster in etcd at ENDPOINTS (host:port,...): register\n"
      "there, watch the members, publish and look up named regions"},

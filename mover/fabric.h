@@ -47,6 +47,10 @@ struct mv_fabric {
 	/* The target's progress copies what it receives (shm): a peer busy
 	 * receiving can be slow to answer while its link cannot fail. */
 	int rx_copies;
+	/* Each peer is a byte stream (tcp): the target's progress reads one
+	 * readable socket dry before the next, so a small write waits there
+	 * behind whatever bytes of other writes are in flight to it (post.c). */
+	int stream;
 	size_t tx_size;
 	size_t key_size;
 	uint8_t addr[MV_MAX_ADDRLEN];
