@@ -199,6 +199,11 @@ static int do_attach(struct mover *mv, struct mv_client *cl, struct mv_rx *m, ch
 	return 0;
 
 err_rings:
+	/* No shard holds at here: MV_CMD_ATTACH fails only where a shard has
+	 * MV_MAX_CLIENTS attaches, and a shard drops a client's attach before
+	 * the client's slot is freed (reap_clients()), so no shard has more
+	 * attaches than slots are taken, this client's included: it fails on
+	 * every shard or none. */
 	for (s = 0; s < mv->nshards; s++) {
 		struct mv_attach *at = cl->att[s];
 		if (!at)
