@@ -84,7 +84,7 @@ struct mv_config {
 	struct mv_uid_weight weights[MV_MAX_WEIGHTS]; /* weight_uid = UID:W, ... */
 	uint32_t nweights;
 	/* Fair share while a shard is shared (post.c), 0 for its defaults (32
-	 * KiB, 256 KiB): the bytes one post carries at most, which is also a
+	 * KiB, 256 KiB, 64 KiB on tcp): the bytes one post carries at most, which is also a
 	 * weight-1 client's credit per turn, and the bytes all clients may
 	 * have in flight, shared by weight. post.c keeps a piece within 4 KiB
 	 * to MV_CHUNK. */

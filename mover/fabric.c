@@ -294,7 +294,7 @@ int mv_fabric_open(struct mv_fabric *f, const char *prov, const char *iface, int
 	if (f->iov_limit == 0)
 		f->iov_limit = 1;
 	f->rx_copies = !strncmp(f->prov, "shm", 3);
-	f->stream = !strncmp(f->prov, "tcp", 3);
+	f->byte_stream = !strncmp(f->prov, "tcp", 3);
 	/* shm 1.17 never completes writes sent FI_DELIVERY_COMPLETE (its
 	 * receiver-side CMA path stalls), so there a write completes on
 	 * transmit, and batches with an immediate stay on one endpoint pair

@@ -50,7 +50,7 @@ struct mv_fabric {
 	/* Each peer is a byte stream (tcp): the target's progress reads one
 	 * readable socket dry before the next, so a small write waits there
 	 * behind whatever bytes of other writes are in flight to it (post.c). */
-	int stream;
+	int byte_stream;
 	size_t tx_size;
 	size_t key_size;
 	uint8_t addr[MV_MAX_ADDRLEN];

@@ -69,6 +69,12 @@ struct mv_gpu_shard {
 	uint32_t nev_free[MV_MAX_GPUS];
 };
 
+/* Bounce chunks held now by staged writes (each until its write completes). */
+static inline uint32_t mv_chunks_held(const struct mv_gpu_shard *g)
+{
+	return g->bounce ? MV_BOUNCE_CHUNKS - (uint32_t)__builtin_popcount(g->free_chunks) : 0;
+}
+
 /* gpu.c */
 int mv_gpu_region_open(struct mover *mv, struct mv_region *r, const struct mv_gpu_desc *g, int fd,
                        char *why, size_t whylen);

@@ -136,7 +136,7 @@ void mv_take_gpu(struct mv_shard *s, struct mv_attach *at, const struct mv_desc 
  */
 static int chunk_room(const struct mv_shard *s, const struct mv_wr *op)
 {
-	uint32_t held = MV_BOUNCE_CHUNKS - (uint32_t)__builtin_popcount(s->gpu.free_chunks);
+	uint32_t held = mv_chunks_held(&s->gpu);
 	uint32_t mine = s->chunks_to[op->peer->index], uid = s->uids[op->uix].chunks;
 
 	if (!mv_within_share(uid, held - uid, MV_BOUNCE_CHUNKS, 3, 4))

@@ -157,7 +157,7 @@ static uint64_t inflight_cap(const struct mv_shard *s, const struct mv_attach *a
 	 * Where a round trip is longer than 64 KiB takes at their rate (about
 	 * 65 us at 8 Gbit/s), the cap binds first: fair_inflight raises it. */
 	uint64_t all = s->mv->cfg.fair_inflight > 0 ? (uint64_t)s->mv->cfg.fair_inflight
-	               : s->fab.stream              ? STREAM_INFLIGHT
+	               : s->fab.byte_stream         ? STREAM_INFLIGHT
 	                                            : FAIR_INFLIGHT;
 
 	/* Alone: a stream's worth, and less where a client that is attached

@@ -192,9 +192,7 @@ void mv_stats_publish(struct mv_shard *s, int force)
 	PUT(o->copy_stops, s->st.copy_stops);
 	PUT(o->holds, s->st.holds);
 	PUT(o->promoted, s->st.promoted);
-	PUT(o->bounce_held,
-	    s->gpu.bounce ? MV_BOUNCE_CHUNKS - (uint64_t)__builtin_popcount(s->gpu.free_chunks)
-	                  : 0);
+	PUT(o->bounce_held, mv_chunks_held(&s->gpu));
 	PUT(o->piece_bytes, mv_fair_piece(s));
 	PUT(o->cq_errors, s->st.cq_errors);
 	PUT(o->retries, s->st.retries);

@@ -27,9 +27,11 @@
 #include <stdint.h>
 
 #define MV_STATS_MAGIC 0x31535441545356ull /* "VSTATS1" */
-#define MV_STATS_ABI   12u                 /* 7-12: posted_small, ... promoted, bounce_held */
-#define MV_STATS_RINGS 256u                /* ring rows per shard: client slots */
-#define MV_STATS_PEERS 256u                /* peer rows per shard: the first peer slots */
+/* ABI 7-12 added: posted_small, copy_stops, holds, piece_bytes, promoted,
+ * bounce_held */
+#define MV_STATS_ABI   12u
+#define MV_STATS_RINGS 256u /* ring rows per shard: client slots */
+#define MV_STATS_PEERS 256u /* peer rows per shard: the first peer slots */
 
 struct mv_stats_hdr {
 	uint64_t magic;

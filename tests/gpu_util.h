@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the GPU suites share (test_gpu.c, test_gpu_guard.c): CUDA started in
+ * What the GPU suites share (test_gpu.c, test_gpu_guard.c,
+ * test_gpu_chunks.c): CUDA started in
  * the check child after the movers (a process forked after CUDA starts
  * cannot use it), device memory of both kinds (cudaMalloc-style, shared by
  * IPC handle; VMM, exported as a POSIX fd), copies to and from it, a pair

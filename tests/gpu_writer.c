@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A client that writes from its GPU memory, for tests that need one run as
- * another uid (test_gpu_guard): a process that starts CUDA must not fork,
+ * another uid (test_gpu_chunks): a process that starts CUDA must not fork,
  * so the suite forks, drops to the uid and runs this. It connects to the
  * mover at SOCK, makes BYTES of device memory holding fill SEED (xorshift,
  * as mvtest.h's fill()), adds the peer and imports the region of the two
