@@ -544,6 +544,11 @@ struct frow {
 	 * one): median, lowest, highest. A noisy moment moves both sides of
 	 * one rep; shown beside ratio, which decides the bar. */
 	double rep_ratio_med, rep_ratio_min, rep_ratio_max;
+	/* Each rep's p99s, alone and loaded, in the reps' order: whether a
+	 * jump is the first rep's (something the flood's start does) or a
+	 * moment of the machine's, on either side. */
+	int nrep;
+	double rep_a99[64], rep_l99[64];
 	double flood_bps, flood_alone_bps; /* the flood beside the small batches, and alone */
 	double i_p50, i_max; /* a small batch after 150 ms idle, the flood on: p50, max */
 	/* Per hop (mover/stats_layout.h), us: alone p50, p99; loaded p50, p99. */

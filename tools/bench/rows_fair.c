@@ -511,9 +511,12 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 	a_at[reps] = na;
 	l_at[reps] = nl;
 	for (int rep = 0; rep < reps; rep++)
-		if (a_at[rep + 1] > a_at[rep] && l_at[rep + 1] > l_at[rep])
-			rr[nr++] = p99_of(vl, l_at[rep], l_at[rep + 1]) /
-			           p99_of(va, a_at[rep], a_at[rep + 1]);
+		if (a_at[rep + 1] > a_at[rep] && l_at[rep + 1] > l_at[rep]) {
+			r->rep_a99[r->nrep] = p99_of(va, a_at[rep], a_at[rep + 1]);
+			r->rep_l99[r->nrep] = p99_of(vl, l_at[rep], l_at[rep + 1]);
+			rr[nr++] = r->rep_l99[r->nrep] / r->rep_a99[r->nrep];
+			r->nrep++;
+		}
 	qsort(rr, (size_t)nr, sizeof(*rr), mv_cmp_double);
 	r->rep_ratio_med = nr ? pct(rr, nr, 0.5) : 0;
 	r->rep_ratio_min = nr ? rr[0] : 0;
@@ -561,6 +564,10 @@ static void fair_print_row(const struct frow *r)
 	printf("   ratio within each rep (its alone chunk, then its loaded one): median %.2f, "
 	       "%.2f-%.2f\n",
 	       r->rep_ratio_med, r->rep_ratio_min, r->rep_ratio_max);
+	printf("   each rep's p99, alone / loaded (us):");
+	for (int i = 0; i < r->nrep; i++)
+		printf(" %.1f / %.1f%s", r->rep_a99[i], r->rep_l99[i], i + 1 < r->nrep ? "," : "");
+	printf("\n");
 	for (int q = 0; q < 2 && r->hops; q++) {
 		const double *a = q ? r->hop_a99 : r->hop_a50, *l = q ? r->hop_l99 : r->hop_l50;
 		printf("   hops %s, alone -> loaded (us, both movers):", q ? "p99" : "p50");
