@@ -150,10 +150,10 @@ static uint64_t inflight_cap(const struct mv_shard *s, const struct mv_attach *a
 	/* On a stream a small write waits at its target behind the bytes in
 	 * flight to it: the target reads the flood's socket dry first. On the
 	 * H100 (tcp on loopback, fairness row, ten interleaved pairs) 64 KiB
-	 * against 256 KiB took the small batch's fabric hop p99 to 33 from
-	 * 50 us and its loaded p99 to 49.5 from 61 (medians), the flood beside
-	 * it unchanged (2.06 against 2.07 Gbit/s), and two floods together
-	 * moved 8.3 against 7.4 Gbit/s: shared, the pieces' posts bound them.
+	 * against 256 KiB gave the small batch a lower loaded p99 in nine of
+	 * ten (medians 59 against 70 us; its fabric hop p99 33 against 52 in
+	 * the six that read it), the flood beside it 2.07 against 2.12 Gbit/s,
+	 * and two floods together 8.3 against 7.4: the pieces' posts bound them.
 	 * Where a round trip is longer than 64 KiB takes at their rate (about
 	 * 65 us at 8 Gbit/s), the cap binds first: fair_inflight raises it. */
 	uint64_t all = s->mv->cfg.fair_inflight > 0 ? (uint64_t)s->mv->cfg.fair_inflight
