@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # The mover's etcd membership against bad input, with Debian's etcd on
 # loopback (started and stopped here): etcd unreachable at start (a clear
-# error, at once also where the connect times out), --etcd without --cluster, malformed and foreign keys under the
-# prefix (ignored, with a log line each), and etcd lost while the movers
+# error, at once also where the connect times out), --etcd without
+# --cluster, malformed and foreign keys under the prefix (ignored, with a
+# log line each), and etcd lost while the movers
 # run (they keep serving the peers they know, say so in the log and in
 # mvstat --cluster) and back with its data gone (they register again);
 # and an etcd that answers late at a mover's start (it asks again).

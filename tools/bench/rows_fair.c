@@ -512,11 +512,12 @@ static void fair_row(struct cfg *x, struct fair *F, struct frow *r)
 	l_at[reps] = nl;
 	for (int rep = 0; rep < reps; rep++)
 		if (a_at[rep + 1] > a_at[rep] && l_at[rep + 1] > l_at[rep]) {
-			r->rep_a99[r->nrep] = p99_of(va, a_at[rep], a_at[rep + 1]);
-			r->rep_l99[r->nrep] = p99_of(vl, l_at[rep], l_at[rep + 1]);
-			rr[nr++] = r->rep_l99[r->nrep] / r->rep_a99[r->nrep];
-			r->nrep++;
+			r->rep_a99[nr] = p99_of(va, a_at[rep], a_at[rep + 1]);
+			r->rep_l99[nr] = p99_of(vl, l_at[rep], l_at[rep + 1]);
+			rr[nr] = r->rep_l99[nr] / r->rep_a99[nr];
+			nr++;
 		}
+	r->nrep = nr;
 	qsort(rr, (size_t)nr, sizeof(*rr), mv_cmp_double);
 	r->rep_ratio_med = nr ? pct(rr, nr, 0.5) : 0;
 	r->rep_ratio_min = nr ? rr[0] : 0;
